@@ -1,0 +1,44 @@
+# One entry point for everything a developer or CI does. Needs only Go.
+SHELL := /bin/bash
+GO ?= go
+# Every module of the workspace (go.work).
+MODULES := pkg services/account deploy
+PACKAGES := $(foreach m,$(MODULES),./$(m)/...)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+BENCHTIME ?= 1s
+FUZZTIME ?= 60s
+
+.PHONY: run test lint fmt-check vet build bench fuzz clean help
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+run: build ## run the local stack: embedded store, services, demo data
+	$(GO) build -o bin/devstack ./deploy/devstack
+	./bin/devstack --bin bin --data .data
+
+build: ## build the production binaries into bin/
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/account ./services/account/cmd/account
+
+test: fmt-check vet ## gofmt check, go vet, and every module's tests with -race
+	$(GO) test -race -count=1 -timeout 15m $(PACKAGES)
+
+fmt-check: ## fail when a file is not gofmt-formatted
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet: ## go vet every module
+	$(GO) vet $(PACKAGES)
+
+lint: fmt-check vet ## gofmt, go vet and staticcheck
+	$(GO) run $(STATICCHECK) $(PACKAGES)
+
+bench: ## run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PACKAGES)
+
+fuzz: ## run each fuzz target for FUZZTIME
+	@echo "no fuzz targets yet"
+
+clean: ## remove build output (keeps .data)
+	rm -rf bin

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/acme/platform/pkg/embeddedmongo"
+)
+
+// stackConfig is where things run. Ports are fixed so that the README's
+// curl lines work as printed.
+type stackConfig struct {
+	binDir      string
+	dataDir     string
+	mongoAddr   string
+	accountAddr string
+	accountOps  string
+}
+
+// Demo data created on first start.
+const (
+	demoAccount  = "demo"
+	demoUser     = "demo"
+	demoPassword = "demo-password"
+	emptyAccount = "empty"
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg stackConfig
+	fs := flag.NewFlagSet("devstack", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.binDir, "bin", "bin", "folder holding the service binaries")
+	fs.StringVar(&cfg.dataDir, "data", ".data", "folder of the embedded store's data (git-ignored)")
+	fs.StringVar(&cfg.mongoAddr, "mongo-addr", "127.0.0.1:27018", "listen address of the embedded MongoDB-compatible store")
+	fs.StringVar(&cfg.accountAddr, "account-addr", "127.0.0.1:8080", "listen address of the account service")
+	fs.StringVar(&cfg.accountOps, "account-ops-addr", "127.0.0.1:9090", "operations address of the account service")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+
+	started := time.Now()
+	db, err := embeddedmongo.Start(ctx, embeddedmongo.Options{
+		Dir:    filepath.Join(cfg.dataDir, "mongo"),
+		Addr:   cfg.mongoAddr,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return fmt.Errorf("start embedded store (is %s in use?): %w", cfg.mongoAddr, err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := db.Stop(stopCtx); err != nil {
+			fmt.Fprintln(stderr, "devstack: stop embedded store:", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "embedded MongoDB-compatible store at %s (data in %s)\n", db.URI(), cfg.dataDir)
+
+	account := filepath.Join(cfg.binDir, "account")
+	accountEnv := []string{
+		"ACCOUNT_MONGODB_URI=" + db.URI(),
+		"ACCOUNT_HTTP_ADDR=" + cfg.accountAddr,
+		"ACCOUNT_OPS_ADDR=" + cfg.accountOps,
+		"ACCOUNT_ISSUER=http://" + cfg.accountAddr,
+		"ACCOUNT_LOG_LEVEL=info",
+	}
+
+	if err := seedOnce(ctx, cfg.dataDir, account, accountEnv, stdout); err != nil {
+		return err
+	}
+
+	logs, err := os.OpenFile(filepath.Join(cfg.dataDir, "services.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open service log: %w", err)
+	}
+	defer logs.Close()
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	procs := []*exec.Cmd{service(account, accountEnv, logs)}
+	for _, p := range procs {
+		if err := p.Start(); err != nil {
+			return fmt.Errorf("start %s: %w", p.Path, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Wait(); err != nil && ctx.Err() == nil {
+				select {
+				case errc <- fmt.Errorf("%s exited: %w (see %s)", filepath.Base(p.Path), err, logs.Name()):
+				default:
+				}
+			}
+		}()
+	}
+	defer func() {
+		// SIGTERM lets each service drain its requests and close MongoDB.
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+		}
+		wg.Wait()
+	}()
+
+	if err := waitReady(ctx, "http://"+cfg.accountOps+"/readyz", 60*time.Second, errc); err != nil {
+		return err
+	}
+	printBanner(stdout, cfg, time.Since(started), logs.Name())
+
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(stdout, "\nstopping…")
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// seedOnce creates the demo data with the account binary's own operator
+// commands, once per data folder: a marker file records that it was done,
+// so deleting data you made with curl never brings the demo back.
+func seedOnce(ctx context.Context, dataDir, account string, env []string, stdout io.Writer) error {
+	marker := filepath.Join(dataDir, "seeded")
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	}
+	defs := filepath.Join(dataDir, "demo-definitions")
+	if err := os.MkdirAll(defs, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", defs, err)
+	}
+	definitions := map[string]string{
+		"crm.json":     `{"name":"CRM sync","type":"salesforce","config":{"instanceUrl":"https://demo.my.salesforce.test","syncContacts":true}}`,
+		"tickets.json": `{"name":"Support tickets","type":"zendesk","config":{"subdomain":"demo"},"enabled":false}`,
+	}
+	steps := [][]string{
+		{"create-account", demoAccount},
+		{"create-user", "--account", demoAccount, "--username", demoUser},
+		{"create-definition", "--account", demoAccount, "--file", filepath.Join(defs, "crm.json")},
+		{"create-definition", "--account", demoAccount, "--file", filepath.Join(defs, "tickets.json")},
+		{"create-account", emptyAccount},
+		{"create-user", "--account", emptyAccount, "--username", demoUser},
+	}
+	for name, body := range definitions {
+		if err := os.WriteFile(filepath.Join(defs, name), []byte(body), 0o600); err != nil {
+			return fmt.Errorf("write demo definition: %w", err)
+		}
+	}
+	fmt.Fprintln(stdout, "first start: creating demo data")
+	for _, args := range steps {
+		cmd := exec.CommandContext(ctx, account, args...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdin = strings.NewReader(demoPassword + "\n")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("seed: account %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		fmt.Fprint(stdout, "  ", string(out))
+	}
+	if err := os.WriteFile(marker, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write seed marker: %w", err)
+	}
+	return nil
+}
+
+func service(bin string, env []string, logs io.Writer) *exec.Cmd {
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	return cmd
+}
+
+func waitReady(ctx context.Context, url string, timeout time.Duration, errc <-chan error) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s", url, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("interrupted while starting")
+		case err := <-errc:
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func printBanner(w io.Writer, cfg stackConfig, took time.Duration, logFile string) {
+	a := "http://" + cfg.accountAddr
+	fmt.Fprintf(w, `
+ready in %s
+  account service   %s   (ops: http://%s/readyz, /metrics)
+  OpenAPI           %s/openapi.yaml
+  logs              %s
+
+demo credentials: accountName %q, username %q, password %q
+(account %q has a user %q with the same password and no definitions)
+
+try:
+  TOKEN=$(curl -s %s/login -H 'Content-Type: application/json' \
+    -d '{"username":"%s","password":"%s","accountName":"%s"}' \
+    | sed -E 's/.*"id_token":"([^"]+)".*/\1/')
+  curl -s %s/definitions -H "Authorization: Bearer $TOKEN"
+
+Ctrl-C stops everything; the next "make run" keeps the data.
+`, took.Round(time.Millisecond), a, cfg.accountOps, a, logFile,
+		demoAccount, demoUser, demoPassword, emptyAccount, demoUser,
+		a, demoUser, demoPassword, demoAccount, a)
+}

@@ -1,0 +1,232 @@
+// Package embeddedmongo runs a MongoDB-compatible server inside the current
+// process: FerretDB v1 (https://www.ferretdb.com) with its SQLite backend,
+// speaking the MongoDB wire protocol on a local TCP port.
+//
+// It exists because developer machines (and some CI runners) have neither
+// MongoDB nor a Docker engine, yet store tests and the local dev stack need
+// a real wire-protocol server that the official driver can talk to. It is meant for
+// tests (through package mongotest) and for the local dev stack only; never
+// import it from a production binary: it pulls in FerretDB, SQLite (pure Go,
+// modernc.org/sqlite) and their dependencies.
+//
+// Data lives in Options.Dir, one SQLite file per database, so a server can be
+// stopped and started again on the same folder and finds its data again; this
+// is how tests simulate a database outage. Only one server may use a folder
+// at a time.
+//
+// The server is not MongoDB. Known limits that matter to our code:
+//   - no multi-document transactions (nor change streams): it is a
+//     standalone server, not a replica set;
+//   - only a filter that is exactly {_id: value} uses an index; any other
+//     filter, and every sort, is evaluated by scanning the collection in Go
+//     (secondary indexes are created, and unique ones enforced, but they do
+//     not speed up queries), so keep test data small;
+//   - an update is a read, then a write, with no isolation between
+//     concurrent requests: concurrent $inc lose increments and a
+//     conditional FindOneAndUpdate ({_id, used: false}) can succeed for
+//     several racers. Concurrency tests of such code only prove anything
+//     against MongoDB;
+//   - TTL and partial indexes are refused (NotImplemented); updates that
+//     violate a unique index fail with InternalError, not E11000.
+//
+// The tests of package mongotest (capabilities_test.go) prove what works and
+// pin down these differences; rely only on what is proven there.
+package embeddedmongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// DefaultAddr is the listen address used when Options.Addr is empty: a free
+// port on the loopback interface, so parallel test binaries never collide.
+const DefaultAddr = "127.0.0.1:0"
+
+// defaultStartTimeout bounds Start when its context has no deadline, so a
+// server that never answers fails the caller instead of hanging it.
+const defaultStartTimeout = 30 * time.Second
+
+// Options configure Start.
+type Options struct {
+	// Dir is the folder holding the SQLite files (one per database). It is
+	// created if missing. Required.
+	Dir string
+
+	// Addr is the TCP listen address, host:port. Default DefaultAddr.
+	// To restart a stopped server where clients expect it, pass the
+	// previous server's Addr().
+	Addr string
+
+	// Logger receives FerretDB's own logs. Default: discard them, because
+	// FerretDB logs every connection at Info level, which drowns test output.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded server. Stop it with Stop.
+type Server struct {
+	uri  string
+	addr string
+
+	cancel context.CancelFunc // stops FerretDB's Run
+	done   chan struct{}      // closed when Run has returned
+}
+
+// newMu serializes ferretdb.New, which writes package-level state of
+// FerretDB (its version info) and would otherwise race when tests start
+// several servers in parallel.
+var newMu sync.Mutex
+
+// Start starts a server on opts.Dir and returns once it answers a ping, so
+// the caller can use URI immediately. ctx bounds the start only (default 30s
+// when it has no deadline); the server runs until Stop.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("embeddedmongo: Options.Dir is required")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("embeddedmongo: resolving data folder %q: %w", opts.Dir, err)
+	}
+	// FerretDB refuses a folder that does not exist.
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("embeddedmongo: creating data folder: %w", err)
+	}
+	addr := opts.Addr
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+
+	// FerretDB v1.24 does not close its SQLite backend when it cannot
+	// listen, and its leak detector then panics the whole process once the
+	// garbage collector finds the backend. So find out first whether the
+	// address can be bound, and fail cleanly if not. (Another process could
+	// still take the port between this check and FerretDB's bind.)
+	if err := checkListen(addr); err != nil {
+		return nil, fmt.Errorf("embeddedmongo: %w", err)
+	}
+
+	// FerretDB wants a "file:" URI naming a folder, with a trailing slash.
+	// Building it with net/url escapes unusual characters in the path.
+	sqliteURL := (&url.URL{Scheme: "file", Path: filepath.ToSlash(dir) + "/"}).String()
+
+	newMu.Lock()
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Logger:    logger,
+		Handler:   "sqlite",
+		SQLiteURL: sqliteURL,
+	})
+	newMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("embeddedmongo: creating FerretDB on %s (data %s): %w", addr, dir, err)
+	}
+
+	// Run must not depend on Start's ctx: that one only bounds the start.
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Run always returns nil in FerretDB v1; it returns once the
+		// listener, all connections and the SQLite backend are closed.
+		_ = f.Run(runCtx)
+	}()
+
+	// MongoDBURI must be called after Run has started (see its doc); with
+	// a TCP listener it waits until the port is bound.
+	uri := f.MongoDBURI()
+	u, err := url.Parse(uri)
+	if err != nil {
+		cancel()
+		<-done
+		return nil, fmt.Errorf("embeddedmongo: parsing FerretDB URI %q: %w", uri, err)
+	}
+	s := &Server{uri: uri, addr: u.Host, cancel: cancel, done: done}
+
+	if err := s.waitReady(ctx); err != nil {
+		cancel()
+		<-done
+		return nil, fmt.Errorf("embeddedmongo: server on %s did not become ready: %w", s.addr, err)
+	}
+	return s, nil
+}
+
+// checkListen reports whether a TCP listener can be opened on addr.
+func checkListen(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", addr, err)
+	}
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("closing test listener on %s: %w", addr, err)
+	}
+	return nil
+}
+
+// waitReady pings the server with the real driver: a bound port is not
+// enough, the handshake must work and the SQLite backend must answer.
+func (s *Server) waitReady(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultStartTimeout)
+		defer cancel()
+	}
+	// The server selection timeout is a backstop; ctx is the real bound.
+	client, err := mongo.Connect(options.Client().ApplyURI(s.uri).
+		SetServerSelectionTimeout(defaultStartTimeout).
+		SetMaxPoolSize(1))
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	defer func() {
+		// Disconnect closes the connection now, so Stop does not wait for
+		// this idle connection (FerretDB gives open connections 3s).
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(dctx)
+	}()
+	if err := client.Ping(ctx, nil); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+// URI returns the connection string, mongodb://host:port/.
+func (s *Server) URI() string { return s.uri }
+
+// Addr returns the host:port the server listens on; pass it as Options.Addr
+// to restart on the same address after Stop.
+func (s *Server) Addr() string { return s.addr }
+
+// Stop closes the listener and all connections, waits for FerretDB to shut
+// down and closes the SQLite files, so that Start on the same Dir works
+// again. It returns ctx's error if the shutdown outlasts ctx (the shutdown
+// then completes in the background). Stop may be called more than once.
+//
+// FerretDB gives connected clients up to 3 seconds to hang up before it
+// closes their connections, so Stop takes up to ~3s while a client is still
+// connected; disconnect clients first for an instant stop.
+func (s *Server) Stop(ctx context.Context) error {
+	s.cancel()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("embeddedmongo: waiting for server on %s to stop: %w", s.addr, context.Cause(ctx))
+	}
+}

@@ -1,0 +1,179 @@
+// Package problem is the one error shape of every HTTP API in this repository:
+// RFC 9457 problem details ("application/problem+json") with a stable,
+// machine-readable code.
+//
+// A *Problem is an error, so handlers return it like any other error; the
+// HTTP error handler of pkg/web writes it. Clients switch on Code, never on
+// Title or Detail, which are for humans and may change.
+package problem
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/acme/platform/pkg/validation"
+)
+
+// ContentType is the media type of every error body.
+const ContentType = "application/problem+json"
+
+// TypePrefix prefixes the code to form the problem's type URI. A URN keeps
+// the type stable and resolvable without depending on a web site.
+const TypePrefix = "urn:problem-type:"
+
+// Stable error codes shared by the services. Each service may add its own.
+const (
+	CodeMalformedJSON        = "malformed_json"
+	CodeValidationFailed     = "validation_failed"
+	CodeInvalidCredentials   = "invalid_credentials"
+	CodeInvalidToken         = "invalid_token"
+	CodeNotFound             = "not_found"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeBodyTooLarge         = "body_too_large"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeTooManyRequests      = "too_many_requests"
+	CodeUnavailable          = "service_unavailable"
+	CodeInternal             = "internal_error"
+	CodeConflict             = "conflict"
+)
+
+// FieldError names one offending input and why it was refused.
+type FieldError struct {
+	// Field is the JSON member or query parameter, e.g. "username" or "limit".
+	Field string `json:"field"`
+	// Reason is a short human-readable explanation.
+	Reason string `json:"reason"`
+}
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail,omitempty"`
+	Code     string       `json:"code"`
+	Instance string       `json:"instance,omitempty"`
+	Errors   []FieldError `json:"errors,omitempty"`
+
+	// RetryAfter, when positive, is sent as the Retry-After header (429, 503).
+	RetryAfter time.Duration `json:"-"`
+	// Challenge, when set, is sent as the WWW-Authenticate header (401).
+	Challenge string `json:"-"`
+}
+
+// New returns a problem with the given status, code and detail.
+func New(status int, code, detail string) *Problem {
+	return &Problem{
+		Type:   TypePrefix + code,
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Code:   code,
+	}
+}
+
+// Error implements error.
+func (p *Problem) Error() string {
+	if p.Detail == "" {
+		return fmt.Sprintf("%d %s", p.Status, p.Code)
+	}
+	return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail)
+}
+
+// StatusCode lets frameworks (echo.HTTPStatusCoder) read the status.
+func (p *Problem) StatusCode() int { return p.Status }
+
+// Write sends p as the response: headers, status and JSON body.
+func Write(w http.ResponseWriter, p *Problem) error {
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		secs := int64((p.RetryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
+	if p.Challenge != "" {
+		h.Set("WWW-Authenticate", p.Challenge)
+	}
+	w.WriteHeader(p.Status)
+	if err := json.NewEncoder(w).Encode(p); err != nil {
+		return fmt.Errorf("write problem body: %w", err)
+	}
+	return nil
+}
+
+// BadRequest is a 400 with a specific code.
+func BadRequest(code, detail string) *Problem {
+	return New(http.StatusBadRequest, code, detail)
+}
+
+// Validation is a 400 validation_failed listing the offending fields.
+func Validation(fields ...FieldError) *Problem {
+	p := New(http.StatusBadRequest, CodeValidationFailed, "The request has invalid or missing fields.")
+	p.Errors = fields
+	return p
+}
+
+// InvalidToken is the 401 for a missing, malformed, expired or foreign
+// bearer token, with the RFC 6750 challenge.
+func InvalidToken(detail string) *Problem {
+	p := New(http.StatusUnauthorized, CodeInvalidToken, detail)
+	p.Challenge = `Bearer error="invalid_token"`
+	return p
+}
+
+// NotFound is a 404.
+func NotFound(detail string) *Problem {
+	return New(http.StatusNotFound, CodeNotFound, detail)
+}
+
+// Unavailable is the 503 for a dependency that cannot be reached right now.
+func Unavailable(retryAfter time.Duration) *Problem {
+	p := New(http.StatusServiceUnavailable, CodeUnavailable, "A dependency of this service is unreachable; retry later.")
+	p.RetryAfter = retryAfter
+	return p
+}
+
+// TooManyRequests is a 429 with Retry-After.
+func TooManyRequests(detail string, retryAfter time.Duration) *Problem {
+	p := New(http.StatusTooManyRequests, CodeTooManyRequests, detail)
+	p.RetryAfter = retryAfter
+	return p
+}
+
+// Internal is the 500 sent for an unexpected failure. It never carries the
+// cause: that goes to the log, not to the client.
+func Internal() *Problem {
+	return New(http.StatusInternalServerError, CodeInternal, "An unexpected error occurred.")
+}
+
+// ErrUnavailable marks an error caused by a dependency that cannot be reached
+// right now (the database, a key endpoint). From turns it into a 503 with
+// Retry-After instead of a 500, so that clients and load balancers retry.
+var ErrUnavailable = errors.New("dependency unavailable")
+
+// From returns the problem to send for err: err itself when it is (or wraps)
+// a *Problem, a 400 validation_failed for a *validation.Error, a 503 when it
+// wraps ErrUnavailable, and a 500 otherwise.
+func From(err error) *Problem {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var invalid *validation.Error
+	if errors.As(err, &invalid) {
+		fields := make([]FieldError, 0, len(invalid.Fields))
+		for _, f := range invalid.Fields {
+			fields = append(fields, FieldError{Field: f.Name, Reason: f.Reason})
+		}
+		return Validation(fields...)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return Unavailable(5 * time.Second)
+	}
+	return Internal()
+}

@@ -1,0 +1,169 @@
+package token
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Use is the value of the token_use claim: which of the three tokens of a
+// Set a token is.
+type Use string
+
+// The three token uses.
+const (
+	UseID      Use = "id"
+	UseAccess  Use = "access"
+	UseRefresh Use = "refresh"
+)
+
+// Header typ of each token use. RFC 9068 names at+jwt; refresh+jwt is ours.
+// Binding typ to token_use is what keeps a refresh token from passing as a
+// bearer token: both are checked, and both are covered by the signature.
+const (
+	TypeID      = "JWT"
+	TypeAccess  = "at+jwt"
+	TypeRefresh = "refresh+jwt"
+)
+
+// HeaderType returns the header typ of tokens of use u, "" if u is unknown.
+func (u Use) HeaderType() string {
+	switch u {
+	case UseID:
+		return TypeID
+	case UseAccess:
+		return TypeAccess
+	case UseRefresh:
+		return TypeRefresh
+	default:
+		return ""
+	}
+}
+
+// useOfType maps a header typ to its token use. Per RFC 7515 section 4.1.9
+// typ is compared case-insensitively and may carry an "application/"
+// prefix.
+func useOfType(typ string) (Use, bool) {
+	if len(typ) > len("application/") && strings.EqualFold(typ[:len("application/")], "application/") {
+		typ = typ[len("application/"):]
+	}
+	switch {
+	case strings.EqualFold(typ, TypeID):
+		return UseID, true
+	case strings.EqualFold(typ, TypeAccess):
+		return UseAccess, true
+	case strings.EqualFold(typ, TypeRefresh):
+		return UseRefresh, true
+	default:
+		return "", false
+	}
+}
+
+// Claims is what a verified token says.
+type Claims struct {
+	Issuer    string
+	Subject   string // the user id
+	Audience  []string
+	IssuedAt  time.Time
+	NotBefore time.Time
+	Expiry    time.Time
+	ID        string // jti, unique per token
+	Use       Use
+
+	AccountID   string
+	AccountName string
+	SessionID   string // sid: the login session, and the refresh-token family
+
+	// Id tokens only.
+	PreferredUsername string
+	AuthTime          time.Time
+
+	// From the protected header.
+	Type      string // typ
+	KeyID     string // kid
+	Algorithm string // alg
+}
+
+// wireHeader is the part of the JOSE header a Verifier looks at. Crit and
+// B64 are only checked for presence: no extension is understood, so a
+// token that declares one must be refused (RFC 7515 section 4.1.11).
+type wireHeader struct {
+	Alg  string          `json:"alg"`
+	Kid  string          `json:"kid"`
+	Typ  string          `json:"typ"`
+	Crit json.RawMessage `json:"crit"`
+	B64  json.RawMessage `json:"b64"`
+}
+
+// wireClaims is the payload as sent. It is decoded once, before the
+// signature check, so that typ and token_use can be compared without any
+// cryptography.
+type wireClaims struct {
+	Iss               string      `json:"iss"`
+	Sub               string      `json:"sub"`
+	Aud               audience    `json:"aud"`
+	Iat               numericDate `json:"iat"`
+	Nbf               numericDate `json:"nbf"`
+	Exp               numericDate `json:"exp"`
+	Jti               string      `json:"jti"`
+	TokenUse          Use         `json:"token_use"`
+	AccountID         string      `json:"account_id"`
+	AccountName       string      `json:"account_name"`
+	Sid               string      `json:"sid"`
+	PreferredUsername string      `json:"preferred_username"`
+	AuthTime          numericDate `json:"auth_time"`
+}
+
+// audience is the aud claim: a string or an array of strings (RFC 7519
+// section 4.1.3).
+type audience []string
+
+func (a *audience) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*a = audience{s}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	*a = list
+	return nil
+}
+
+// maxNumericDate is 9999-12-31T23:59:59Z: anything later is garbage, and
+// refusing it keeps the float to int64 conversion defined.
+const maxNumericDate = 253402300799
+
+// numericDate is a JSON number of seconds since the epoch (RFC 7519
+// section 2), possibly fractional. Set tells a present claim from a
+// missing one.
+type numericDate struct {
+	Time time.Time
+	Set  bool
+}
+
+func (d *numericDate) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return errors.New("numeric date is null")
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return errors.New("numeric date is not a number")
+	}
+	if math.IsNaN(f) || f < 0 || f > maxNumericDate {
+		return errors.New("numeric date out of range")
+	}
+	sec, frac := math.Modf(f)
+	d.Time = time.Unix(int64(sec), int64(frac*1e9)).UTC()
+	d.Set = true
+	return nil
+}

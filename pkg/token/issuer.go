@@ -1,0 +1,199 @@
+package token
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jws"
+	"github.com/lestrrat-go/jwx/v3/jwt"
+)
+
+// Default lifetimes (CONTRACT.md section 2).
+const (
+	DefaultTokenTTL   = time.Hour
+	DefaultRefreshTTL = 30 * 24 * time.Hour
+)
+
+// Names of the private claims.
+const (
+	ClaimTokenUse          = "token_use"
+	ClaimAccountID         = "account_id"
+	ClaimAccountName       = "account_name"
+	ClaimSessionID         = "sid"
+	ClaimPreferredUsername = "preferred_username"
+	ClaimAuthTime          = "auth_time"
+)
+
+// IssuerConfig configures an Issuer.
+type IssuerConfig struct {
+	// Issuer is the iss of every token: the issuer URL. Required.
+	Issuer string
+	// Audience is the aud of every token. Required.
+	Audience []string
+	// Keys provides the signing key; it is read for every Mint, so a
+	// rotated keyring takes effect at once. Required.
+	Keys KeyringProvider
+	// TokenTTL is the lifetime of id and access tokens (default 1h).
+	TokenTTL time.Duration
+	// RefreshTTL is the lifetime of refresh tokens (default 30 days).
+	RefreshTTL time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Issuer mints token sets. It is safe for concurrent use.
+type Issuer struct {
+	cfg IssuerConfig
+}
+
+// NewIssuer checks cfg and fills in its defaults.
+func NewIssuer(cfg IssuerConfig) (*Issuer, error) {
+	if cfg.Issuer == "" {
+		return nil, errors.New("new issuer: Issuer is required")
+	}
+	if len(cfg.Audience) == 0 {
+		return nil, errors.New("new issuer: Audience is required")
+	}
+	for _, a := range cfg.Audience {
+		if a == "" {
+			return nil, errors.New("new issuer: Audience contains an empty string")
+		}
+	}
+	if cfg.Keys == nil {
+		return nil, errors.New("new issuer: Keys is required")
+	}
+	if cfg.TokenTTL < 0 || cfg.RefreshTTL < 0 {
+		return nil, errors.New("new issuer: negative TTL")
+	}
+	if cfg.TokenTTL == 0 {
+		cfg.TokenTTL = DefaultTokenTTL
+	}
+	if cfg.RefreshTTL == 0 {
+		cfg.RefreshTTL = DefaultRefreshTTL
+	}
+	if cfg.TokenTTL < time.Second || cfg.RefreshTTL < time.Second {
+		// Lifetimes are whole seconds on the wire (exp, expires_in).
+		return nil, errors.New("new issuer: TTLs must be at least one second")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Audience = append([]string(nil), cfg.Audience...)
+	return &Issuer{cfg: cfg}, nil
+}
+
+// Subject is who a token set is minted for.
+type Subject struct {
+	UserID      string // sub; required
+	AccountID   string // required
+	AccountName string
+	Username    string    // preferred_username of the id token
+	AuthTime    time.Time // when the user authenticated; default: now
+	// SessionID is the sid of the login session; it identifies the
+	// refresh-token family. A new one is generated when empty (a login);
+	// a refresh passes the sid of the presented refresh token.
+	SessionID string
+}
+
+// Set is a minted token set, shaped as the "tokens" member of the login
+// response.
+type Set struct {
+	AccessToken  string `json:"access_token"`
+	RefreshToken string `json:"refresh_token"`
+	IDToken      string `json:"id_token"`
+	// ExpiresIn is the lifetime in seconds of the id and access tokens
+	// (RFC 6749 meaning).
+	ExpiresIn int `json:"expires_in"`
+
+	// Not sent to clients: what the caller needs to track the refresh
+	// token (single use, family revocation) without parsing it again.
+	SessionID        string    `json:"-"`
+	RefreshTokenID   string    `json:"-"` // jti of RefreshToken
+	RefreshExpiresAt time.Time `json:"-"`
+}
+
+// Mint signs an id token, an access token and a refresh token for s with
+// the active key of the current keyring.
+func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
+	if err := ctx.Err(); err != nil {
+		return Set{}, fmt.Errorf("mint: %w", err)
+	}
+	if s.UserID == "" || s.AccountID == "" {
+		return Set{}, errors.New("mint: UserID and AccountID are required")
+	}
+	kr := i.cfg.Keys.Keyring()
+	if kr == nil {
+		return Set{}, fmt.Errorf("mint: %w", ErrKeysUnavailable)
+	}
+	// NumericDates are whole seconds; truncating here keeps exp-iat equal
+	// to the TTL exactly.
+	now := i.cfg.Now().UTC().Truncate(time.Second)
+	authTime := s.AuthTime
+	if authTime.IsZero() {
+		authTime = now
+	}
+	sid := s.SessionID
+	if sid == "" {
+		sid = rand.Text()
+	}
+
+	out := Set{
+		ExpiresIn:        int(i.cfg.TokenTTL / time.Second),
+		SessionID:        sid,
+		RefreshExpiresAt: now.Add(i.cfg.RefreshTTL),
+	}
+	var err error
+	idb := i.base(UseID, s, sid, now, now.Add(i.cfg.TokenTTL)).
+		Claim(ClaimPreferredUsername, s.Username).
+		Claim(ClaimAuthTime, authTime.Unix())
+	if out.IDToken, _, err = i.sign(kr, UseID, idb); err != nil {
+		return Set{}, err
+	}
+	if out.AccessToken, _, err = i.sign(kr, UseAccess, i.base(UseAccess, s, sid, now, now.Add(i.cfg.TokenTTL))); err != nil {
+		return Set{}, err
+	}
+	if out.RefreshToken, out.RefreshTokenID, err = i.sign(kr, UseRefresh, i.base(UseRefresh, s, sid, now, out.RefreshExpiresAt)); err != nil {
+		return Set{}, err
+	}
+	return out, nil
+}
+
+// base returns a builder with the claims every token carries.
+func (i *Issuer) base(use Use, s Subject, sid string, now, exp time.Time) *jwt.Builder {
+	return jwt.NewBuilder().
+		Issuer(i.cfg.Issuer).
+		Subject(s.UserID).
+		Audience(i.cfg.Audience).
+		IssuedAt(now).
+		NotBefore(now).
+		Expiration(exp).
+		Claim(ClaimTokenUse, string(use)).
+		Claim(ClaimAccountID, s.AccountID).
+		Claim(ClaimAccountName, s.AccountName).
+		Claim(ClaimSessionID, sid)
+}
+
+// sign adds a fresh jti, signs with the keyring's active key and returns
+// the compact token and its jti.
+func (i *Issuer) sign(kr *Keyring, use Use, b *jwt.Builder) (string, string, error) {
+	jti := rand.Text() // 128 random bits
+	tok, err := b.JwtID(jti).Build()
+	if err != nil {
+		return "", "", fmt.Errorf("mint %s token: build claims: %w", use, err)
+	}
+	hdr := jws.NewHeaders()
+	if err := hdr.Set(jws.TypeKey, use.HeaderType()); err != nil {
+		return "", "", fmt.Errorf("mint %s token: set typ: %w", use, err)
+	}
+	if err := hdr.Set(jws.KeyIDKey, kr.kid); err != nil {
+		return "", "", fmt.Errorf("mint %s token: set kid: %w", use, err)
+	}
+	signed, err := jwt.Sign(tok, jwt.WithKey(kr.alg, kr.signingKey, jws.WithProtectedHeaders(hdr)))
+	if err != nil {
+		return "", "", fmt.Errorf("mint %s token: sign: %w", use, err)
+	}
+	return string(signed), jti, nil
+}

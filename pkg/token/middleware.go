@@ -1,0 +1,89 @@
+package token
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/acme/platform/pkg/problem"
+)
+
+// keysRetryAfter is the Retry-After of the 503 sent while no key set has
+// been fetched: about the time the next background fetch takes to come.
+const keysRetryAfter = 5 * time.Second
+
+// Middleware authenticates every request with a bearer token verified by v.
+//
+// On success the *Claims are stored in the request's context.Context (read
+// them with ClaimsFromContext, from echo or plain net/http code) and next
+// runs. On failure the middleware writes the response itself and returns
+// nil, so that the answer does not depend on the application's error
+// handler: a 401 application/problem+json with code invalid_token and
+// WWW-Authenticate: Bearer error="invalid_token" (RFC 6750), or a 503 with
+// Retry-After when no key set has been fetched yet.
+func Middleware(v *Verifier) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			req := c.Request()
+			raw, ok := bearerToken(req.Header.Get("Authorization"))
+			if !ok {
+				return writeProblem(c, problem.InvalidToken("missing bearer token"))
+			}
+			claims, err := v.Verify(req.Context(), raw)
+			if err != nil {
+				return writeProblem(c, problemFor(err))
+			}
+			c.SetRequest(req.WithContext(WithClaims(req.Context(), claims)))
+			return next(c)
+		}
+	}
+}
+
+// problemFor maps a Verify error to its response.
+func problemFor(err error) *problem.Problem {
+	if errors.Is(err, ErrKeysUnavailable) {
+		return problem.Unavailable(keysRetryAfter)
+	}
+	var te *TokenError
+	if errors.As(err, &te) {
+		return problem.InvalidToken(te.Reason)
+	}
+	// Verify only returns the two kinds above; anything else is still a
+	// token that was not accepted.
+	return problem.InvalidToken("invalid token")
+}
+
+func writeProblem(c *echo.Context, p *problem.Problem) error {
+	// A write error means the client is gone: nobody is left to answer,
+	// and returning it would make echo's error handler write a second
+	// response.
+	_ = problem.Write(c.Response(), p)
+	return nil
+}
+
+// bearerToken extracts the token of an "Authorization: Bearer <token>"
+// header. The scheme is case-insensitive (RFC 7235 section 2.1).
+func bearerToken(header string) (string, bool) {
+	const scheme = "bearer"
+	if len(header) <= len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) || header[len(scheme)] != ' ' {
+		return "", false
+	}
+	return strings.TrimSpace(header[len(scheme)+1:]), true
+}
+
+type claimsKey struct{}
+
+// WithClaims returns a copy of ctx that carries c.
+func WithClaims(ctx context.Context, c *Claims) context.Context {
+	return context.WithValue(ctx, claimsKey{}, c)
+}
+
+// ClaimsFromContext returns the claims stored by Middleware (or
+// WithClaims); ok is false when there are none.
+func ClaimsFromContext(ctx context.Context) (*Claims, bool) {
+	c, ok := ctx.Value(claimsKey{}).(*Claims)
+	return c, ok && c != nil
+}

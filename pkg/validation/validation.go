@@ -1,0 +1,43 @@
+// Package validation is how domain code reports invalid input without
+// knowing about HTTP: an *Error lists every offending field, and the HTTP
+// layer (problem.From) turns it into a 400 validation_failed problem.
+package validation
+
+import "strings"
+
+// Field names one invalid input field and why.
+type Field struct {
+	Name   string // JSON member or parameter, e.g. "name" or "participants[2]"
+	Reason string // short, human-readable, e.g. "is required"
+}
+
+// Error lists every invalid field of one input.
+type Error struct {
+	Fields []Field
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, 0, len(e.Fields))
+	for _, f := range e.Fields {
+		parts = append(parts, f.Name+" "+f.Reason)
+	}
+	return "invalid input: " + strings.Join(parts, "; ")
+}
+
+// Collector gathers field errors while an input is checked.
+type Collector struct {
+	fields []Field
+}
+
+// Add records that field is invalid for reason.
+func (c *Collector) Add(field, reason string) {
+	c.fields = append(c.fields, Field{Name: field, Reason: reason})
+}
+
+// Err returns an *Error when anything was added, else nil.
+func (c *Collector) Err() error {
+	if len(c.fields) == 0 {
+		return nil
+	}
+	return &Error{Fields: c.fields}
+}

@@ -1,0 +1,88 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/acme/platform/pkg/problem"
+)
+
+// DecodeJSON reads the request body into dst, strictly by type: the body must
+// be application/json, at most maxBytes long, one JSON value of the right
+// shape. A member of the wrong JSON type (say an object where a string is
+// expected, as in {"username":{"$ne":null}}) is a validation problem naming
+// the field, never something passed on to a query. Unknown members are
+// ignored, so clients may send more than this version knows.
+func DecodeJSON(c *echo.Context, maxBytes int64, dst any) error {
+	r := c.Request()
+	if !isJSON(r.Header.Get("Content-Type")) {
+		return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMediaType,
+			"The request body must be sent with Content-Type: application/json.")
+	}
+	body := http.MaxBytesReader(c.Response(), r.Body, maxBytes)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return problem.New(http.StatusRequestEntityTooLarge, problem.CodeBodyTooLarge,
+				fmt.Sprintf("The request body must not exceed %d bytes.", maxBytes))
+		}
+		return problem.BadRequest(problem.CodeMalformedJSON, "The request body could not be read.")
+	}
+	return decodeJSONBytes(data, dst)
+}
+
+func decodeJSONBytes(data []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(dst); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return problem.Validation(problem.FieldError{
+				Field:  typeErr.Field,
+				Reason: fmt.Sprintf("must be a JSON %s", jsonKind(typeErr.Type.Kind().String())),
+			})
+		}
+		if errors.As(err, &typeErr) {
+			return problem.BadRequest(problem.CodeMalformedJSON, "The request body must be a JSON object.")
+		}
+		return problem.BadRequest(problem.CodeMalformedJSON, "The request body is not valid JSON.")
+	}
+	if dec.More() {
+		return problem.BadRequest(problem.CodeMalformedJSON, "The request body must hold exactly one JSON value.")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return problem.BadRequest(problem.CodeMalformedJSON, "The request body must hold exactly one JSON value.")
+	}
+	return nil
+}
+
+// jsonKind names Go kinds the way a JSON client thinks of them.
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "map", "struct":
+		return "object"
+	case "slice", "array":
+		return "array"
+	default:
+		return "number"
+	}
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json"
+}

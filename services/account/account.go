@@ -1,0 +1,119 @@
+// Package account is the domain of the account service (Interface A):
+// accounts, their users, their integration definitions, and the rules for
+// logging in. It holds types, interfaces and pure logic only; MongoDB lives
+// in package mongo, HTTP in package http, and cmd/account wires them.
+package account
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Domain errors. Stores and services return them (wrapped); the HTTP layer
+// maps them to problem codes.
+var (
+	// ErrNotFound: no such account, user or definition in the caller's scope.
+	ErrNotFound = errors.New("not found")
+	// ErrDuplicate: a unique name is already taken.
+	ErrDuplicate = errors.New("already exists")
+	// ErrInvalidCredentials: the one answer to every failed login, whatever
+	// the reason, so that a caller learns nothing about which part was wrong.
+	ErrInvalidCredentials = errors.New("invalid credentials")
+)
+
+// Account is a tenant. Every user and definition belongs to exactly one.
+type Account struct {
+	ID        string
+	Name      string // unique, stored lower-case
+	CreatedAt time.Time
+}
+
+// User can log in to its account.
+type User struct {
+	ID           string
+	AccountID    string
+	Username     string // unique per account, stored lower-case
+	PasswordHash string // PHC string, parameters included
+	Disabled     bool
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Definition is an integration definition of an account.
+type Definition struct {
+	ID        string          `json:"id"`
+	AccountID string          `json:"-"`
+	Name      string          `json:"name"`
+	Type      string          `json:"type"`
+	Config    json.RawMessage `json:"config"` // always a JSON object
+	Enabled   bool            `json:"enabled"`
+	CreatedAt time.Time       `json:"createdAt"`
+	UpdatedAt time.Time       `json:"updatedAt"`
+}
+
+// Limits of the contract (section 4) and of this service.
+const (
+	MaxAccountNameLen    = 200
+	MaxUsernameLen       = 256
+	MaxPasswordLen       = 1024
+	MaxDefinitionName    = 200
+	MaxDefinitionType    = 64
+	MaxDefinitionConfig  = 64 << 10
+	MaxDefinitionsPerAcc = 1000
+)
+
+// AccountStore persists accounts.
+type AccountStore interface {
+	CreateAccount(ctx context.Context, name string) (Account, error)
+	AccountByName(ctx context.Context, name string) (Account, error)
+	ListAccounts(ctx context.Context) ([]Account, error)
+}
+
+// UserStore persists users; every method is scoped by account.
+type UserStore interface {
+	CreateUser(ctx context.Context, accountID, username, passwordHash string) (User, error)
+	UserByName(ctx context.Context, accountID, username string) (User, error)
+	SetPasswordHash(ctx context.Context, accountID, username, passwordHash string) error
+	SetUserDisabled(ctx context.Context, accountID, username string, disabled bool) error
+}
+
+// DefinitionStore persists definitions; every method is scoped by account,
+// and an id of another account behaves as if it did not exist.
+type DefinitionStore interface {
+	CreateDefinition(ctx context.Context, d Definition) (Definition, error)
+	ListDefinitions(ctx context.Context, accountID string) ([]Definition, error)
+	GetDefinition(ctx context.Context, accountID, id string) (Definition, error)
+	ReplaceDefinition(ctx context.Context, d Definition) (Definition, error)
+	DeleteDefinition(ctx context.Context, accountID, id string) error
+}
+
+// SigningKeyStore keeps the service-generated signing key when no key files
+// are configured, so every replica signs with the same key and a restart
+// invalidates no token.
+type SigningKeyStore interface {
+	// LoadOrCreateSigningKey returns the stored private key (a JWK in JSON)
+	// for alg, storing the output of generate first when none exists. Of
+	// replicas racing at first start, exactly one key wins and all return it.
+	LoadOrCreateSigningKey(ctx context.Context, alg string, generate func() ([]byte, error)) ([]byte, error)
+}
+
+// Store is everything the service persists.
+type Store interface {
+	AccountStore
+	UserStore
+	DefinitionStore
+	SigningKeyStore
+}
+
+// PasswordHasher hashes and verifies passwords.
+type PasswordHasher interface {
+	Hash(ctx context.Context, password string) (string, error)
+	// Verify reports whether password matches hash. An error means the
+	// check could not run (overload, corrupt hash), not a mismatch.
+	Verify(ctx context.Context, hash, password string) (bool, error)
+	// VerifyDummy spends the same time as Verify on a mismatch, for logins
+	// whose account or user does not exist.
+	VerifyDummy(ctx context.Context, password string) error
+}

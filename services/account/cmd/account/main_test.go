@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/mongotest"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+// useDatabase points the binary's configuration at a fresh database, with
+// cheap password hashing so that tests stay fast.
+func useDatabase(t *testing.T) {
+	t.Helper()
+	db := mongotest.New(t)
+	t.Setenv("ACCOUNT_MONGODB_URI", mongotest.URI(t))
+	t.Setenv("ACCOUNT_MONGODB_DATABASE", db.Name())
+	t.Setenv("ACCOUNT_ARGON2_MEMORY_KIB", "64")
+	t.Setenv("ACCOUNT_ARGON2_ITERATIONS", "1")
+}
+
+func runCmd(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String() + errOut.String(), err
+}
+
+func TestHelpListsEveryVariable(t *testing.T) {
+	out, err := runCmd(t, "", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := reflect.TypeOf(config{})
+	for i := range typ.NumField() {
+		name := "ACCOUNT_" + typ.Field(i).Tag.Get("envconfig")
+		if !strings.Contains(out, name) {
+			t.Errorf("--help does not list %s", name)
+		}
+	}
+	for _, cmd := range []string{"create-account", "create-user", "disable-user", "set-password", "create-definition", "list-accounts"} {
+		if !strings.Contains(out, cmd) {
+			t.Errorf("--help does not list %s", cmd)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := runCmd(t, "", "--version")
+	if err != nil || strings.TrimSpace(out) != "account dev" {
+		t.Fatalf("--version = %q, %v", out, err)
+	}
+}
+
+func TestOperatorCommands(t *testing.T) {
+	useDatabase(t)
+	dir := t.TempDir()
+	def := filepath.Join(dir, "def.json")
+	os.WriteFile(def, []byte(`{"name":"CRM","type":"salesforce","config":{"a":1}}`), 0o600)
+	badDef := filepath.Join(dir, "bad.json")
+	os.WriteFile(badDef, []byte(`{"name":"","type":"Bad Type"}`), 0o600)
+	pwFile := filepath.Join(dir, "pw")
+	os.WriteFile(pwFile, []byte("from-a-file\n"), 0o600)
+
+	steps := []struct {
+		stdin   string
+		args    []string
+		wantErr string // "" means success
+		wantOut string
+	}{
+		{"", []string{"create-account", "Acme"}, "", "created account acme"},
+		{"", []string{"create-account", "acme"}, "already exists", ""},
+		{"", []string{"create-account"}, "usage", ""},
+		{"secret\n", []string{"create-user", "--account", "acme", "--username", "alice"}, "", "created user alice"},
+		{"secret\n", []string{"create-user", "--account", "acme", "--username", "Alice"}, "already exists", ""},
+		{"secret\n", []string{"create-user", "--account", "nope", "--username", "bob"}, "not found", ""},
+		{"\n", []string{"create-user", "--account", "acme", "--username", "bob"}, "password is empty", ""},
+		{"", []string{"create-user", "--account", "acme", "--username", "bob", "--password-file", pwFile}, "", "created user bob"},
+		{"", []string{"create-user", "--account", "acme", "--username", "carol", "hunter2"}, "unexpected arguments", ""},
+		{"", []string{"create-user", "--account", "acme", "--username", "carol", "--password", "hunter2"}, "flag provided but not defined", ""},
+		{"new-secret", []string{"set-password", "--account", "acme", "--username", "alice"}, "", "password of alice"},
+		{"", []string{"set-password", "--account", "acme", "--username", "nobody", "--password-file", pwFile}, "not found", ""},
+		{"", []string{"disable-user", "--account", "acme", "--username", "bob"}, "", "disabled"},
+		{"", []string{"disable-user", "--account", "acme", "--username", "nobody"}, "not found", ""},
+		{"", []string{"enable-user", "--account", "acme", "--username", "bob"}, "", "enabled"},
+		{"", []string{"create-definition", "--account", "acme", "--file", def}, "", "created definition CRM"},
+		{"", []string{"create-definition", "--account", "acme", "--file", badDef}, "name is required", ""},
+		{"", []string{"create-definition", "--account", "acme", "--file", filepath.Join(dir, "missing.json")}, "no such file", ""},
+		{"", []string{"create-definition", "--account", "nope", "--file", def}, "not found", ""},
+		{"", []string{"list-accounts"}, "", "acme"},
+		{"", []string{"frobnicate"}, "unknown command", ""},
+	}
+	for _, s := range steps {
+		out, err := runCmd(t, s.stdin, s.args...)
+		switch {
+		case s.wantErr == "" && err != nil:
+			t.Errorf("%v: unexpected error %v (output %q)", s.args, err, out)
+		case s.wantErr != "" && (err == nil || !strings.Contains(err.Error(), s.wantErr)):
+			t.Errorf("%v: err = %v, want one containing %q", s.args, err, s.wantErr)
+		case !strings.Contains(out, s.wantOut):
+			t.Errorf("%v: output %q does not contain %q", s.args, out, s.wantOut)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServe runs the service as main would, returning its API base URL and
+// a stop function that cancels it like SIGTERM and waits for run to return.
+func startServe(t *testing.T, api, ops string) (base string, stop func() error) {
+	t.Helper()
+	t.Setenv("ACCOUNT_HTTP_ADDR", api)
+	t.Setenv("ACCOUNT_OPS_ADDR", ops)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, strings.NewReader(""), io.Discard, io.Discard) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("serve exited before ready: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("service not ready in 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "http://" + api, func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			return fmt.Errorf("run did not return after cancel")
+		}
+	}
+}
+
+func TestServeLoginAndKeysSurviveRestart(t *testing.T) {
+	useDatabase(t)
+	if _, err := runCmd(t, "", "create-account", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCmd(t, "pw-alice\n", "create-user", "--account", "acme", "--username", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	api, ops := freeAddr(t), freeAddr(t)
+	t.Setenv("ACCOUNT_ISSUER", "http://"+api)
+
+	base, stop := startServe(t, api, ops)
+	resp, err := http.Post(base+"/login", "application/json",
+		strings.NewReader(`{"username":"alice","password":"pw-alice","accountName":"acme"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var login struct {
+		Tokens struct {
+			IDToken string `json:"id_token"`
+		} `json:"tokens"`
+	}
+	json.NewDecoder(resp.Body).Decode(&login)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || login.Tokens.IDToken == "" {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	for _, path := range []string{"/healthz", "/metrics"} {
+		r, err := http.Get("http://" + ops + path)
+		if err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("ops %s: %v %v", path, r, err)
+		}
+		r.Body.Close()
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run after SIGTERM-like cancel returned %v, want nil", err)
+	}
+
+	// A new process on the same database signs with the same stored key,
+	// so the token issued before the restart still works.
+	base, stop = startServe(t, api, ops)
+	defer stop()
+	req, _ := http.NewRequest("GET", base+"/definitions", nil)
+	req.Header.Set("Authorization", "Bearer "+login.Tokens.IDToken)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
+		t.Fatalf("old token after restart: %d %s", r.StatusCode, body)
+	}
+}
+
+func TestServeRefusesBadConfiguration(t *testing.T) {
+	t.Setenv("ACCOUNT_TOKEN_TTL", "soon")
+	if _, err := runCmd(t, ""); err == nil || !strings.Contains(err.Error(), "TOKEN_TTL") {
+		t.Fatalf("bad duration: err = %v", err)
+	}
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+const usage = `account runs the account service (Interface A) or one operator command.
+
+Usage:
+  account [serve]                 run the service (the default)
+  account create-account NAME     create an account
+  account list-accounts           list accounts
+  account create-user --account NAME --username USER [--password-file FILE]
+                                  create a user; the password is read from FILE or stdin
+  account set-password --account NAME --username USER [--password-file FILE]
+  account disable-user --account NAME --username USER
+  account enable-user --account NAME --username USER
+  account create-definition --account NAME --file DEFINITION.json
+                                  create a definition from {"name","type","config","enabled"}
+  account --version | --help
+
+Passwords are never taken as flags: flags show up in shell history and ps.
+
+Configuration (environment variables):
+`
+
+// run is the whole program behind main, with its inputs and outputs passed
+// in so that tests can drive it. Configuration comes from the process
+// environment (envconfig reads os.Getenv).
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd, rest := "serve", args
+	if len(args) > 0 {
+		cmd, rest = args[0], args[1:]
+	}
+	switch cmd {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return printEnvUsage(stdout)
+	case "-v", "--version", "version":
+		fmt.Fprintln(stdout, "account", version)
+		return nil
+	}
+
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if cmd == "serve" {
+		if len(rest) > 0 {
+			return fmt.Errorf("serve takes no arguments, got %q", strings.Join(rest, " "))
+		}
+		return serve(ctx, cfg, stderr)
+	}
+	admin, ok := adminCommands[cmd]
+	if !ok {
+		return fmt.Errorf("unknown command %q (see account --help)", cmd)
+	}
+	env, closeEnv, err := openAdminEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeEnv()
+	if err := admin(ctx, env, rest, stdin, stdout); err != nil {
+		return errors.Join(fmt.Errorf("%s", cmd), err)
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+// Package mongo implements the account service's stores on MongoDB
+// (go.mongodb.org/mongo-driver/v2).
+//
+// Collections and the indexes that serve every query (created at start,
+// idempotently, by EnsureIndexes):
+//
+//	accounts       {name:1} unique                 AccountByName, ListAccounts (sorted by name)
+//	users          {account_id:1, username:1} unique  UserByName, and the updates by account+username
+//	definitions    {account_id:1, created_at:1, _id:1}  ListDefinitions; Get/Replace/Delete filter on _id + account_id
+//	signing_keys   _id = algorithm                 LoadOrCreateSigningKey
+//
+// No operation spans two documents, so no transaction is needed anywhere
+// (and the code runs unchanged on the embedded server used in development).
+package mongo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/services/account"
+)
+
+// Store implements account.Store.
+type Store struct {
+	accounts    *mongo.Collection
+	users       *mongo.Collection
+	definitions *mongo.Collection
+	keys        *mongo.Collection
+	now         func() time.Time
+}
+
+var _ account.Store = (*Store)(nil)
+
+// New returns a Store on db. Call EnsureIndexes once at start.
+func New(db *mongo.Database) *Store {
+	return &Store{
+		accounts:    db.Collection("accounts"),
+		users:       db.Collection("users"),
+		definitions: db.Collection("definitions"),
+		keys:        db.Collection("signing_keys"),
+		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
+	}
+}
+
+// EnsureIndexes creates the indexes listed in the package doc. Creating an
+// index that exists with the same definition is a no-op, so every replica
+// may call it at every start.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	specs := []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		{s.accounts, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name_unique")}},
+		{s.users, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "username", Value: 1}}, Options: options.Index().SetUnique(true).SetName("account_username_unique")}},
+		{s.definitions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
+	}
+	for _, spec := range specs {
+		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {
+			return mongodb.Wrap(err, "create index on "+spec.coll.Name())
+		}
+	}
+	return nil
+}
+
+type accountDoc struct {
+	ID        string    `bson:"_id"`
+	Name      string    `bson:"name"`
+	CreatedAt time.Time `bson:"created_at"`
+}
+
+// CreateAccount stores a new account; a taken name is account.ErrDuplicate.
+func (s *Store) CreateAccount(ctx context.Context, name string) (account.Account, error) {
+	doc := accountDoc{ID: newID("acc"), Name: account.NormalizeName(name), CreatedAt: s.now()}
+	if _, err := s.accounts.InsertOne(ctx, doc); err != nil {
+		if mongo.IsDuplicateKeyError(err) {
+			return account.Account{}, fmt.Errorf("create account %q: %w", doc.Name, account.ErrDuplicate)
+		}
+		return account.Account{}, mongodb.Wrap(err, "create account")
+	}
+	return doc.domain(), nil
+}
+
+// AccountByName finds an account by its (normalized) name.
+func (s *Store) AccountByName(ctx context.Context, name string) (account.Account, error) {
+	var doc accountDoc
+	err := s.accounts.FindOne(ctx, bson.D{{Key: "name", Value: account.NormalizeName(name)}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.Account{}, fmt.Errorf("account %q: %w", name, account.ErrNotFound)
+	}
+	if err != nil {
+		return account.Account{}, mongodb.Wrap(err, "find account")
+	}
+	return doc.domain(), nil
+}
+
+// ListAccounts returns every account by name. It is an operator command,
+// not an API: the number of accounts is small enough to list at once.
+func (s *Store) ListAccounts(ctx context.Context) ([]account.Account, error) {
+	cur, err := s.accounts.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "name", Value: 1}}))
+	if err != nil {
+		return nil, mongodb.Wrap(err, "list accounts")
+	}
+	var docs []accountDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, mongodb.Wrap(err, "list accounts")
+	}
+	out := make([]account.Account, 0, len(docs))
+	for _, d := range docs {
+		out = append(out, d.domain())
+	}
+	return out, nil
+}
+
+func (d accountDoc) domain() account.Account {
+	return account.Account{ID: d.ID, Name: d.Name, CreatedAt: d.CreatedAt}
+}
+
+type userDoc struct {
+	ID           string    `bson:"_id"`
+	AccountID    string    `bson:"account_id"`
+	Username     string    `bson:"username"`
+	PasswordHash string    `bson:"password_hash"`
+	Disabled     bool      `bson:"disabled"`
+	CreatedAt    time.Time `bson:"created_at"`
+	UpdatedAt    time.Time `bson:"updated_at"`
+}
+
+// CreateUser stores a new user; a username taken in the account is
+// account.ErrDuplicate.
+func (s *Store) CreateUser(ctx context.Context, accountID, username, passwordHash string) (account.User, error) {
+	now := s.now()
+	doc := userDoc{
+		ID: newID("usr"), AccountID: accountID, Username: account.NormalizeName(username),
+		PasswordHash: passwordHash, CreatedAt: now, UpdatedAt: now,
+	}
+	if _, err := s.users.InsertOne(ctx, doc); err != nil {
+		if mongo.IsDuplicateKeyError(err) {
+			return account.User{}, fmt.Errorf("create user %q: %w", doc.Username, account.ErrDuplicate)
+		}
+		return account.User{}, mongodb.Wrap(err, "create user")
+	}
+	return doc.domain(), nil
+}
+
+// UserByName finds a user of an account.
+func (s *Store) UserByName(ctx context.Context, accountID, username string) (account.User, error) {
+	var doc userDoc
+	err := s.users.FindOne(ctx, userKey(accountID, username)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.User{}, fmt.Errorf("user %q: %w", username, account.ErrNotFound)
+	}
+	if err != nil {
+		return account.User{}, mongodb.Wrap(err, "find user")
+	}
+	return doc.domain(), nil
+}
+
+// SetPasswordHash replaces a user's password hash.
+func (s *Store) SetPasswordHash(ctx context.Context, accountID, username, passwordHash string) error {
+	return s.updateUser(ctx, accountID, username, bson.D{{Key: "password_hash", Value: passwordHash}})
+}
+
+// SetUserDisabled disables or re-enables a user.
+func (s *Store) SetUserDisabled(ctx context.Context, accountID, username string, disabled bool) error {
+	return s.updateUser(ctx, accountID, username, bson.D{{Key: "disabled", Value: disabled}})
+}
+
+func (s *Store) updateUser(ctx context.Context, accountID, username string, set bson.D) error {
+	set = append(set, bson.E{Key: "updated_at", Value: s.now()})
+	res, err := s.users.UpdateOne(ctx, userKey(accountID, username), bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return mongodb.Wrap(err, "update user")
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("user %q: %w", username, account.ErrNotFound)
+	}
+	return nil
+}
+
+func userKey(accountID, username string) bson.D {
+	return bson.D{{Key: "account_id", Value: accountID}, {Key: "username", Value: account.NormalizeName(username)}}
+}
+
+func (d userDoc) domain() account.User {
+	return account.User{
+		ID: d.ID, AccountID: d.AccountID, Username: d.Username, PasswordHash: d.PasswordHash,
+		Disabled: d.Disabled, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt,
+	}
+}
+
+// newID returns a prefixed random id such as "def_9f86d081884c7d659a2feaa0".
+// Random rather than time-ordered: ids appear in URLs and must not reveal
+// creation times or be guessable.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails since Go 1.24
+	return prefix + "_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,32 @@
+package mongo_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/services/account"
+	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/storetest"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) account.Store {
+		s := mongo.New(mongotest.New(t))
+		if err := s.EnsureIndexes(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestEnsureIndexesIsIdempotent(t *testing.T) {
+	s := mongo.New(mongotest.New(t))
+	for range 2 {
+		if err := s.EnsureIndexes(context.Background()); err != nil {
+			t.Fatalf("EnsureIndexes: %v", err)
+		}
+	}
+}
