@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 # Every module of the workspace (go.work).
-MODULES := pkg services/account deploy
+MODULES := pkg services/account services/conversations deploy
 PACKAGES := $(foreach m,$(MODULES),./$(m)/...)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
@@ -15,12 +15,13 @@ FUZZTIME ?= 60s
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-run: build ## run the local stack: embedded store, services, demo data
+run: build ## run the local stack: embedded store, both services, demo data
 	$(GO) build -o bin/devstack ./deploy/devstack
 	./bin/devstack --bin bin --data .data
 
 build: ## build the production binaries into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/account ./services/account/cmd/account
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/conversations ./services/conversations/cmd/conversations
 
 test: fmt-check vet ## gofmt check, go vet, and every module's tests with -race
 	$(GO) test -race -count=1 -timeout 15m $(PACKAGES)

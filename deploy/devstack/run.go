@@ -27,6 +27,8 @@ type stackConfig struct {
 	mongoAddr   string
 	accountAddr string
 	accountOps  string
+	convAddr    string
+	convOps     string
 }
 
 // Demo data created on first start.
@@ -46,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.mongoAddr, "mongo-addr", "127.0.0.1:27018", "listen address of the embedded MongoDB-compatible store")
 	fs.StringVar(&cfg.accountAddr, "account-addr", "127.0.0.1:8080", "listen address of the account service")
 	fs.StringVar(&cfg.accountOps, "account-ops-addr", "127.0.0.1:9090", "operations address of the account service")
+	fs.StringVar(&cfg.convAddr, "conversations-addr", "127.0.0.1:8081", "listen address of the conversations service")
+	fs.StringVar(&cfg.convOps, "conversations-ops-addr", "127.0.0.1:9091", "operations address of the conversations service")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,6 +81,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"ACCOUNT_LOG_LEVEL=info",
 	}
 
+	conversations := filepath.Join(cfg.binDir, "conversations")
+	conversationsEnv := []string{
+		"CONVERSATIONS_MONGODB_URI=" + db.URI(),
+		"CONVERSATIONS_HTTP_ADDR=" + cfg.convAddr,
+		"CONVERSATIONS_OPS_ADDR=" + cfg.convOps,
+		"CONVERSATIONS_JWKS_URL=http://" + cfg.accountAddr + "/.well-known/jwks.json",
+		"CONVERSATIONS_ISSUER=http://" + cfg.accountAddr,
+		"CONVERSATIONS_LOG_LEVEL=info",
+	}
+
 	if err := seedOnce(ctx, cfg.dataDir, account, accountEnv, stdout); err != nil {
 		return err
 	}
@@ -89,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	procs := []*exec.Cmd{service(account, accountEnv, logs)}
+	procs := []*exec.Cmd{service(account, accountEnv, logs), service(conversations, conversationsEnv, logs)}
 	for _, p := range procs {
 		if err := p.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", p.Path, err)
@@ -113,8 +127,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		wg.Wait()
 	}()
 
-	if err := waitReady(ctx, "http://"+cfg.accountOps+"/readyz", 60*time.Second, errc); err != nil {
-		return err
+	for _, ops := range []string{cfg.accountOps, cfg.convOps} {
+		if err := waitReady(ctx, "http://"+ops+"/readyz", 60*time.Second, errc); err != nil {
+			return err
+		}
 	}
 	printBanner(stdout, cfg, time.Since(started), logs.Name())
 
@@ -205,12 +221,13 @@ func waitReady(ctx context.Context, url string, timeout time.Duration, errc <-ch
 }
 
 func printBanner(w io.Writer, cfg stackConfig, took time.Duration, logFile string) {
-	a := "http://" + cfg.accountAddr
+	a, c := "http://"+cfg.accountAddr, "http://"+cfg.convAddr
 	fmt.Fprintf(w, `
 ready in %s
-  account service   %s   (ops: http://%s/readyz, /metrics)
-  OpenAPI           %s/openapi.yaml
-  logs              %s
+  account service         %s   (ops: http://%s/readyz, /metrics)
+  conversations service   %s   (ops: http://%s/readyz, /metrics)
+  OpenAPI                 %s/openapi.yaml  %s/openapi.yaml
+  logs                    %s
 
 demo credentials: accountName %q, username %q, password %q
 (account %q has a user %q with the same password and no definitions)
@@ -220,9 +237,12 @@ try:
     -d '{"username":"%s","password":"%s","accountName":"%s"}' \
     | sed -E 's/.*"id_token":"([^"]+)".*/\1/')
   curl -s %s/definitions -H "Authorization: Bearer $TOKEN"
+  curl -s %s/v1/conversations -H "Authorization: Bearer $TOKEN" \
+    -H 'Content-Type: application/json' -d '{"subject":"Hello"}'
+  curl -si '%s/v1/conversations?limit=2' -H "Authorization: Bearer $TOKEN"
 
 Ctrl-C stops everything; the next "make run" keeps the data.
-`, took.Round(time.Millisecond), a, cfg.accountOps, a, logFile,
+`, took.Round(time.Millisecond), a, cfg.accountOps, c, cfg.convOps, a, c, logFile,
 		demoAccount, demoUser, demoPassword, emptyAccount, demoUser,
-		a, demoUser, demoPassword, demoAccount, a)
+		a, demoUser, demoPassword, demoAccount, a, c, c)
 }

@@ -14,18 +14,37 @@
 // is how tests simulate a database outage. Only one server may use a folder
 // at a time.
 //
-// The server is not MongoDB. Known limits that matter to our code:
+// # Commands are serialised
+//
+// FerretDB v1 executes an update as a read, then a write, with no isolation
+// between concurrent requests: on its own, concurrent $inc lose increments
+// and a conditional FindOneAndUpdate ({_id, used: false}) succeeds for
+// several racers. Our code relies on single-document updates being atomic,
+// as MongoDB guarantees (refresh-token reuse detection, key rotation, login
+// throttling), and its tests must be able to prove that exactly one of N
+// concurrent conditional updates wins.
+//
+// So the server executes one command at a time. FerretDB listens on a
+// private loopback port; URI and Addr are those of a small wire-protocol
+// proxy in front of it, which forwards each client connection over a
+// connection of its own to FerretDB and holds one server-wide lock from the
+// moment a request has been read in full until its reply has been forwarded.
+// Every command therefore runs alone, which makes each single-document
+// write atomic like on MongoDB (even a multi-document updateMany runs
+// without interleaving, which MongoDB does not promise: do not rely on it).
+// The price is concurrency: parallel clients queue for the server, and a
+// command that waits inside the server (getMore on a tailable awaitData
+// cursor, for up to its maxTimeMS) holds up everybody meanwhile. The
+// overhead of the extra hop is measured by the benchmarks in proxy_test.go
+// (some tens of microseconds per command).
+//
+// Known limits that matter to our code:
 //   - no multi-document transactions (nor change streams): it is a
 //     standalone server, not a replica set;
 //   - only a filter that is exactly {_id: value} uses an index; any other
 //     filter, and every sort, is evaluated by scanning the collection in Go
 //     (secondary indexes are created, and unique ones enforced, but they do
 //     not speed up queries), so keep test data small;
-//   - an update is a read, then a write, with no isolation between
-//     concurrent requests: concurrent $inc lose increments and a
-//     conditional FindOneAndUpdate ({_id, used: false}) can succeed for
-//     several racers. Concurrency tests of such code only prove anything
-//     against MongoDB;
 //   - TTL and partial indexes are refused (NotImplemented); updates that
 //     violate a unique index fail with InternalError, not E11000.
 //
@@ -77,11 +96,18 @@ type Options struct {
 // Server is a running embedded server. Stop it with Stop.
 type Server struct {
 	uri  string
-	addr string
+	addr string // the proxy's, which clients use
+
+	proxy       *proxy
+	backendAddr string // FerretDB's own listener, behind the proxy
 
 	cancel context.CancelFunc // stops FerretDB's Run
 	done   chan struct{}      // closed when Run has returned
 }
+
+// backendListenAddr is where FerretDB itself listens: a free loopback port,
+// reached only through the proxy.
+const backendListenAddr = "127.0.0.1:0"
 
 // newMu serializes ferretdb.New, which writes package-level state of
 // FerretDB (its version info) and would otherwise race when tests start
@@ -112,13 +138,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 
-	// FerretDB v1.24 does not close its SQLite backend when it cannot
-	// listen, and its leak detector then panics the whole process once the
-	// garbage collector finds the backend. So find out first whether the
-	// address can be bound, and fail cleanly if not. (Another process could
-	// still take the port between this check and FerretDB's bind.)
-	if err := checkListen(addr); err != nil {
-		return nil, fmt.Errorf("embeddedmongo: %w", err)
+	// Bind the client-facing address first, so a busy address fails
+	// cleanly before FerretDB exists. (FerretDB v1.24 does not close its
+	// SQLite backend when it cannot listen, and its leak detector then
+	// panics the whole process once the garbage collector finds the
+	// backend; its own listener is on a free loopback port, which does not
+	// fail that way.)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("embeddedmongo: cannot listen on %s: %w", addr, err)
 	}
 
 	// FerretDB wants a "file:" URI naming a folder, with a trailing slash.
@@ -127,14 +155,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	newMu.Lock()
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Listener:  ferretdb.ListenerConfig{TCP: backendListenAddr},
 		Logger:    logger,
 		Handler:   "sqlite",
 		SQLiteURL: sqliteURL,
 	})
 	newMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("embeddedmongo: creating FerretDB on %s (data %s): %w", addr, dir, err)
+		_ = ln.Close()
+		return nil, fmt.Errorf("embeddedmongo: creating FerretDB (data %s): %w", dir, err)
 	}
 
 	// Run must not depend on Start's ctx: that one only bounds the start.
@@ -149,33 +178,32 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	// MongoDBURI must be called after Run has started (see its doc); with
 	// a TCP listener it waits until the port is bound.
-	uri := f.MongoDBURI()
-	u, err := url.Parse(uri)
+	backendURI := f.MongoDBURI()
+	u, err := url.Parse(backendURI)
 	if err != nil {
+		_ = ln.Close()
 		cancel()
 		<-done
-		return nil, fmt.Errorf("embeddedmongo: parsing FerretDB URI %q: %w", uri, err)
+		return nil, fmt.Errorf("embeddedmongo: parsing FerretDB URI %q: %w", backendURI, err)
 	}
-	s := &Server{uri: uri, addr: u.Host, cancel: cancel, done: done}
+
+	s := &Server{
+		uri:         (&url.URL{Scheme: "mongodb", Host: ln.Addr().String(), Path: "/"}).String(),
+		addr:        ln.Addr().String(),
+		proxy:       newProxy(ln, u.Host),
+		backendAddr: u.Host,
+		cancel:      cancel,
+		done:        done,
+	}
+	s.proxy.serve()
 
 	if err := s.waitReady(ctx); err != nil {
+		<-s.proxy.close()
 		cancel()
 		<-done
 		return nil, fmt.Errorf("embeddedmongo: server on %s did not become ready: %w", s.addr, err)
 	}
 	return s, nil
-}
-
-// checkListen reports whether a TCP listener can be opened on addr.
-func checkListen(addr string) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", addr, err)
-	}
-	if err := l.Close(); err != nil {
-		return fmt.Errorf("closing test listener on %s: %w", addr, err)
-	}
-	return nil
 }
 
 // waitReady pings the server with the real driver: a bound port is not
@@ -194,8 +222,8 @@ func (s *Server) waitReady(ctx context.Context) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	defer func() {
-		// Disconnect closes the connection now, so Stop does not wait for
-		// this idle connection (FerretDB gives open connections 3s).
+		// Disconnect closes the probe's connections now instead of leaving
+		// them to the garbage collector.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = client.Disconnect(dctx)
@@ -213,20 +241,25 @@ func (s *Server) URI() string { return s.uri }
 // to restart on the same address after Stop.
 func (s *Server) Addr() string { return s.addr }
 
-// Stop closes the listener and all connections, waits for FerretDB to shut
-// down and closes the SQLite files, so that Start on the same Dir works
-// again. It returns ctx's error if the shutdown outlasts ctx (the shutdown
-// then completes in the background). Stop may be called more than once.
+// Stop closes the listener and all client connections, waits for FerretDB
+// to shut down and closes the SQLite files, so that Start on the same Dir
+// and Addr works again. It returns ctx's error if the shutdown outlasts ctx
+// (the shutdown then completes in the background). Stop may be called more
+// than once.
 //
-// FerretDB gives connected clients up to 3 seconds to hang up before it
-// closes their connections, so Stop takes up to ~3s while a client is still
-// connected; disconnect clients first for an instant stop.
+// Clients see their connections closed at once, so a command in progress
+// fails with a network error.
 func (s *Server) Stop(ctx context.Context) error {
+	// Closing the proxy closes FerretDB's connections too, so FerretDB
+	// need not wait for them (it gives open connections up to 3s).
+	proxyDone := s.proxy.close()
 	s.cancel()
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("embeddedmongo: waiting for server on %s to stop: %w", s.addr, context.Cause(ctx))
+	for _, ch := range []<-chan struct{}{proxyDone, s.done} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("embeddedmongo: waiting for server on %s to stop: %w", s.addr, context.Cause(ctx))
+		}
 	}
+	return nil
 }

@@ -23,10 +23,11 @@
 // skipped store test looks like a passing one.
 //
 // The embedded server is not MongoDB: no multi-document transactions, no
-// TTL or partial indexes, and concurrent updates of one document are not
-// atomic (see package embeddedmongo). capabilities_test.go in this package
-// proves what store code may rely on; keep to that so tests pass on all
-// three servers.
+// TTL or partial indexes (see package embeddedmongo). It runs one command at
+// a time, so single-document updates are atomic there as on MongoDB, and
+// tests of concurrent conditional updates prove something on all three
+// servers. capabilities_test.go in this package proves what store code may
+// rely on; keep to that so tests pass on all three servers.
 package mongotest
 
 import (

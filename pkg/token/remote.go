@@ -143,7 +143,34 @@ func NewRemoteKeySet(ctx context.Context, jwksURL string, opts RemoteOptions) (*
 		return nil, fmt.Errorf("new remote key set: %w", err)
 	}
 	r.resource = res
+	go r.fetchUntilReady()
 	return r, nil
+}
+
+// fetchUntilReady retries the first fetch with a short backoff (0.25 s,
+// doubling up to MinRefreshInterval) until a key set has arrived. After a
+// failed fetch the cache itself waits MinRefreshInterval (30 s by default);
+// without this, a service started before its JWKS host (the usual order in
+// docker compose or a fresh cluster) would stay unready that long after the
+// host came up.
+func (r *RemoteKeySet) fetchUntilReady() {
+	backoff := 250 * time.Millisecond
+	for !r.Ready(r.ctx) {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if r.Ready(r.ctx) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, refetchTimeout)
+		if _, err := r.cache.Refresh(ctx, r.url); err != nil && r.ctx.Err() == nil {
+			r.failures.put(ctx, err)
+		}
+		cancel()
+		backoff = min(backoff*2, r.minRefresh)
+	}
 }
 
 // KeySet returns the last key set fetched, or ErrKeysUnavailable when none

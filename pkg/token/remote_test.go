@@ -301,9 +301,44 @@ func TestRemoteKeySetStartsWhileJWKSHostIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = v.Verify(context.Background(), mintWith(t, newKeyring(t, token.AlgRS256)))
+	ring := newKeyring(t, token.AlgRS256)
+	_, err = v.Verify(context.Background(), mintWith(t, ring))
 	if !errors.Is(err, token.ErrKeysUnavailable) || errors.Is(err, token.ErrInvalidToken) {
 		t.Errorf("Verify = %v, want ErrKeysUnavailable", err)
+	}
+
+}
+
+// A service started before its JWKS host must become ready within moments
+// of the host answering, not after the cache's 30 s minimum interval.
+func TestRemoteKeySetBecomesReadySoonAfterHostRecovers(t *testing.T) {
+	ring := newKeyring(t, token.AlgES256)
+	var up atomic.Bool
+	jwks := token.JWKSHandler(token.StaticKeyring(ring))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		jwks.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	rks, err := token.NewRemoteKeySet(context.Background(), srv.URL, token.RemoteOptions{Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rks.Close()
+	time.Sleep(time.Second) // a few failed fetches
+	if rks.Ready(context.Background()) {
+		t.Fatal("ready while the host fails")
+	}
+	up.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for !rks.Ready(context.Background()) {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready 10 s after the JWKS host recovered")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
 )
 
 // addRoutes is the one list of every route of the API.
@@ -20,5 +21,5 @@ func addRoutes(e *echo.Echo, d Deps) {
 
 	e.GET("/.well-known/jwks.json", echo.WrapHandler(token.JWKSHandler(d.Keys)))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))
-	e.GET("/openapi.yaml", handleOpenAPI(OpenAPI))
+	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
 }

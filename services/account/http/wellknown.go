@@ -37,9 +37,3 @@ func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerF
 		})
 	}
 }
-
-func handleOpenAPI(doc []byte) echo.HandlerFunc {
-	return func(c *echo.Context) error {
-		return c.Blob(http.StatusOK, "application/yaml", doc)
-	}
-}

@@ -1,14 +1,9 @@
 package main
 
 import (
-	"fmt"
-	"io"
-	"log/slog"
-	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
+	"github.com/acme/platform/pkg/servicecmd"
 )
 
 // envPrefix prefixes every variable: ACCOUNT_HTTP_ADDR and so on.
@@ -36,32 +31,8 @@ type config struct {
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
 }
 
-// loadConfig reads the process environment. envconfig reads os.Getenv
-// directly, so tests set variables with t.Setenv.
 func loadConfig() (config, error) {
 	var cfg config
-	if err := envconfig.Process(envPrefix, &cfg); err != nil {
-		return config{}, fmt.Errorf("configuration: %w", err)
-	}
-	return cfg, nil
-}
-
-func printEnvUsage(w io.Writer) error {
-	var cfg config
-	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tDESCRIPTION")
-	err := envconfig.Usagef(envPrefix, &cfg, tw,
-		"{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
-	if err != nil {
-		return fmt.Errorf("print configuration: %w", err)
-	}
-	return tw.Flush()
-}
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	err := servicecmd.LoadConfig(envPrefix, &cfg)
+	return cfg, err
 }

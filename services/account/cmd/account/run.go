@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/acme/platform/pkg/servicecmd"
 )
 
 const usage = `account runs the account service (Interface A) or one operator command.
@@ -39,7 +41,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch cmd {
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
-		return printEnvUsage(stdout)
+		return servicecmd.PrintUsage(stdout, envPrefix, &config{})
 	case "-v", "--version", "version":
 		fmt.Fprintln(stdout, "account", version)
 		return nil

@@ -1,0 +1,333 @@
+// Package e2e runs the real service binaries, built from this workspace, as
+// separate processes against one database: what a user runs, checked from
+// the outside over HTTP.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/token"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds both service binaries once per test run.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "e2e-bin")
+		if buildErr != nil {
+			return
+		}
+		for _, svc := range []string{"account", "conversations"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, svc),
+				"github.com/acme/platform/services/"+svc+"/cmd/"+svc)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", svc, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// process is one running service binary.
+type process struct {
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	done chan error
+}
+
+// start runs bin with env and waits until its /readyz answers 200.
+func start(t *testing.T, bin string, env []string, opsAddr string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin), logs: &bytes.Buffer{}, done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + opsAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 30s; logs:\n%s", bin, p.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v; logs:\n%s", err, p.logs)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit 20s after SIGTERM")
+	}
+}
+
+// stack is an account and a conversations service on one database.
+type stack struct {
+	bin, accountURL, convURL string
+	accountOps, convOps      string
+	accountEnv, convEnv      []string
+}
+
+func newStack(t *testing.T, accountExtraEnv ...string) *stack {
+	t.Helper()
+	bin := binaries(t)
+	uri := mongotest.URI(t)
+	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
+	s := &stack{bin: bin}
+	accAddr, convAddr := freeAddr(t), freeAddr(t)
+	s.accountOps, s.convOps = freeAddr(t), freeAddr(t)
+	s.accountURL, s.convURL = "http://"+accAddr, "http://"+convAddr
+	s.accountEnv = append([]string{
+		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
+		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + s.accountOps,
+		"ACCOUNT_ISSUER=" + s.accountURL,
+		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
+	}, accountExtraEnv...)
+	s.convEnv = []string{
+		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=" + convDB,
+		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + s.convOps,
+		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
+		"CONVERSATIONS_ISSUER=" + s.accountURL,
+		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
+	}
+	for _, args := range [][]string{
+		{"create-account", "acme"},
+		{"create-user", "--account", "acme", "--username", "alice"},
+		{"create-user", "--account", "acme", "--username", "bob"},
+	} {
+		cmd := exec.Command(filepath.Join(bin, "account"), args...)
+		cmd.Env = append(os.Environ(), s.accountEnv...)
+		cmd.Stdin = strings.NewReader("pw-" + args[len(args)-1] + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("account %v: %v\n%s", args, err, out)
+		}
+	}
+	return s
+}
+
+func (s *stack) startAccount(t *testing.T, extraEnv ...string) *process {
+	return start(t, filepath.Join(s.bin, "account"), append(append([]string{}, s.accountEnv...), extraEnv...), s.accountOps)
+}
+
+func (s *stack) startConversations(t *testing.T) *process {
+	return start(t, filepath.Join(s.bin, "conversations"), s.convEnv, s.convOps)
+}
+
+func (s *stack) login(t *testing.T, user string) token.Set {
+	t.Helper()
+	body := fmt.Sprintf(`{"username":%q,"password":"pw-%s","accountName":"acme"}`, user, user)
+	resp, err := http.Post(s.accountURL+"/login", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Tokens token.Set }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("login %s: %d %v", user, resp.StatusCode, err)
+	}
+	return out.Tokens
+}
+
+func call(t *testing.T, method, url, bearer, body string) (int, http.Header, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+// subject reads the sub claim of a token the test trusts (it just logged in).
+func subject(t *testing.T, jwt string) string {
+	t.Helper()
+	parts := strings.Split(jwt, ".")
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct{ Sub string }
+	if err := json.Unmarshal(payload, &claims); err != nil || claims.Sub == "" {
+		t.Fatalf("no sub in %s", payload)
+	}
+	return claims.Sub
+}
+
+var nextLink = regexp.MustCompile(`<([^>]+)>; rel="next"`)
+
+// TestLoginThenConversations: log in on the account service, use the id
+// token on the conversations service, which fetched the keys over HTTP from
+// the account service's JWKS endpoint.
+func TestLoginThenConversations(t *testing.T) {
+	s := newStack(t)
+	// The conversations service starts first, while the account service is
+	// down: it must come up and become ready once the JWKS is reachable.
+	convDone := make(chan *process, 1)
+	go func() { convDone <- s.startConversations(t) }()
+	time.Sleep(500 * time.Millisecond)
+	account := s.startAccount(t)
+	conv := <-convDone
+
+	alice := s.login(t, "alice").IDToken
+	bobSet := s.login(t, "bob")
+	bobID := subject(t, bobSet.IDToken) // participants are user ids, not usernames
+	for i := range 3 {
+		if status, _, body := call(t, "POST", s.convURL+"/v1/conversations", alice, fmt.Sprintf(`{"subject":"c%d","participants":[%q]}`, i, bobID)); status != 201 {
+			t.Fatalf("create: %d %s", status, body)
+		}
+	}
+	// Page two at a time, as bob (a participant of all three).
+	bob := bobSet.AccessToken
+	var subjects []string
+	next := s.convURL + "/v1/conversations?limit=2"
+	for next != "" {
+		status, h, body := call(t, "GET", next, bob, "")
+		if status != 200 {
+			t.Fatalf("list: %d %s", status, body)
+		}
+		var page []struct{ Subject string }
+		json.Unmarshal(body, &page)
+		if len(page) > 2 {
+			t.Fatalf("page of %d with limit=2", len(page))
+		}
+		for _, c := range page {
+			subjects = append(subjects, c.Subject)
+		}
+		next = ""
+		if m := nextLink.FindStringSubmatch(h.Get("Link")); m != nil {
+			next = s.convURL + m[1]
+		}
+	}
+	if strings.Join(subjects, ",") != "c2,c1,c0" {
+		t.Fatalf("paged subjects = %v, want newest first c2,c1,c0", subjects)
+	}
+
+	// The refresh token is no bearer, here either.
+	if status, h, _ := call(t, "GET", s.convURL+"/v1/conversations", s.login(t, "alice").RefreshToken, ""); status != 401 || h.Get("WWW-Authenticate") == "" {
+		t.Fatalf("refresh token as bearer: %d", status)
+	}
+	conv.stop(t)
+	account.stop(t)
+}
+
+// TestNewSigningKeyIsAcceptedWithoutRestart: the account service moves to a
+// new key; the conversations service refetches the JWKS on the unknown kid
+// and accepts the new tokens, without a restart. A key that was never
+// published is refused.
+func TestNewSigningKeyIsAcceptedWithoutRestart(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := func(name, alg string) string {
+		key, err := token.GenerateKey(alg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := token.MarshalPrivateJWK(key)
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	first, second := keyFile("first.jwk", "RS256"), keyFile("second.jwk", "ES256")
+	s := newStack(t, "ACCOUNT_KEY_FILES="+first)
+	account := s.startAccount(t)
+	conv := s.startConversations(t)
+
+	old := s.login(t, "alice").IDToken
+	if status, _, body := call(t, "GET", s.convURL+"/v1/conversations", old, ""); status != 200 {
+		t.Fatalf("first key: %d %s", status, body)
+	}
+
+	// A token signed by a key that is not in the JWKS.
+	strayKey, _ := token.GenerateKey("RS256")
+	strayRing, _ := token.NewKeyring(strayKey)
+	stray, _ := token.NewIssuer(token.IssuerConfig{Issuer: s.accountURL, Audience: []string{"acme-platform"}, Keys: token.StaticKeyring(strayRing)})
+	forged, _ := stray.Mint(context.Background(), token.Subject{UserID: "usr_x", AccountID: "acc_x"})
+	if status, _, _ := call(t, "GET", s.convURL+"/v1/conversations", forged.IDToken, ""); status != 401 {
+		t.Fatalf("token of an unpublished key: %d, want 401", status)
+	}
+
+	// The account service restarts signing with the second key, still
+	// publishing the first for the tokens it signed.
+	account.stop(t)
+	time.Sleep(1100 * time.Millisecond) // past the min refresh interval of the stray-kid refetch
+	account = s.startAccount(t, "ACCOUNT_KEY_FILES="+second+","+first)
+	fresh := s.login(t, "alice").IDToken
+	if status, _, body := call(t, "GET", s.convURL+"/v1/conversations", fresh, ""); status != 200 {
+		t.Fatalf("token of the new key: %d %s\nconversations logs:\n%s", status, body, conv.logs)
+	}
+	if status, _, _ := call(t, "GET", s.convURL+"/v1/conversations", old, ""); status != 200 {
+		t.Fatalf("token of the previous, still published key: %d", status)
+	}
+	conv.stop(t)
+	account.stop(t)
+}

@@ -1,0 +1,151 @@
+// Package servicecmd is what every service binary's cmd/ does the same way:
+// configuration from environment variables (envconfig) with a usage table,
+// a JSON logger, and Run, which serves the API and the operations listener,
+// initialises in the background, and drains on shutdown.
+package servicecmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/platform/pkg/web"
+)
+
+// LoadConfig fills spec from the process environment (envconfig reads
+// os.Getenv, so tests set variables with t.Setenv).
+func LoadConfig(prefix string, spec any) error {
+	if err := envconfig.Process(prefix, spec); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
+}
+
+// PrintUsage writes a table of every variable of spec: name, default and
+// the `desc` tag.
+func PrintUsage(w io.Writer, prefix string, spec any) error {
+	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tDESCRIPTION")
+	err := envconfig.Usagef(prefix, spec, tw,
+		"{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
+	if err != nil {
+		return fmt.Errorf("print configuration: %w", err)
+	}
+	return tw.Flush()
+}
+
+// NewLogger returns a JSON logger at level (debug, info, warn, error;
+// anything else means info).
+func NewLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// Permanent marks an Init error that retrying cannot fix (a bad key file,
+// say): Run stops with it instead of retrying.
+func Permanent(err error) error { return permanentError{err} }
+
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+// Service describes one service process.
+type Service struct {
+	Name    string
+	Version string
+	Logger  *slog.Logger
+	// APIAddr and OpsAddr are the listen addresses of the public API and of
+	// /healthz, /readyz and /metrics.
+	APIAddr, OpsAddr string
+	// Drain is how long in-flight requests may take after shutdown begins.
+	Drain time.Duration
+	// Registry receives the process's metrics and is served at /metrics.
+	Registry *prometheus.Registry
+	// Checks must all pass for /readyz to be 200. Run adds "initialised".
+	Checks map[string]web.Check
+	// Init builds the API handler. Run retries it with backoff (0.5 s
+	// doubling to 10 s) until it succeeds, returns a Permanent error, or
+	// ctx ends; meanwhile the API answers 503 and /readyz is not ready, so
+	// dependencies that start later than the service cause no crash loop.
+	Init func(ctx context.Context) (http.Handler, error)
+}
+
+// Run serves until ctx is cancelled (SIGTERM), then drains and returns nil,
+// or returns the first listener or permanent initialisation error.
+func (s Service) Run(ctx context.Context) error {
+	apiListener, err := web.Listen(s.APIAddr)
+	if err != nil {
+		return err
+	}
+	opsListener, err := web.Listen(s.OpsAddr)
+	if err != nil {
+		_ = apiListener.Close()
+		return err
+	}
+
+	api := &web.Pending{}
+	checks := map[string]web.Check{"initialised": func(context.Context) error {
+		if !api.IsReady() {
+			return errors.New("initialising")
+		}
+		return nil
+	}}
+	for name, check := range s.Checks {
+		checks[name] = check
+	}
+
+	serveCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		h, err := s.initialise(serveCtx)
+		if err != nil {
+			cancel(err)
+			return
+		}
+		api.Ready(h)
+		s.Logger.Info("ready")
+	}()
+
+	s.Logger.Info("starting "+s.Name, "version", s.Version)
+	err = web.Serve(serveCtx, s.Logger, s.Drain,
+		web.Server{Name: "api", Listener: apiListener, Handler: api},
+		web.Server{Name: "ops", Listener: opsListener, Handler: web.OpsHandler(s.Registry, checks)},
+	)
+	if cause := context.Cause(serveCtx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	return err
+}
+
+func (s Service) initialise(ctx context.Context) (http.Handler, error) {
+	backoff := 500 * time.Millisecond
+	for {
+		h, err := s.Init(ctx)
+		if err == nil {
+			return h, nil
+		}
+		var permanent permanentError
+		if errors.As(err, &permanent) {
+			return nil, fmt.Errorf("initialise %s: %w", s.Name, permanent.error)
+		}
+		s.Logger.Warn("initialisation failed; retrying", "error", err.Error(), "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"time"
+
+	"github.com/acme/platform/pkg/servicecmd"
+)
+
+// envPrefix prefixes every variable: CONVERSATIONS_HTTP_ADDR and so on.
+const envPrefix = "CONVERSATIONS"
+
+// config is the whole configuration, from environment variables only. The
+// defaults run the service locally beside the account service of "make run"
+// and a MongoDB on localhost.
+type config struct {
+	HTTPAddr               string        `envconfig:"HTTP_ADDR" default:":8081" desc:"listen address of the public API"`
+	OpsAddr                string        `envconfig:"OPS_ADDR" default:":9091" desc:"listen address of /healthz, /readyz and /metrics"`
+	MongoDBURI             string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
+	MongoDBDatabase        string        `envconfig:"MONGODB_DATABASE" default:"conversations" desc:"MongoDB database of this service"`
+	MongoDBTimeout         time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"how long a request waits for an unreachable MongoDB before a 503"`
+	JWKSURL                string        `envconfig:"JWKS_URL" default:"http://localhost:8080/.well-known/jwks.json" desc:"the account service's JWKS, fetched in the background"`
+	Issuer                 string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"trusted token issuer (iss), the account service's ACCOUNT_ISSUER"`
+	Audience               []string      `envconfig:"AUDIENCE" default:"acme-platform" desc:"comma-separated audiences; a token must carry one of them"`
+	JWKSRefreshInterval    time.Duration `envconfig:"JWKS_REFRESH_INTERVAL" default:"5m" desc:"longest time between background refreshes of the JWKS"`
+	JWKSMinRefreshInterval time.Duration `envconfig:"JWKS_MIN_REFRESH_INTERVAL" default:"30s" desc:"shortest time between refetches, also on an unknown kid"`
+	DefaultPageSize        int           `envconfig:"DEFAULT_PAGE_SIZE" default:"10" desc:"page length when limit is absent"`
+	MaxPageSize            int           `envconfig:"MAX_PAGE_SIZE" default:"100" desc:"largest accepted limit"`
+	CursorSecret           string        `envconfig:"CURSOR_SECRET" desc:"key (32+ bytes) authenticating paging cursors; empty: generated once and kept in MongoDB"`
+	LogLevel               string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	ShutdownTimeout        time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
+}
+
+func loadConfig() (config, error) {
+	var cfg config
+	err := servicecmd.LoadConfig(envPrefix, &cfg)
+	return cfg, err
+}

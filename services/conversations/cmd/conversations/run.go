@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/servicecmd"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations/cursor"
+	conversationshttp "github.com/acme/platform/services/conversations/http"
+	"github.com/acme/platform/services/conversations/mongo"
+)
+
+const usage = `conversations runs the conversations service (Interface B).
+
+Usage:
+  conversations            run the service
+  conversations --version | --help
+
+It verifies bearer tokens against the account service's JWKS, fetched in the
+background: it never calls the account service per request.
+
+Configuration (environment variables):
+`
+
+// run is the whole program behind main, with its inputs and outputs passed
+// in so that tests can drive it. Configuration comes from the process
+// environment (envconfig reads os.Getenv).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "--help", "help":
+			fmt.Fprint(stdout, usage)
+			return servicecmd.PrintUsage(stdout, envPrefix, &config{})
+		case "-v", "--version", "version":
+			fmt.Fprintln(stdout, "conversations", version)
+			return nil
+		case "serve":
+			if len(args) == 1 {
+				break
+			}
+			fallthrough
+		default:
+			return fmt.Errorf("unknown arguments %q (see conversations --help)", strings.Join(args, " "))
+		}
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if cfg.DefaultPageSize < 1 || cfg.MaxPageSize < cfg.DefaultPageSize {
+		return fmt.Errorf("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")
+	}
+	if cfg.CursorSecret != "" && len(cfg.CursorSecret) < cursor.MinKeyLen {
+		return fmt.Errorf("configuration: CONVERSATIONS_CURSOR_SECRET must be at least %d bytes", cursor.MinKeyLen)
+	}
+	return serve(ctx, cfg, stderr)
+}
+
+// serve runs the service until ctx is cancelled (SIGTERM, Ctrl-C), then
+// drains in-flight requests and closes the database connection. It is
+// ready once MongoDB answers and the first key set has been fetched; it
+// starts (not ready) while the account service is still down.
+func serve(ctx context.Context, cfg config, logs io.Writer) error {
+	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
+
+	client, err := mongodb.Connect(cfg.MongoDBURI, cfg.MongoDBTimeout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(closeCtx)
+	}()
+	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+
+	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
+		RefreshInterval:    cfg.JWKSRefreshInterval,
+		MinRefreshInterval: cfg.JWKSMinRefreshInterval,
+		Logger:             logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer keys.Close()
+	verifier, err := token.NewVerifier(keys, token.VerifierConfig{Issuer: cfg.Issuer, Audience: cfg.Audience})
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	return servicecmd.Service{
+		Name:     "conversations",
+		Version:  version,
+		Logger:   logger,
+		APIAddr:  cfg.HTTPAddr,
+		OpsAddr:  cfg.OpsAddr,
+		Drain:    cfg.ShutdownTimeout,
+		Registry: registry,
+		Checks: map[string]web.Check{
+			"mongodb": func(ctx context.Context) error { return mongodb.Ping(ctx, client) },
+			"signing_keys": func(ctx context.Context) error {
+				if !keys.Ready(ctx) {
+					return errors.New("no key set fetched yet from " + cfg.JWKSURL)
+				}
+				return nil
+			},
+		},
+		Init: func(ctx context.Context) (http.Handler, error) {
+			if err := store.EnsureIndexes(ctx); err != nil {
+				return nil, err
+			}
+			secret := cfg.CursorSecret
+			if secret == "" {
+				secret, err = store.LoadOrCreateSecret(ctx, "cursor_key", newCursorSecret)
+				if err != nil {
+					return nil, err
+				}
+			}
+			cursors, err := cursor.New([]byte(secret))
+			if err != nil {
+				return nil, servicecmd.Permanent(err)
+			}
+			return conversationshttp.NewHandler(conversationshttp.Deps{
+				Logger:          logger,
+				Metrics:         registry,
+				Store:           store,
+				Cursors:         cursors,
+				Verifier:        verifier,
+				DefaultPageSize: cfg.DefaultPageSize,
+				MaxPageSize:     cfg.MaxPageSize,
+			}), nil
+		},
+	}.Run(ctx)
+}
+
+func newCursorSecret() (string, error) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails since Go 1.24
+	return base64.RawStdEncoding.EncodeToString(b), nil
+}

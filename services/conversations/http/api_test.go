@@ -1,0 +1,423 @@
+package http_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/openapitest"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/conversations/cursor"
+	conversationshttp "github.com/acme/platform/services/conversations/http"
+	"github.com/acme/platform/services/conversations/mongo"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+const (
+	issuerURL = "http://account.test"
+	audience  = "acme-platform"
+)
+
+// api is a running conversations service on a fresh database, verifying
+// tokens of a test issuer, with every exchange validated against the
+// OpenAPI document.
+type api struct {
+	t      *testing.T
+	srv    *httptest.Server
+	doc    *openapitest.Validator
+	issuer *token.Issuer
+}
+
+func newAPI(t *testing.T) *api {
+	t.Helper()
+	store := mongo.New(mongotest.New(t))
+	if err := store.EnsureIndexes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := token.GenerateKey("ES256")
+	ring, err := token.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := token.StaticKeyring(ring)
+	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
+	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
+		Store: store, Cursors: cursors, Verifier: verifier,
+	}))
+	t.Cleanup(srv.Close)
+	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer}
+}
+
+// user returns an id token of userID in accountID.
+func (a *api) user(accountID, userID string) string {
+	set, err := a.issuer.Mint(context.Background(), token.Subject{UserID: userID, AccountID: accountID, AccountName: accountID, Username: userID})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return set.IDToken
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) problem(t *testing.T, status int, code, field string) {
+	t.Helper()
+	if r.status != status || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("got %d %s %s, want %d problem", r.status, r.header.Get("Content-Type"), r.body, status)
+	}
+	var p struct {
+		Code   string `json:"code"`
+		Errors []struct {
+			Field string `json:"field"`
+		} `json:"errors"`
+	}
+	json.Unmarshal(r.body, &p)
+	if p.Code != code {
+		t.Fatalf("code = %q, want %q (%s)", p.Code, code, r.body)
+	}
+	if field != "" && !slices.ContainsFunc(p.Errors, func(e struct {
+		Field string `json:"field"`
+	}) bool {
+		return e.Field == field
+	}) {
+		t.Fatalf("errors do not name %q: %s", field, r.body)
+	}
+}
+
+func (a *api) send(method, path, bearer, body string, validRequest bool) response {
+	a.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, a.srv.URL+path, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	var resp *http.Response
+	var b []byte
+	if validRequest {
+		resp, b = a.doc.Do(a.t, a.srv.Client(), req)
+	} else {
+		resp, b = a.doc.DoResponseOnly(a.t, a.srv.Client(), req)
+	}
+	return response{resp.StatusCode, resp.Header, b}
+}
+
+type conversation struct {
+	ID            string     `json:"id"`
+	Subject       string     `json:"subject"`
+	Status        string     `json:"status"`
+	Participants  []string   `json:"participants"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	UpdatedAt     time.Time  `json:"updatedAt"`
+	LastMessageAt *time.Time `json:"lastMessageAt"`
+}
+
+func (a *api) create(bearer, body string) conversation {
+	a.t.Helper()
+	r := a.send("POST", "/v1/conversations", bearer, body, true)
+	if r.status != http.StatusCreated {
+		a.t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var c conversation
+	json.Unmarshal(r.body, &c)
+	return c
+}
+
+var nextLink = regexp.MustCompile(`^<(/v1/conversations\?[^>]+)>; rel="next"$`)
+
+// page lists path and returns the conversations and the next link ("" on
+// the last page).
+func (a *api) page(bearer, path string) ([]conversation, string) {
+	a.t.Helper()
+	r := a.send("GET", path, bearer, "", true)
+	if r.status != http.StatusOK {
+		a.t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+	}
+	var list []conversation
+	if err := json.Unmarshal(r.body, &list); err != nil || list == nil {
+		a.t.Fatalf("GET %s: body %s is not a JSON array", path, r.body)
+	}
+	link := r.header.Get("Link")
+	if link == "" {
+		return list, ""
+	}
+	m := nextLink.FindStringSubmatch(link)
+	if m == nil {
+		a.t.Fatalf("Link header %q is not a next link", link)
+	}
+	return list, m[1]
+}
+
+func TestAPI(t *testing.T) {
+	a := newAPI(t)
+	t.Run("Paging", func(t *testing.T) { testPaging(t, a) })
+	t.Run("InsertsBetweenPages", func(t *testing.T) { testInsertsBetweenPages(t, a) })
+	t.Run("StatusFilterKeepsItsCursor", func(t *testing.T) { testStatusFilter(t, a) })
+	t.Run("BadListParameters", func(t *testing.T) { testBadListParameters(t, a) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, a) })
+	t.Run("CreateAndGet", func(t *testing.T) { testCreateAndGet(t, a) })
+	t.Run("CreateBadInput", func(t *testing.T) { testCreateBadInput(t, a) })
+	t.Run("Bearer", func(t *testing.T) { testBearer(t, a) })
+	t.Run("OpenAPIServed", func(t *testing.T) {
+		if r := a.send("GET", "/openapi.yaml", "", "", true); r.status != 200 || !strings.Contains(string(r.body), "openapi: 3.1") {
+			t.Fatalf("openapi.yaml: %d", r.status)
+		}
+	})
+	a.doc.AssertAllOperationsCovered(t, "* * 503", "* * 413", "* * 415")
+}
+
+func testPaging(t *testing.T, a *api) {
+	alice := a.user("acc_paging", "alice")
+	if list, next := a.page(alice, "/v1/conversations"); len(list) != 0 || next != "" {
+		t.Fatalf("no conversations: %v %q", list, next)
+	}
+	created := map[string]bool{}
+	for i := range 25 {
+		created[a.create(alice, fmt.Sprintf(`{"subject":"c%d"}`, i)).ID] = true
+	}
+	list, next := a.page(alice, "/v1/conversations")
+	if len(list) != 10 || next == "" || !strings.Contains(next, "limit=10") {
+		t.Fatalf("default page: %d items, next %q; want 10 and a next link", len(list), next)
+	}
+	all := list
+	pages := 1
+	for next != "" {
+		list, next = a.page(alice, next)
+		all = append(all, list...)
+		pages++
+	}
+	if pages != 3 || len(all) != 25 {
+		t.Fatalf("%d pages, %d items; want 3 pages, 25 items", pages, len(all))
+	}
+	seen := map[string]bool{}
+	for i, c := range all {
+		if !created[c.ID] || seen[c.ID] {
+			t.Fatalf("item %d (%s) unknown or repeated", i, c.ID)
+		}
+		seen[c.ID] = true
+		if i > 0 {
+			prev := all[i-1]
+			if c.UpdatedAt.After(prev.UpdatedAt) || c.UpdatedAt.Equal(prev.UpdatedAt) && c.ID > prev.ID {
+				t.Fatalf("items %d and %d out of order", i-1, i)
+			}
+		}
+	}
+	if list, _ := a.page(alice, "/v1/conversations?limit=10"); len(list) != 10 {
+		t.Fatalf("limit=10 gave %d", len(list))
+	}
+	if list, _ := a.page(alice, "/v1/conversations?limit=100"); len(list) != 25 {
+		t.Fatalf("limit=100 gave %d", len(list))
+	}
+}
+
+func testInsertsBetweenPages(t *testing.T, a *api) {
+	bob := a.user("acc_inserts", "bob")
+	existing := map[string]bool{}
+	for range 9 {
+		existing[a.create(bob, `{}`).ID] = true
+	}
+	seen := map[string]int{}
+	next := "/v1/conversations?limit=4"
+	for next != "" {
+		var list []conversation
+		list, next = a.page(bob, next)
+		for _, c := range list {
+			seen[c.ID]++
+		}
+		a.create(bob, `{"subject":"arrived while paging"}`)
+	}
+	for id := range existing {
+		if seen[id] != 1 {
+			t.Errorf("%s seen %d times", id, seen[id])
+		}
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s seen %d times", id, n)
+		}
+	}
+}
+
+func testStatusFilter(t *testing.T, a *api) {
+	u := a.user("acc_status", "carol")
+	for _, s := range []string{"open", "closed", "closed", "snoozed", "closed"} {
+		a.create(u, `{"status":"`+s+`"}`)
+	}
+	list, next := a.page(u, "/v1/conversations?status=closed&limit=2")
+	if len(list) != 2 || !strings.Contains(next, "status=closed") {
+		t.Fatalf("closed page 1: %d, next %q", len(list), next)
+	}
+	rest, last := a.page(u, next)
+	if len(rest) != 1 || last != "" {
+		t.Fatalf("closed page 2: %d, next %q", len(rest), last)
+	}
+	for _, c := range append(list, rest...) {
+		if c.Status != "closed" {
+			t.Fatalf("status filter returned %s", c.Status)
+		}
+	}
+	// The same cursor without the filter would list something else: refused.
+	unfiltered := strings.NewReplacer("&status=closed", "", "status=closed&", "").Replace(next)
+	if unfiltered == next {
+		t.Fatalf("next link %q has no status to remove", next)
+	}
+	a.send("GET", unfiltered, u, "", false).problem(t, 400, "validation_failed", "cursor")
+}
+
+func testBadListParameters(t *testing.T, a *api) {
+	u := a.user("acc_bad", "dave")
+	for range 3 {
+		a.create(u, `{}`)
+	}
+	_, next := a.page(u, "/v1/conversations?limit=1")
+	cur := next[strings.Index(next, "cursor=")+len("cursor="):]
+	raw, _ := base64.RawURLEncoding.DecodeString(cur)
+	raw[3] ^= 0x20
+	altered := base64.RawURLEncoding.EncodeToString(raw)
+
+	for _, tc := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=-1", "limit"}, {"limit=101", "limit"}, {"limit=abc", "limit"},
+		{"limit=1.5", "limit"}, {"limit=", "limit"}, {"limit=1&limit=2", "limit"},
+		{"cursor=not-a-cursor", "cursor"}, {"cursor=" + altered, "cursor"}, {"cursor=", "cursor"},
+		{"status=archived", "status"}, {"status=OPEN", "status"},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			a.send("GET", "/v1/conversations?"+tc.query, u, "", false).problem(t, 400, "validation_failed", tc.field)
+		})
+	}
+	// Another user's cursor is refused too: it would reveal a position in
+	// a listing that is not theirs.
+	a.send("GET", next, a.user("acc_bad", "erin"), "", false).problem(t, 400, "validation_failed", "cursor")
+}
+
+func testIsolation(t *testing.T, a *api) {
+	// Two accounts, two users each; the same user ids in both accounts.
+	want := map[string][]string{}
+	for _, acc := range []string{"acc_x", "acc_y"} {
+		u1, u2 := a.user(acc, "u1"), a.user(acc, "u2")
+		only1 := a.create(u1, `{"subject":"u1 alone"}`)
+		both := a.create(u1, `{"subject":"both","participants":["u2"]}`)
+		only2 := a.create(u2, `{"subject":"u2 alone"}`)
+		want[acc+"/u1"] = []string{only1.ID, both.ID}
+		want[acc+"/u2"] = []string{both.ID, only2.ID}
+		if r := a.send("GET", "/v1/conversations/"+only1.ID, u2, "", true); r.status != 404 {
+			t.Errorf("%s/u2 reads u1's conversation: %d", acc, r.status)
+		}
+	}
+	for who, ids := range want {
+		acc, user, _ := strings.Cut(who, "/")
+		list, _ := a.page(a.user(acc, user), "/v1/conversations?limit=100")
+		var got []string
+		for _, c := range list {
+			got = append(got, c.ID)
+		}
+		slices.Sort(got)
+		slices.Sort(ids)
+		if !slices.Equal(got, ids) {
+			t.Errorf("%s sees %v, want %v", who, got, ids)
+		}
+	}
+	// Same user id, other account: nothing.
+	other := a.create(a.user("acc_x", "u1"), `{}`)
+	a.send("GET", "/v1/conversations/"+other.ID, a.user("acc_y", "u1"), "", true).problem(t, 404, "not_found", "")
+}
+
+func testCreateAndGet(t *testing.T, a *api) {
+	u := a.user("acc_create", "frank")
+	r := a.send("POST", "/v1/conversations", u, `{"subject":"Renewal","status":"snoozed","participants":["grace","frank","grace"],"lastMessageAt":"2026-01-02T03:04:05.678Z"}`, true)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var c conversation
+	json.Unmarshal(r.body, &c)
+	if r.header.Get("Location") != "/v1/conversations/"+c.ID || c.Subject != "Renewal" || c.Status != "snoozed" ||
+		!slices.Equal(c.Participants, []string{"frank", "grace"}) || c.LastMessageAt == nil ||
+		!c.LastMessageAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 678e6, time.UTC)) {
+		t.Fatalf("created %+v, Location %q", c, r.header.Get("Location"))
+	}
+	// Defaults: open, the caller as the only participant, lastMessageAt null.
+	d := a.create(u, `{}`)
+	if d.Status != "open" || !slices.Equal(d.Participants, []string{"frank"}) || d.LastMessageAt != nil {
+		t.Fatalf("defaults: %+v", d)
+	}
+	var got conversation
+	gr := a.send("GET", "/v1/conversations/"+c.ID, a.user("acc_create", "grace"), "", true)
+	json.Unmarshal(gr.body, &got)
+	if gr.status != 200 || got.ID != c.ID {
+		t.Fatalf("participant grace: %d %s", gr.status, gr.body)
+	}
+	a.send("GET", "/v1/conversations/cnv_nope", u, "", true).problem(t, 404, "not_found", "")
+}
+
+func testCreateBadInput(t *testing.T, a *api) {
+	u := a.user("acc_badcreate", "heidi")
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = fmt.Sprintf("u%d", i)
+	}
+	manyJSON, _ := json.Marshal(many)
+	for _, tc := range []struct{ name, body, code, field string }{
+		{"long subject", `{"subject":"` + strings.Repeat("s", 301) + `"}`, "validation_failed", "subject"},
+		{"bad status", `{"status":"archived"}`, "validation_failed", "status"},
+		{"participants not array", `{"participants":"u2"}`, "validation_failed", "participants"},
+		{"empty participant", `{"participants":[""]}`, "validation_failed", "participants[0]"},
+		{"too many participants", `{"participants":` + string(manyJSON) + `}`, "validation_failed", "participants"},
+		{"subject object", `{"subject":{"$gt":""}}`, "validation_failed", "subject"},
+		{"bad time", `{"lastMessageAt":"yesterday"}`, "malformed_json", ""},
+		{"malformed", `{`, "malformed_json", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a.send("POST", "/v1/conversations", u, tc.body, false).problem(t, 400, tc.code, tc.field)
+		})
+	}
+	if list, _ := a.page(u, "/v1/conversations"); len(list) != 0 {
+		t.Fatalf("bad inputs created %d conversations", len(list))
+	}
+}
+
+func testBearer(t *testing.T, a *api) {
+	set, _ := a.issuer.Mint(context.Background(), token.Subject{UserID: "ivan", AccountID: "acc_b"})
+	if list, _ := a.page(set.AccessToken, "/v1/conversations"); list == nil {
+		t.Fatal("access token refused")
+	}
+	otherKey, _ := token.GenerateKey("ES256")
+	otherRing, _ := token.NewKeyring(otherKey)
+	forger, _ := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: token.StaticKeyring(otherRing)})
+	forged, _ := forger.Mint(context.Background(), token.Subject{UserID: "ivan", AccountID: "acc_b"})
+	for name, bearer := range map[string]string{"refresh token": set.RefreshToken, "unknown key": forged.IDToken, "none": ""} {
+		for _, rq := range [][3]string{{"GET", "/v1/conversations", ""}, {"POST", "/v1/conversations", "{}"}, {"GET", "/v1/conversations/cnv_x", ""}} {
+			r := a.send(rq[0], rq[1], bearer, rq[2], false)
+			r.problem(t, 401, "invalid_token", "")
+			if r.header.Get("WWW-Authenticate") != `Bearer error="invalid_token"` {
+				t.Errorf("%s %s %s: WWW-Authenticate %q", name, rq[0], rq[1], r.header.Get("WWW-Authenticate"))
+			}
+		}
+	}
+}

@@ -1,0 +1,48 @@
+// Package http serves the conversations API (Interface B) with Echo.
+// routes.go lists every route; each handler is built by a function that
+// takes exactly the dependencies it uses.
+package http
+
+import (
+	_ "embed"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/cursor"
+)
+
+// OpenAPI is the service's OpenAPI 3.1 document, served at /openapi.yaml and
+// validated against real responses in the tests.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// Deps are what the handlers need.
+type Deps struct {
+	Logger   *slog.Logger
+	Metrics  prometheus.Registerer
+	Store    conversations.Store
+	Cursors  *cursor.Codec
+	Verifier *token.Verifier
+	// DefaultPageSize and MaxPageSize bound limit (contract: 10 and 100).
+	DefaultPageSize int
+	MaxPageSize     int
+}
+
+// NewHandler returns the API handler.
+func NewHandler(d Deps) http.Handler {
+	if d.DefaultPageSize <= 0 {
+		d.DefaultPageSize = conversations.DefaultPageSize
+	}
+	if d.MaxPageSize <= 0 {
+		d.MaxPageSize = conversations.MaxPageSize
+	}
+	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics})
+	addRoutes(e, d)
+	return e
+}
