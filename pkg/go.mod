@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/FerretDB/FerretDB v1.24.0
+	github.com/kelseyhightower/envconfig v1.4.0
 	go.mongodb.org/mongo-driver/v2 v2.9.3
 )
 
@@ -11,7 +12,6 @@ require (
 	github.com/SAP/go-hdb v1.10.1 // indirect
 	github.com/decred/dcrd/dcrec/secp256k1/v4 v4.4.1 // indirect
 	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
-	github.com/kelseyhightower/envconfig v1.4.0 // indirect
 	github.com/lestrrat-go/dsig v1.4.0 // indirect
 	github.com/lestrrat-go/dsig-secp256k1 v1.0.0 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect

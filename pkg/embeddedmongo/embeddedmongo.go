@@ -41,8 +41,8 @@
 // Known limits that matter to our code:
 //   - no multi-document transactions (nor change streams): it is a
 //     standalone server, not a replica set;
-//   - only a filter that is exactly {_id: value} uses an index; any other
-//     filter, and every sort, is evaluated by scanning the collection in Go
+//   - only a filter that is exactly {_id: value}, with a string or ObjectID
+//     value, uses an index; any other filter, and every sort, is evaluated by scanning the collection in Go
 //     (secondary indexes are created, and unique ones enforced, but they do
 //     not speed up queries), so keep test data small;
 //   - TTL and partial indexes are refused (NotImplemented); updates that

@@ -17,7 +17,10 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/pkg/web"
 )
 
@@ -148,4 +151,26 @@ func (s Service) initialise(ctx context.Context) (http.Handler, error) {
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+// NewRegistry returns a metrics registry with the Go runtime and process
+// collectors; the API's request metrics are added by pkg/web.
+func NewRegistry() *prometheus.Registry {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return registry
+}
+
+// ConnectMongo returns a client for uri (see mongodb.Connect) and a function
+// that disconnects it, waiting at most 5 s for in-use connections.
+func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) (*mongo.Client, func(), error) {
+	client, err := mongodb.Connect(uri, selectTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(closeCtx)
+	}, nil
 }

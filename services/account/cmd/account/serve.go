@@ -6,11 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/pkg/servicecmd"
@@ -29,15 +27,11 @@ import (
 func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
-	client, err := mongodb.Connect(cfg.MongoDBURI, cfg.MongoDBTimeout)
+	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(closeCtx)
-	}()
+	defer disconnect()
 	store := mongo.New(client.Database(cfg.MongoDBDatabase))
 
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency})
@@ -45,8 +39,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry := servicecmd.NewRegistry()
 
 	return servicecmd.Service{
 		Name:     "account",

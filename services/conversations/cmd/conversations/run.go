@@ -9,10 +9,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/pkg/servicecmd"
@@ -76,15 +72,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
-	client, err := mongodb.Connect(cfg.MongoDBURI, cfg.MongoDBTimeout)
+	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(closeCtx)
-	}()
+	defer disconnect()
 	store := mongo.New(client.Database(cfg.MongoDBDatabase))
 
 	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
@@ -101,8 +93,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry := servicecmd.NewRegistry()
 
 	return servicecmd.Service{
 		Name:     "conversations",
