@@ -207,6 +207,28 @@ func call(t *testing.T, method, url, bearer, body string) (int, http.Header, []b
 	return resp.StatusCode, resp.Header, b
 }
 
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // subject reads the sub claim of a token the test trusts (it just logged in).
 func subject(t *testing.T, jwt string) string {
 	t.Helper()
@@ -233,7 +255,10 @@ func TestLoginThenConversations(t *testing.T) {
 	// down: it must come up and become ready once the JWKS is reachable.
 	convDone := make(chan *process, 1)
 	go func() { convDone <- s.startConversations(t) }()
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, func() bool {
+		status, body := get(t, "http://"+s.convOps+"/readyz")
+		return status == http.StatusServiceUnavailable && strings.Contains(body, "signing_keys")
+	}, "conversations /readyz to be 503 naming signing_keys while the account service is down")
 	account := s.startAccount(t)
 	conv := <-convDone
 
