@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test lint fmt-check vet build bench fuzz clean help
+.PHONY: run test lint fmt-check vet build images bench fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,10 @@ run: build ## run the local stack: embedded store, both services, demo data
 build: ## build the production binaries into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/account ./services/account/cmd/account
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/conversations ./services/conversations/cmd/conversations
+
+images: ## build both container images (needs a Docker engine)
+	docker build -f services/account/Dockerfile --build-arg VERSION=$(VERSION) -t acme/account:$(VERSION) -t acme/account:dev .
+	docker build -f services/conversations/Dockerfile --build-arg VERSION=$(VERSION) -t acme/conversations:$(VERSION) -t acme/conversations:dev .
 
 test: fmt-check vet ## gofmt check, go vet, and every module's tests with -race
 	$(GO) test -race -count=1 -timeout 15m $(PACKAGES)

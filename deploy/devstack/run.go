@@ -29,9 +29,11 @@ type stackConfig struct {
 	accountOps  string
 	convAddr    string
 	convOps     string
+	// provisionFile is the demo data, shared with docker compose.
+	provisionFile string
 }
 
-// Demo data created on first start.
+// The demo credentials of deploy/compose/provision/demo.json, for the banner.
 const (
 	demoAccount  = "demo"
 	demoUser     = "demo"
@@ -45,6 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.binDir, "bin", "bin", "folder holding the service binaries")
 	fs.StringVar(&cfg.dataDir, "data", ".data", "folder of the embedded store's data (git-ignored)")
+	fs.StringVar(&cfg.provisionFile, "provision", "deploy/compose/provision/demo.json", "demo data created on first start (account provision format)")
 	fs.StringVar(&cfg.mongoAddr, "mongo-addr", "127.0.0.1:27018", "listen address of the embedded MongoDB-compatible store")
 	fs.StringVar(&cfg.accountAddr, "account-addr", "127.0.0.1:8080", "listen address of the account service")
 	fs.StringVar(&cfg.accountOps, "account-ops-addr", "127.0.0.1:9090", "operations address of the account service")
@@ -91,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"CONVERSATIONS_LOG_LEVEL=info",
 	}
 
-	if err := seedOnce(ctx, cfg.dataDir, account, accountEnv, stdout); err != nil {
+	if err := seedOnce(ctx, cfg.dataDir, account, cfg.provisionFile, accountEnv, stdout); err != nil {
 		return err
 	}
 
@@ -143,45 +146,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-// seedOnce creates the demo data with the account binary's own operator
-// commands, once per data folder: a marker file records that it was done,
-// so deleting data you made with curl never brings the demo back.
-func seedOnce(ctx context.Context, dataDir, account string, env []string, stdout io.Writer) error {
+// seedOnce creates the demo data with the account binary's own idempotent
+// provision command and the same file docker compose uses, once per data
+// folder: a marker file records that it was done, so deleting data you made
+// with curl never brings the demo back.
+func seedOnce(ctx context.Context, dataDir, account, provisionFile string, env []string, stdout io.Writer) error {
 	marker := filepath.Join(dataDir, "seeded")
 	if _, err := os.Stat(marker); err == nil {
 		return nil
 	}
-	defs := filepath.Join(dataDir, "demo-definitions")
-	if err := os.MkdirAll(defs, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", defs, err)
+	fmt.Fprintln(stdout, "first start: creating demo data from", provisionFile)
+	cmd := exec.CommandContext(ctx, account, "provision", "--file", provisionFile)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("seed: account provision: %w\n%s", err, out)
 	}
-	definitions := map[string]string{
-		"crm.json":     `{"name":"CRM sync","type":"salesforce","config":{"instanceUrl":"https://demo.my.salesforce.test","syncContacts":true}}`,
-		"tickets.json": `{"name":"Support tickets","type":"zendesk","config":{"subdomain":"demo"},"enabled":false}`,
-	}
-	steps := [][]string{
-		{"create-account", demoAccount},
-		{"create-user", "--account", demoAccount, "--username", demoUser},
-		{"create-definition", "--account", demoAccount, "--file", filepath.Join(defs, "crm.json")},
-		{"create-definition", "--account", demoAccount, "--file", filepath.Join(defs, "tickets.json")},
-		{"create-account", emptyAccount},
-		{"create-user", "--account", emptyAccount, "--username", demoUser},
-	}
-	for name, body := range definitions {
-		if err := os.WriteFile(filepath.Join(defs, name), []byte(body), 0o600); err != nil {
-			return fmt.Errorf("write demo definition: %w", err)
-		}
-	}
-	fmt.Fprintln(stdout, "first start: creating demo data")
-	for _, args := range steps {
-		cmd := exec.CommandContext(ctx, account, args...)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stdin = strings.NewReader(demoPassword + "\n")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("seed: account %s: %w\n%s", strings.Join(args, " "), err, out)
-		}
-		fmt.Fprint(stdout, "  ", string(out))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fmt.Fprintln(stdout, " ", line)
 	}
 	if err := os.WriteFile(marker, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write seed marker: %w", err)

@@ -15,13 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/client"
 	"github.com/acme/platform/pkg/mongotest"
 	"github.com/acme/platform/pkg/token"
 )
@@ -244,7 +245,40 @@ func subject(t *testing.T, jwt string) string {
 	return claims.Sub
 }
 
-var nextLink = regexp.MustCompile(`<([^>]+)>; rel="next"`)
+// countingTransport counts the requests per method and path.
+type countingTransport struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n[req.Method+" "+req.URL.Path]++
+	c.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (c *countingTransport) count(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+// client is the Go client of the services, for user, sending its requests
+// through rt (nil: the default transport).
+func (s *stack) client(t *testing.T, user string, rt http.RoundTripper) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{
+		AccountURL:       s.accountURL,
+		ConversationsURL: s.convURL,
+		HTTPClient:       &http.Client{Timeout: 10 * time.Second, Transport: rt},
+		Credentials:      client.Credentials{AccountName: "acme", Username: user, Password: "pw-" + user},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // TestLoginThenConversations: log in on the account service, use the id
 // token on the conversations service, which fetched the keys over HTTP from
@@ -262,38 +296,44 @@ func TestLoginThenConversations(t *testing.T) {
 	account := s.startAccount(t)
 	conv := <-convDone
 
-	alice := s.login(t, "alice").IDToken
-	bobSet := s.login(t, "bob")
-	bobID := subject(t, bobSet.IDToken) // participants are user ids, not usernames
+	ctx := context.Background()
+	alice := s.client(t, "alice", nil)
+	if err := alice.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bobRequests := &countingTransport{n: map[string]int{}}
+	bob := s.client(t, "bob", bobRequests)
+	if err := bob.Login(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bobToken, err := bob.IDToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobID := subject(t, bobToken) // participants are user ids, not usernames
 	for i := range 3 {
-		if status, _, body := call(t, "POST", s.convURL+"/v1/conversations", alice, fmt.Sprintf(`{"subject":"c%d","participants":[%q]}`, i, bobID)); status != 201 {
-			t.Fatalf("create: %d %s", status, body)
+		if _, err := alice.CreateConversation(ctx, client.NewConversation{
+			Subject: fmt.Sprintf("c%d", i), Participants: []string{bobID},
+		}); err != nil {
+			t.Fatalf("create: %v", err)
 		}
 	}
 	// Page two at a time, as bob (a participant of all three).
-	bob := bobSet.AccessToken
 	var subjects []string
-	next := s.convURL + "/v1/conversations?limit=2"
-	for next != "" {
-		status, h, body := call(t, "GET", next, bob, "")
-		if status != 200 {
-			t.Fatalf("list: %d %s", status, body)
+	for c, err := range bob.Conversations(ctx, client.ListOptions{Limit: 2}) {
+		if err != nil {
+			t.Fatalf("list: %v", err)
 		}
-		var page []struct{ Subject string }
-		json.Unmarshal(body, &page)
-		if len(page) > 2 {
-			t.Fatalf("page of %d with limit=2", len(page))
+		if !slices.Contains(c.Participants, bobID) {
+			t.Fatalf("conversation %s without bob: %v", c.ID, c.Participants)
 		}
-		for _, c := range page {
-			subjects = append(subjects, c.Subject)
-		}
-		next = ""
-		if m := nextLink.FindStringSubmatch(h.Get("Link")); m != nil {
-			next = s.convURL + m[1]
-		}
+		subjects = append(subjects, c.Subject)
 	}
 	if strings.Join(subjects, ",") != "c2,c1,c0" {
 		t.Fatalf("paged subjects = %v, want newest first c2,c1,c0", subjects)
+	}
+	if n := bobRequests.count("GET /v1/conversations"); n != 2 {
+		t.Fatalf("%d page requests for 3 conversations with limit=2, want 2", n)
 	}
 
 	// The refresh token is no bearer, here either.

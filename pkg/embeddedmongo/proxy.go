@@ -214,10 +214,11 @@ func (p *proxy) roundTrip(req []byte, client, backend net.Conn, br *bufio.Reader
 		}
 		// An OP_MSG reply with moreToCome announces another reply
 		// (exhaust: a getMore with exhaustAllowed, or the streaming
-		// hello of server monitoring). The stream can last for ever
-		// (streaming hello) and its later replies answer no command of
-		// ours, so the lock covers the first reply only. OP_QUERY gets
-		// one OP_REPLY; so does anything else, such as OP_COMPRESSED.
+		// hello of server monitoring). Such a stream only reads, and
+		// it can last for ever (streaming hello), so the lock covers
+		// its first reply only. FerretDB v1 never streams: its hello
+		// has no topologyVersion, so drivers poll instead. OP_QUERY
+		// gets one OP_REPLY; so does anything else (OP_COMPRESSED).
 		if locked {
 			p.mu.Unlock()
 			locked = false

@@ -577,6 +577,25 @@ func BenchmarkFindOneByIDParallel(b *testing.B) {
 	}
 }
 
+func BenchmarkInc(b *testing.B) {
+	colls := benchClients(b)
+	for _, via := range []string{"direct", "proxy"} {
+		b.Run(via, func(b *testing.B) {
+			coll := colls[via]
+			i := 0
+			for b.Loop() {
+				_, err := coll.UpdateOne(context.Background(),
+					bson.D{{Key: "_id", Value: benchID(int64(i))}},
+					bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+				if err != nil {
+					b.Fatalf("UpdateOne: %v", err)
+				}
+				i++
+			}
+		})
+	}
+}
+
 func BenchmarkIncParallel(b *testing.B) {
 	colls := benchClients(b)
 	for _, via := range []string{"direct", "proxy"} {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"text/tabwriter"
@@ -173,4 +174,33 @@ func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) 
 		defer cancel()
 		_ = client.Disconnect(closeCtx)
 	}, nil
+}
+
+// HealthCheck asks this process's own /readyz on the operations listener
+// at opsAddr and returns nil on a 200. It lets a container health check run
+// the service binary itself (distroless images have no shell or curl).
+func HealthCheck(ctx context.Context, opsAddr string) error {
+	host, port, err := net.SplitHostPort(opsAddr)
+	if err != nil {
+		return fmt.Errorf("operations address %q: %w", opsAddr, err)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/readyz", nil)
+	if err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("health check: /readyz answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return nil
 }

@@ -38,6 +38,7 @@ var adminCommands = map[string]adminCommand{
 		return setDisabled(ctx, env, args, out, false)
 	},
 	"create-definition": createDefinition,
+	"provision":         provision,
 }
 
 func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
@@ -135,7 +136,7 @@ func parseUserFlags(ctx context.Context, env adminEnv, name string, args []strin
 // newline is removed (what echo or a text editor adds); anything else is part
 // of the password.
 func readPassword(path string, stdin io.Reader) (string, error) {
-	var r io.Reader = stdin
+	r := stdin
 	if path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -143,6 +144,9 @@ func readPassword(path string, stdin io.Reader) (string, error) {
 		}
 		defer f.Close()
 		r = f
+	}
+	if r == nil {
+		return "", errors.New("no password file given")
 	}
 	data, err := io.ReadAll(io.LimitReader(bufio.NewReader(r), account.MaxPasswordLen+3))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/token"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -225,5 +226,120 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 	t.Setenv("ACCOUNT_TOKEN_TTL", "soon")
 	if _, err := runCmd(t, ""); err == nil || !strings.Contains(err.Error(), "TOKEN_TTL") {
 		t.Fatalf("bad duration: err = %v", err)
+	}
+}
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	useDatabase(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "alice.pw"), []byte("alice-pw\n"), 0o600)
+	spec := `{"accounts":[
+		{"name":"Acme","users":[{"username":"alice","passwordFile":"alice.pw"}],
+		 "definitions":[{"name":"CRM","type":"salesforce","config":{"a":1}},{"name":"Tickets","type":"zendesk"}]},
+		{"name":"empty","users":[{"username":"alice","passwordFile":"alice.pw"}]}]}`
+	file := filepath.Join(dir, "provision.json")
+	os.WriteFile(file, []byte(spec), 0o600)
+
+	first, err := runCmd(t, "", "provision", "--file", file)
+	if err != nil {
+		t.Fatalf("first provision: %v\n%s", err, first)
+	}
+	if strings.Count(first, "created") != 6 {
+		t.Fatalf("first provision should create 2 accounts, 2 users, 2 definitions:\n%s", first)
+	}
+	second, err := runCmd(t, "", "provision", "--file", file)
+	if err != nil || strings.Contains(second, "created") || strings.Count(second, "exists") != 6 {
+		t.Fatalf("second provision must change nothing: %v\n%s", err, second)
+	}
+	out, _ := runCmd(t, "", "list-accounts")
+	if !strings.Contains(out, "acme") || !strings.Contains(out, "empty") {
+		t.Fatalf("accounts: %s", out)
+	}
+
+	for name, bad := range map[string]string{
+		"missing password file": `{"accounts":[{"name":"x","users":[{"username":"u","passwordFile":"nope.pw"}]}]}`,
+		"no password file":      `{"accounts":[{"name":"x","users":[{"username":"u"}]}]}`,
+		"invalid definition":    `{"accounts":[{"name":"x","definitions":[{"name":"","type":"Bad"}]}]}`,
+		"not JSON":              `accounts: []`,
+	} {
+		os.WriteFile(file, []byte(bad), 0o600)
+		if _, err := runCmd(t, "", "provision", "--file", file); err == nil {
+			t.Errorf("%s: provision succeeded", name)
+		}
+	}
+}
+
+func TestGenerateKeyMakesAUsableKeyFile(t *testing.T) {
+	for _, alg := range []string{"RS256", "ES256", "EdDSA"} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{"generate-key", "--alg", alg}, strings.NewReader(""), &out, &errOut); err != nil {
+			t.Fatalf("%s: %v", alg, err)
+		}
+		path := filepath.Join(t.TempDir(), "signing.jwk")
+		os.WriteFile(path, out.Bytes(), 0o600)
+		key, err := token.LoadKeyFile(path)
+		if err != nil {
+			t.Fatalf("%s: generated key does not load: %v", alg, err)
+		}
+		kid, _ := key.KeyID()
+		if !strings.Contains(errOut.String(), kid) {
+			t.Errorf("%s: stderr %q does not name kid %s", alg, errOut.String(), kid)
+		}
+	}
+	if _, err := runCmd(t, "", "generate-key", "--alg", "HS256"); err == nil {
+		t.Fatal("HS256 key generated")
+	}
+}
+
+func TestHealthcheck(t *testing.T) {
+	useDatabase(t)
+	api, ops := freeAddr(t), freeAddr(t)
+	t.Setenv("ACCOUNT_OPS_ADDR", ops)
+	if _, err := runCmd(t, "", "healthcheck"); err == nil {
+		t.Fatal("healthcheck passed with no service running")
+	}
+	_, stop := startServe(t, api, ops)
+	defer stop()
+	if out, err := runCmd(t, "", "healthcheck"); err != nil {
+		t.Fatalf("healthcheck of a ready service: %v %s", err, out)
+	}
+}
+
+func TestKeyFilesServeAndEmptyMeansNone(t *testing.T) {
+	useDatabase(t)
+	path := filepath.Join(t.TempDir(), "k.jwk")
+	var out bytes.Buffer
+	run(context.Background(), []string{"generate-key", "--alg", "ES256"}, nil, &out, io.Discard)
+	os.WriteFile(path, out.Bytes(), 0o600)
+	key, _ := token.LoadKeyFile(path)
+	kid, _ := key.KeyID()
+
+	jwksKid := func() string {
+		api, ops := freeAddr(t), freeAddr(t)
+		base, stop := startServe(t, api, ops)
+		defer stop()
+		resp, err := http.Get(base + "/.well-known/jwks.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var set struct{ Keys []struct{ Kid string } }
+		json.NewDecoder(resp.Body).Decode(&set)
+		if len(set.Keys) != 1 {
+			t.Fatalf("JWKS has %d keys", len(set.Keys))
+		}
+		return set.Keys[0].Kid
+	}
+	t.Setenv("ACCOUNT_KEY_FILES", path)
+	if got := jwksKid(); got != kid {
+		t.Fatalf("with a key file the JWKS publishes %s, want %s", got, kid)
+	}
+	t.Setenv("ACCOUNT_KEY_FILES", "")
+	if got := jwksKid(); got == kid || got == "" {
+		t.Fatalf("without key files the JWKS publishes %q; want the generated key", got)
+	}
+	t.Setenv("ACCOUNT_KEY_FILES", filepath.Join(t.TempDir(), "missing.jwk"))
+	if _, err := runCmd(t, ""); err == nil || !strings.Contains(err.Error(), "missing.jwk") {
+		t.Fatalf("missing key file: err = %v, want a permanent error naming the file", err)
 	}
 }

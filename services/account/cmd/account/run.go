@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/acme/platform/pkg/servicecmd"
+	"github.com/acme/platform/pkg/token"
 )
 
 const usage = `account runs the account service (Interface A) or one operator command.
@@ -23,6 +25,12 @@ Usage:
   account enable-user --account NAME --username USER
   account create-definition --account NAME --file DEFINITION.json
                                   create a definition from {"name","type","config","enabled"}
+  account provision --file PROVISION.json
+                                  make accounts, users and definitions exist (idempotent);
+                                  users name a passwordFile, see deploy/compose/provision
+  account generate-key [--alg RS256|ES256|EdDSA]
+                                  print a new private signing key (JWK) for ACCOUNT_KEY_FILES
+  account healthcheck             exit 0 when this host's service is ready (container health checks)
   account --version | --help
 
 Passwords are never taken as flags: flags show up in shell history and ps.
@@ -45,11 +53,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "-v", "--version", "version":
 		fmt.Fprintln(stdout, "account", version)
 		return nil
+	case "generate-key":
+		return generateKey(rest, stdout, stderr)
 	}
 
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
+	}
+	if cmd == "healthcheck" {
+		return servicecmd.HealthCheck(ctx, cfg.OpsAddr)
 	}
 	if cmd == "serve" {
 		if len(rest) > 0 {
@@ -70,4 +83,27 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return errors.Join(fmt.Errorf("%s", cmd), err)
 	}
 	return nil
+}
+
+// generateKey prints a new private signing key as a JWK, for a key file
+// (ACCOUNT_KEY_FILES, a Kubernetes Secret). Its kid goes to stderr.
+func generateKey(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("generate-key", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	alg := fs.String("alg", token.DefaultAlgorithm, "RS256, ES256 or EdDSA")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return errors.New("usage: account generate-key [--alg RS256|ES256|EdDSA]")
+	}
+	key, err := token.GenerateKey(*alg)
+	if err != nil {
+		return err
+	}
+	data, err := token.MarshalPrivateJWK(key)
+	if err != nil {
+		return err
+	}
+	kid, _ := key.KeyID()
+	fmt.Fprintf(stderr, "generated %s key, kid %s\n", *alg, kid)
+	_, err = fmt.Fprintf(stdout, "%s\n", data)
+	return err
 }

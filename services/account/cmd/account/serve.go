@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,8 +103,8 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 // Secret) when there are any, else the key generated once and kept in
 // MongoDB, so that replicas agree and restarts invalidate nothing.
 func loadKeyring(ctx context.Context, cfg config, store account.SigningKeyStore) (token.KeyringProvider, error) {
-	if len(cfg.KeyFiles) > 0 {
-		ring, err := keyringFromFiles(cfg.KeyFiles, cfg.ActiveKeyID)
+	if files := nonEmpty(cfg.KeyFiles); len(files) > 0 {
+		ring, err := keyringFromFiles(files, cfg.ActiveKeyID)
 		if err != nil {
 			return nil, servicecmd.Permanent(err)
 		}
@@ -155,4 +156,16 @@ func passwordParams(cfg config) password.Params {
 	p := password.DefaultParams
 	p.Memory, p.Iterations = cfg.Argon2MemoryKiB, cfg.Argon2Time
 	return p
+}
+
+// nonEmpty drops blank entries, so that ACCOUNT_KEY_FILES="" (how an
+// overlay switches key files off) means no files.
+func nonEmpty(list []string) []string {
+	var out []string
+	for _, s := range list {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

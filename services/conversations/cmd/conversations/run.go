@@ -23,6 +23,8 @@ const usage = `conversations runs the conversations service (Interface B).
 
 Usage:
   conversations            run the service
+  conversations healthcheck
+                           exit 0 when this host's service is ready (container health checks)
   conversations --version | --help
 
 It verifies bearer tokens against the account service's JWKS, fetched in the
@@ -35,6 +37,7 @@ Configuration (environment variables):
 // in so that tests can drive it. Configuration comes from the process
 // environment (envconfig reads os.Getenv).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	healthcheck := false
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "--help", "help":
@@ -43,8 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case "-v", "--version", "version":
 			fmt.Fprintln(stdout, "conversations", version)
 			return nil
-		case "serve":
+		case "serve", "healthcheck":
 			if len(args) == 1 {
+				healthcheck = args[0] == "healthcheck"
 				break
 			}
 			fallthrough
@@ -55,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
+	}
+	if healthcheck {
+		return servicecmd.HealthCheck(ctx, cfg.OpsAddr)
 	}
 	if cfg.DefaultPageSize < 1 || cfg.MaxPageSize < cfg.DefaultPageSize {
 		return fmt.Errorf("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")

@@ -1,0 +1,253 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	// DefaultTimeout is the timeout of the HTTP client used when
+	// Config.HTTPClient is nil.
+	DefaultTimeout = 10 * time.Second
+
+	// MaxBodyBytes caps every response body the client reads. A successful
+	// response with a larger body is an error.
+	MaxBodyBytes = 4 << 20
+
+	// renewTimeout bounds one renewal (refresh and, if needed, login), which
+	// runs detached from the context of the call that started it.
+	renewTimeout = 30 * time.Second
+
+	userAgent = "acme-platform-client/1"
+)
+
+// Credentials are those of the user the client acts for. They print with the
+// password redacted (fmt verbs %v, %+v and %#v, and log/slog).
+type Credentials struct {
+	AccountName string
+	Username    string
+	Password    string
+}
+
+// String implements fmt.Stringer without the password.
+func (c Credentials) String() string {
+	return fmt.Sprintf("{AccountName:%s Username:%s Password:[redacted]}", c.AccountName, c.Username)
+}
+
+// GoString implements fmt.GoStringer without the password.
+func (c Credentials) GoString() string {
+	return fmt.Sprintf("client.Credentials{AccountName:%q, Username:%q, Password:\"[redacted]\"}", c.AccountName, c.Username)
+}
+
+// LogValue implements slog.LogValuer without the password.
+func (c Credentials) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("accountName", c.AccountName), slog.String("username", c.Username))
+}
+
+// Config configures a Client.
+type Config struct {
+	// AccountURL is the base URL of the account service, e.g.
+	// "http://localhost:8080". Required.
+	AccountURL string
+	// ConversationsURL is the base URL of the conversations service, e.g.
+	// "http://localhost:8081". It may carry a path prefix (a gateway); the
+	// API paths (/v1/...) and the service's next links are appended to it.
+	// Optional: the conversation methods fail when it is empty.
+	ConversationsURL string
+	// HTTPClient sends the requests; nil means a client with a timeout of
+	// DefaultTimeout.
+	HTTPClient *http.Client
+	// Credentials of the user to log in as. Required.
+	Credentials Credentials
+	// Now is the clock that decides when tokens need renewing; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Client calls the account and conversations services as one user. It is
+// safe for concurrent use.
+type Client struct {
+	accountURL *url.URL
+	convURL    *url.URL // nil when not configured
+	http       *http.Client
+	creds      Credentials
+	now        func() time.Time
+
+	mu     sync.Mutex
+	tokens *tokenSet // nil before the first login
+	gen    uint64    // incremented whenever tokens is replaced
+	stale  bool      // a service rejected the tokens of generation gen
+	flight *flight   // the renewal in progress, if any
+}
+
+// New returns a client for cfg. It sends no request; see Client.Login.
+func New(cfg Config) (*Client, error) {
+	acc, err := parseBaseURL("AccountURL", cfg.AccountURL)
+	if err != nil {
+		return nil, err
+	}
+	if acc == nil {
+		return nil, errors.New("client: Config.AccountURL is required")
+	}
+	conv, err := parseBaseURL("ConversationsURL", cfg.ConversationsURL)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Credentials.AccountName == "":
+		return nil, errors.New("client: Config.Credentials.AccountName is required")
+	case cfg.Credentials.Username == "":
+		return nil, errors.New("client: Config.Credentials.Username is required")
+	case cfg.Credentials.Password == "":
+		return nil, errors.New("client: Config.Credentials.Password is required")
+	}
+	c := &Client{accountURL: acc, convURL: conv, http: cfg.HTTPClient, creds: cfg.Credentials, now: cfg.Now}
+	if c.http == nil {
+		c.http = &http.Client{Timeout: DefaultTimeout}
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c, nil
+}
+
+// parseBaseURL checks a configured base URL and drops its trailing slash; an
+// empty string gives nil.
+func parseBaseURL(name, raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may hold a password
+		}
+		return nil, fmt.Errorf("client: Config.%s: %w", name, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: Config.%s: want an absolute http or https URL, such as http://localhost:8080", name)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("client: Config.%s: want a base URL without user info, query or fragment", name)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
+	return u, nil
+}
+
+// endpoint is base with escapedPath (which starts with "/") appended to its
+// path.
+func endpoint(base *url.URL, escapedPath string) (*url.URL, error) {
+	u, err := url.Parse(base.String() + escapedPath)
+	if err != nil {
+		return nil, fmt.Errorf("client: build URL: %w", err)
+	}
+	return u, nil
+}
+
+// request is one HTTP exchange with a JSON body (or none).
+type request struct {
+	method string
+	url    *url.URL
+	body   []byte // JSON; nil for none
+	bearer string
+	// secrets are removed from any text of an error built from the
+	// response, in case a server echoes them.
+	secrets []string
+}
+
+// exchange sends r and reads the response body (at most MaxBodyBytes). A
+// status outside 2xx gives an *Error.
+func (c *Client) exchange(ctx context.Context, r request) (http.Header, []byte, error) {
+	var body io.Reader = http.NoBody
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, r.url.String(), body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %s %s: %w", r.method, r.url.Path, err)
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", userAgent)
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+r.bearer)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// *url.Error repeats the whole URL; the path is enough.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, nil, fmt.Errorf("client: %s %s: %w", r.method, r.url.Path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
+	tooLarge := len(data) > MaxBodyBytes
+	if tooLarge {
+		data = data[:MaxBodyBytes]
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// A truncated or partly read error body still says what it can.
+		return resp.Header, nil, newError(r, resp, data, c.now())
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %s %s: read response body: %w", r.method, r.url.Path, err)
+	}
+	if tooLarge {
+		return nil, nil, fmt.Errorf("client: %s %s: %w", r.method, r.url.Path, ErrBodyTooLarge)
+	}
+	return resp.Header, data, nil
+}
+
+// ErrBodyTooLarge is returned (wrapped) for a successful response whose body
+// exceeds MaxBodyBytes.
+var ErrBodyTooLarge = fmt.Errorf("response body exceeds %d bytes", MaxBodyBytes)
+
+// call sends an authenticated request with in (unless nil) as the JSON body,
+// decodes the JSON response into out (unless nil) and returns the response
+// headers. On a 401 invalid_token it renews the session once and retries once.
+func (c *Client) call(ctx context.Context, method string, u *url.URL, in, out any) (http.Header, error) {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return nil, fmt.Errorf("client: %s %s: encode request: %w", method, u.Path, err)
+		}
+	}
+	for retried := false; ; retried = true {
+		bearer, gen, err := c.bearer(ctx)
+		if err != nil {
+			return nil, err
+		}
+		h, data, err := c.exchange(ctx, request{method: method, url: u, body: body, bearer: bearer, secrets: []string{bearer}})
+		var e *Error
+		if !retried && errors.As(err, &e) && e.Status == http.StatusUnauthorized && e.Code == CodeInvalidToken {
+			c.invalidate(gen)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if out != nil {
+			if err := json.Unmarshal(data, out); err != nil {
+				return nil, fmt.Errorf("client: %s %s: decode response: %w", method, u.Path, err)
+			}
+		}
+		return h, nil
+	}
+}

@@ -1,0 +1,354 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/client"
+	"github.com/acme/platform/pkg/problem"
+)
+
+func subjects(t *testing.T, seq func(func(client.Conversation, error) bool)) []string {
+	t.Helper()
+	var out []string
+	for conv, err := range seq {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, conv.Subject)
+	}
+	return out
+}
+
+func TestConversationsFollowsLinkAcrossPages(t *testing.T) {
+	f := newFake(t)
+	f.seed(5) // c0 (oldest) .. c4
+	c := f.client(t, nil)
+
+	got := subjects(t, c.Conversations(context.Background(), client.ListOptions{Limit: 2}))
+	if want := []string{"c4", "c3", "c2", "c1", "c0"}; !slices.Equal(got, want) {
+		t.Fatalf("subjects = %v, want %v", got, want)
+	}
+	if n := f.count("GET /v1/conversations"); n != 3 {
+		t.Fatalf("%d page requests, want 3", n)
+	}
+
+	// The status filter is kept from page to page (the fake, like the
+	// service, refuses a cursor used with another filter).
+	f.set(func(f *fake) {
+		for i := range f.convs {
+			if i%2 == 0 {
+				f.convs[i].Status = client.StatusClosed
+			}
+		}
+	})
+	got = subjects(t, c.Conversations(context.Background(), client.ListOptions{Limit: 1, Status: client.StatusClosed}))
+	if want := []string{"c4", "c2", "c0"}; !slices.Equal(got, want) {
+		t.Fatalf("closed subjects = %v, want %v", got, want)
+	}
+}
+
+func TestConversationsBehindAPathPrefix(t *testing.T) {
+	f := newFake(t)
+	f.seed(5)
+	gw := httptest.NewServer(http.StripPrefix("/conversations", f.conv.Config.Handler))
+	defer gw.Close()
+	c, err := client.New(client.Config{
+		AccountURL: f.account.URL, ConversationsURL: gw.URL + "/conversations/",
+		Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := subjects(t, c.Conversations(context.Background(), client.ListOptions{Limit: 2}))
+	if want := []string{"c4", "c3", "c2", "c1", "c0"}; !slices.Equal(got, want) {
+		t.Fatalf("subjects = %v, want %v", got, want)
+	}
+}
+
+func TestConversationsStopsOnBreak(t *testing.T) {
+	for _, stopAfter := range []int{1, 2} { // within and at the end of the first page
+		f := newFake(t)
+		f.seed(5)
+		c := f.client(t, nil)
+		n := 0
+		for _, err := range c.Conversations(context.Background(), client.ListOptions{Limit: 2}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n++; n == stopAfter {
+				break
+			}
+		}
+		if got := f.count("GET /v1/conversations"); got != 1 {
+			t.Fatalf("break after %d: %d page requests, want 1", stopAfter, got)
+		}
+	}
+}
+
+func TestConversationsYieldsAPageErrorOnce(t *testing.T) {
+	f := newFake(t)
+	f.seed(5)
+	f.set(func(f *fake) {
+		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Query().Get("cursor") == "" {
+				return false
+			}
+			_ = problem.Write(w, problem.Unavailable(7*time.Second))
+			return true
+		}
+	})
+	c := f.client(t, nil)
+	var got []string
+	var errs []error
+	for conv, err := range c.Conversations(context.Background(), client.ListOptions{Limit: 2}) {
+		if err != nil {
+			errs = append(errs, err)
+			continue // the iterator must stop by itself
+		}
+		got = append(got, conv.Subject)
+	}
+	if !slices.Equal(got, []string{"c4", "c3"}) || len(errs) != 1 {
+		t.Fatalf("got %v and errors %v, want the first page and one error", got, errs)
+	}
+	var e *client.Error
+	if !errors.As(errs[0], &e) || e.Code != client.CodeUnavailable || e.RetryAfter != 7*time.Second {
+		t.Fatalf("error = %v", errs[0])
+	}
+	if n := f.count("GET /v1/conversations"); n != 2 {
+		t.Fatalf("%d page requests, want 2: no automatic retry", n)
+	}
+}
+
+func TestListConversationsPage(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, nil)
+	ctx := context.Background()
+
+	page, err := c.ListConversationsPage(ctx, client.ListOptions{}, "")
+	if err != nil || page.Conversations == nil || len(page.Conversations) != 0 || page.NextURL != "" {
+		t.Fatalf("empty listing: %+v, %v", page, err)
+	}
+
+	f.seed(3)
+	var got []string
+	next := ""
+	for i := 0; ; i++ {
+		page, err := c.ListConversationsPage(ctx, client.ListOptions{Limit: 2}, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, conv := range page.Conversations {
+			got = append(got, conv.Subject)
+		}
+		if page.NextURL == "" {
+			break
+		}
+		if !strings.HasPrefix(page.NextURL, f.conv.URL+"/v1/conversations?") {
+			t.Fatalf("NextURL = %q, want an absolute URL of the service", page.NextURL)
+		}
+		next = page.NextURL
+	}
+	if !slices.Equal(got, []string{"c2", "c1", "c0"}) {
+		t.Fatalf("subjects = %v", got)
+	}
+
+	// A bad limit is the service's 400, with the field.
+	f.set(func(f *fake) { f.invalidRequests = true })
+	_, err = c.ListConversationsPage(ctx, client.ListOptions{Limit: 101}, "")
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeValidationFailed || len(e.Fields) != 1 || e.Fields[0].Field != "limit" {
+		t.Fatalf("limit 101: %v", err)
+	}
+}
+
+// TestNextLinkParsing feeds Link headers to the client and checks which next
+// page it would request.
+func TestNextLinkParsing(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, nil)
+	origin := f.conv.URL
+	for _, tc := range []struct {
+		name  string
+		links []string // Link header fields
+		next  string   // want NextURL without the origin; "" for none
+		err   string   // want an error containing this
+	}{
+		{name: "none"},
+		{name: "as the service sends it",
+			links: []string{`</v1/conversations?cursor=AQ-_&limit=2>; rel="next"`}, next: "/v1/conversations?cursor=AQ-_&limit=2"},
+		{name: "comma and semicolon inside the target",
+			links: []string{`</v1/conversations?cursor=a,b;c>; rel="next"`}, next: "/v1/conversations?cursor=a,b;c"},
+		{name: "several link values, next second",
+			links: []string{`</v1/conversations?cursor=p>; rel="prev", </v1/conversations?cursor=n>; rel="next"`}, next: "/v1/conversations?cursor=n"},
+		{name: "several header fields",
+			links: []string{`</v1/conversations?cursor=p>; rel=prev`, `</v1/conversations?cursor=n>;rel=next`}, next: "/v1/conversations?cursor=n"},
+		{name: "quoted string with a comma, a semicolon and an escaped quote",
+			links: []string{`</x>; title="a, b; rel=\"next\""; rel="prev", </v1/conversations?cursor=q>; rel="next"`}, next: "/v1/conversations?cursor=q"},
+		{name: "relation types are a case-insensitive list",
+			links: []string{`</v1/conversations?cursor=l>; REL="last NEXT"`}, next: "/v1/conversations?cursor=l"},
+		{name: "only the first rel counts",
+			links: []string{`</v1/conversations?cursor=1>; rel="prev"; rel="next"`}},
+		{name: "no next among other relations",
+			links: []string{`</v1/conversations?cursor=1>; rel="prev", </v1/conversations>; rel="first"`}},
+		{name: "a link with an anchor is about another resource",
+			links: []string{`</v1/conversations?cursor=x>; rel="next"; anchor="/v1/conversations/cnv_1"`}},
+		{name: "a query alone is relative to the request",
+			links: []string{`<?cursor=z&limit=2>; rel="next"`}, next: "/v1/conversations?cursor=z&limit=2"},
+		{name: "absolute, same origin",
+			links: []string{`<` + origin + `/v1/conversations?cursor=abs>; rel="next"`}, next: "/v1/conversations?cursor=abs"},
+		{name: "another origin is refused",
+			links: []string{`<https://evil.example/v1/conversations?cursor=x>; rel="next"`}, err: "another origin"},
+		{name: "a network-path reference is another origin",
+			links: []string{`<//evil.example/v1/conversations?cursor=x>; rel="next"`}, err: "another origin"},
+		{name: "no angle brackets",
+			links: []string{`/v1/conversations?cursor=x; rel="next"`}, err: "malformed Link header"},
+		{name: "unterminated quoted string",
+			links: []string{`</v1/conversations?cursor=x>; rel="next`}, err: "malformed Link header"},
+		{name: "unterminated target",
+			links: []string{`</v1/conversations?cursor=x; rel="next"`}, err: "malformed Link header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.set(func(f *fake) {
+				f.hook = func(w http.ResponseWriter, r *http.Request) bool {
+					if r.URL.Path != "/v1/conversations" {
+						return false
+					}
+					for _, l := range tc.links {
+						w.Header().Add("Link", l)
+					}
+					writeJSON(w, http.StatusOK, []client.Conversation{})
+					return true
+				}
+			})
+			page, err := c.ListConversationsPage(context.Background(), client.ListOptions{}, "")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one about %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if tc.next != "" {
+				want = origin + tc.next
+			}
+			if page.NextURL != want {
+				t.Fatalf("NextURL = %q, want %q", page.NextURL, want)
+			}
+		})
+	}
+
+	// A cursor URL handed in by the caller is held to the same rule.
+	f.set(func(f *fake) { f.hook = nil })
+	if _, err := c.ListConversationsPage(context.Background(), client.ListOptions{}, "https://evil.example/v1/conversations"); err == nil {
+		t.Fatal("a cursor URL of another origin was requested")
+	}
+}
+
+func TestCreateAndGetConversation(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, nil)
+	ctx := context.Background()
+	last := time.Date(2024, 4, 30, 9, 15, 0, 123e6, time.UTC)
+
+	created, err := c.CreateConversation(ctx, client.NewConversation{
+		Subject: "Renewal", Status: client.StatusSnoozed, Participants: []string{"usr_bob"}, LastMessageAt: &last,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created.ID == "" || created.Subject != "Renewal" || created.Status != client.StatusSnoozed ||
+		!slices.Equal(created.Participants, []string{"usr_alice", "usr_bob"}) ||
+		created.LastMessageAt == nil || !created.LastMessageAt.Equal(last) || created.CreatedAt.IsZero() {
+		t.Fatalf("created = %+v", created)
+	}
+	got, err := c.GetConversation(ctx, created.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(created)
+	if string(a) != string(b) {
+		t.Fatalf("get = %s, want %s", a, b)
+	}
+
+	// The zero value is a valid request: {}.
+	empty, err := c.CreateConversation(ctx, client.NewConversation{})
+	if err != nil || empty.Status != client.StatusOpen || empty.LastMessageAt != nil {
+		t.Fatalf("empty conversation: %+v, %v", empty, err)
+	}
+
+	_, err = c.GetConversation(ctx, "cnv_missing")
+	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "GET /v1/conversations/cnv_missing: 404 not_found") {
+		t.Fatalf("missing conversation: %v", err)
+	}
+	if _, err := c.GetConversation(ctx, ""); err == nil {
+		t.Fatal("GetConversation with an empty id sent a request")
+	}
+}
+
+func TestListDefinitions(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, nil)
+	ctx := context.Background()
+	defs, err := c.ListDefinitions(ctx)
+	if err != nil || defs == nil || len(defs) != 0 {
+		t.Fatalf("no definitions: %#v, %v", defs, err)
+	}
+	f.set(func(f *fake) {
+		f.defs = []map[string]any{{
+			"id": "def_1", "name": "Salesforce production", "type": "salesforce",
+			"config":  map[string]any{"instanceUrl": "https://acme.my.salesforce.com", "big": json.Number("12345678901234567890")},
+			"enabled": false, "createdAt": "2024-05-01T12:00:00Z", "updatedAt": "2024-05-02T08:30:00Z",
+		}}
+	})
+	defs, err = c.ListDefinitions(ctx)
+	if err != nil || len(defs) != 1 {
+		t.Fatalf("%v, %v", defs, err)
+	}
+	d := defs[0]
+	if d.ID != "def_1" || d.Name != "Salesforce production" || d.Type != "salesforce" || d.Enabled ||
+		!d.CreatedAt.Equal(time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)) || !d.UpdatedAt.Equal(time.Date(2024, 5, 2, 8, 30, 0, 0, time.UTC)) {
+		t.Fatalf("definition = %+v", d)
+	}
+	if string(d.Config) != `{"big":12345678901234567890,"instanceUrl":"https://acme.my.salesforce.com"}` {
+		t.Fatalf("config = %s: want the JSON as sent", d.Config)
+	}
+}
+
+func TestConversationsStopsOnARepeatingNextLink(t *testing.T) {
+	f := newFake(t)
+	f.seed(1)
+	f.set(func(f *fake) {
+		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path != "/v1/conversations" {
+				return false
+			}
+			w.Header().Set("Link", `</v1/conversations?cursor=same>; rel="next"`)
+			writeJSON(w, http.StatusOK, f.convs)
+			return true
+		}
+	})
+	c := f.client(t, nil)
+	items, errs := 0, 0
+	for _, err := range c.Conversations(context.Background(), client.ListOptions{}) {
+		if err != nil {
+			errs++
+		} else {
+			items++
+		}
+	}
+	if items != 2 || errs != 1 {
+		t.Fatalf("%d items, %d errors: want the two pages and one error", items, errs)
+	}
+}

@@ -1,0 +1,214 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Stable error codes of the services (the code member of their problem
+// bodies). New codes may be added; an answer that carries no code has the
+// code "http_<status>", e.g. "http_502".
+const (
+	CodeMalformedJSON        = "malformed_json"
+	CodeValidationFailed     = "validation_failed"
+	CodeInvalidCredentials   = "invalid_credentials"
+	CodeInvalidToken         = "invalid_token"
+	CodeNotFound             = "not_found"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeBodyTooLarge         = "body_too_large"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeTooManyRequests      = "too_many_requests"
+	CodeUnavailable          = "service_unavailable"
+	CodeInternal             = "internal_error"
+)
+
+// Sentinels for errors.Is: errors.Is(err, ErrNotFound) reports whether err is
+// (or wraps) an *Error with the code not_found. IsCode does the same for any
+// code.
+var (
+	ErrInvalidCredentials error = codeError(CodeInvalidCredentials)
+	ErrInvalidToken       error = codeError(CodeInvalidToken)
+	ErrNotFound           error = codeError(CodeNotFound)
+	ErrValidationFailed   error = codeError(CodeValidationFailed)
+	ErrTooManyRequests    error = codeError(CodeTooManyRequests)
+	ErrUnavailable        error = codeError(CodeUnavailable)
+)
+
+type codeError string
+
+func (c codeError) Error() string { return "client: error code " + string(c) }
+
+// FieldError names one offending input of a validation_failed problem.
+type FieldError struct {
+	// Field is the JSON member or query parameter, e.g. "limit" or
+	// "participants[2]".
+	Field string `json:"field"`
+	// Reason is a short human-readable explanation.
+	Reason string `json:"reason"`
+}
+
+// Error is an answer of a service outside 2xx, parsed from its problem body.
+// It never contains a token or a password: should a server echo the secret
+// sent with the request, it is replaced by "[redacted]".
+type Error struct {
+	// Method and Path name the request (the path without its query).
+	Method string
+	Path   string
+	// Status is the HTTP status code.
+	Status int
+	// Code is the stable, machine-readable code of the problem, or
+	// "http_<status>" when the body is no problem.
+	Code string
+	// Type, Title, Detail and Instance are the members of the problem of the
+	// same names; Title and Detail are for people and may change. For a
+	// body that is no problem, Title is the status text and Detail a short
+	// excerpt of a textual body.
+	Type     string
+	Title    string
+	Detail   string
+	Instance string
+	// Fields lists the offending inputs of a validation_failed problem.
+	Fields []FieldError
+	// RetryAfter is the Retry-After header (429, 503), 0 when absent.
+	RetryAfter time.Duration
+	// RequestID is the X-Request-ID header of the response: quote it when
+	// reporting a problem.
+	RequestID string
+}
+
+// Error names the method, path, status and code, then the detail.
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "client: %s %s: %d %s", e.Method, e.Path, e.Status, e.Code)
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	for i, f := range e.Fields {
+		if i == 0 {
+			b.WriteString(" (")
+		} else {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", f.Field, f.Reason)
+		if i == len(e.Fields)-1 {
+			b.WriteString(")")
+		}
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " [retry after %s]", e.RetryAfter)
+	}
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, " [request id %s]", e.RequestID)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is match the Err* sentinels by code.
+func (e *Error) Is(target error) bool {
+	c, ok := target.(codeError)
+	return ok && string(c) == e.Code
+}
+
+// IsCode reports whether err is (or wraps) an *Error with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// problemBody is the JSON of an RFC 9457 problem of the services.
+type problemBody struct {
+	Type     string       `json:"type"`
+	Title    string       `json:"title"`
+	Status   int          `json:"status"`
+	Detail   string       `json:"detail"`
+	Code     string       `json:"code"`
+	Instance string       `json:"instance"`
+	Errors   []FieldError `json:"errors"`
+}
+
+// newError builds the *Error of a response outside 2xx.
+func newError(r request, resp *http.Response, body []byte, now time.Time) *Error {
+	e := &Error{
+		Method:     r.method,
+		Path:       r.url.Path,
+		Status:     resp.StatusCode,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
+		RequestID:  resp.Header.Get("X-Request-ID"),
+	}
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	var p problemBody
+	if isJSON(mediaType) && json.Unmarshal(body, &p) == nil && (p.Code != "" || p.Type != "" || p.Title != "") {
+		e.Code, e.Type, e.Title, e.Detail, e.Instance, e.Fields = p.Code, p.Type, p.Title, p.Detail, p.Instance, p.Errors
+	} else {
+		e.Title = http.StatusText(resp.StatusCode)
+		if isText(mediaType) {
+			e.Detail = excerpt(body, 200)
+		}
+	}
+	if e.Code == "" {
+		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
+	}
+	redact := func(s string) string {
+		for _, secret := range r.secrets {
+			if secret != "" {
+				s = strings.ReplaceAll(s, secret, "[redacted]")
+			}
+		}
+		return s
+	}
+	e.Title, e.Detail, e.Instance, e.Type = redact(e.Title), redact(e.Detail), redact(e.Instance), redact(e.Type)
+	for i := range e.Fields {
+		e.Fields[i].Reason = redact(e.Fields[i].Reason)
+	}
+	return e
+}
+
+func isJSON(mediaType string) bool {
+	return mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")
+}
+
+func isText(mediaType string) bool {
+	return strings.HasPrefix(mediaType, "text/") || isJSON(mediaType) || mediaType == "application/xml"
+}
+
+// excerpt is the start of a textual body on one line, at most max bytes.
+func excerpt(body []byte, max int) string {
+	s := strings.Join(strings.FieldsFunc(strings.ToValidUTF8(string(body), "\uFFFD"), unicode.IsSpace), " ")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// parseRetryAfter reads a Retry-After value: delay seconds or an HTTP date
+// (RFC 9110 section 10.2.3). Anything else, or a time in the past, is 0.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(365*24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,324 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/client"
+	"github.com/acme/platform/pkg/problem"
+)
+
+// answer makes the fake answer GET /definitions with respond.
+func (f *fake) answer(respond func(w http.ResponseWriter, r *http.Request)) {
+	f.set(func(f *fake) {
+		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path != "/definitions" {
+				return false
+			}
+			respond(w, r)
+			return true
+		}
+	})
+}
+
+func TestProblemParsing(t *testing.T) {
+	clk := newClock()
+	for _, tc := range []struct {
+		name    string
+		respond func(w http.ResponseWriter, r *http.Request)
+		want    client.Error
+		is      error
+		message string
+	}{
+		{
+			name: "validation_failed with fields",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				p := problem.Validation(
+					problem.FieldError{Field: "limit", Reason: "must be an integer from 1 to 100"},
+					problem.FieldError{Field: "participants[2]", Reason: "must be a user id of 1 to 128 bytes"})
+				p.Instance = "/v1/requests/r-1"
+				_ = problem.Write(w, p)
+			},
+			want: client.Error{Status: 400, Code: "validation_failed", Type: "urn:problem-type:validation_failed",
+				Title: "Bad Request", Detail: "The request has invalid or missing fields.", Instance: "/v1/requests/r-1",
+				Fields: []client.FieldError{
+					{Field: "limit", Reason: "must be an integer from 1 to 100"},
+					{Field: "participants[2]", Reason: "must be a user id of 1 to 128 bytes"}}},
+			is:      client.ErrValidationFailed,
+			message: "client: GET /definitions: 400 validation_failed: The request has invalid or missing fields. (limit: must be an integer from 1 to 100; participants[2]: must be a user id of 1 to 128 bytes) [request id req-3]",
+		},
+		{
+			name:    "503 with Retry-After in seconds",
+			respond: func(w http.ResponseWriter, r *http.Request) { _ = problem.Write(w, problem.Unavailable(7*time.Second)) },
+			want: client.Error{Status: 503, Code: "service_unavailable", Type: "urn:problem-type:service_unavailable",
+				Title: "Service Unavailable", Detail: "A dependency of this service is unreachable; retry later.", RetryAfter: 7 * time.Second},
+			is:      client.ErrUnavailable,
+			message: "client: GET /definitions: 503 service_unavailable: A dependency of this service is unreachable; retry later. [retry after 7s] [request id req-3]",
+		},
+		{
+			name: "429 with Retry-After as an HTTP date",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", clk.Now().Add(90*time.Second).Format(http.TimeFormat))
+				_ = problem.Write(w, problem.TooManyRequests("Too many requests; retry later.", 0))
+			},
+			want: client.Error{Status: 429, Code: "too_many_requests", Type: "urn:problem-type:too_many_requests",
+				Title: "Too Many Requests", Detail: "Too many requests; retry later.", RetryAfter: 90 * time.Second},
+			is: client.ErrTooManyRequests,
+		},
+		{
+			name: "a code this client does not know",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				_ = problem.Write(w, problem.New(http.StatusConflict, "conflict", ""))
+			},
+			want:    client.Error{Status: 409, Code: "conflict", Type: "urn:problem-type:conflict", Title: "Conflict"},
+			message: "client: GET /definitions: 409 conflict [request id req-3]",
+		},
+		{
+			name: "a body that is no JSON",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.WriteHeader(http.StatusBadGateway)
+				io.WriteString(w, "<html>\n<body>\n  <h1>502 Bad Gateway</h1>\n</body>\n</html>\n")
+			},
+			want:    client.Error{Status: 502, Code: "http_502", Title: "Bad Gateway", Detail: "<html> <body> <h1>502 Bad Gateway</h1> </body> </html>"},
+			message: "client: GET /definitions: 502 http_502: <html> <body> <h1>502 Bad Gateway</h1> </body> </html> [request id req-3]",
+		},
+		{
+			name: "JSON that is no problem",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "boom"})
+			},
+			want: client.Error{Status: 500, Code: "http_500", Title: "Internal Server Error", Detail: `{"error":"boom"}`},
+		},
+		{
+			name: "a problem body under the wrong media type",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/plain")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, "upstream connect error")
+			},
+			want: client.Error{Status: 503, Code: "http_503", Title: "Service Unavailable", Detail: "upstream connect error"},
+		},
+		{
+			name: "a binary body is not quoted",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/octet-stream")
+				w.WriteHeader(http.StatusInternalServerError)
+				w.Write([]byte{0, 1, 2, 0xff})
+			},
+			want: client.Error{Status: 500, Code: "http_500", Title: "Internal Server Error"},
+		},
+		{
+			name: "no body, nonsense Retry-After",
+			respond: func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", "soon")
+				w.WriteHeader(http.StatusServiceUnavailable)
+			},
+			want:    client.Error{Status: 503, Code: "http_503", Title: "Service Unavailable"},
+			message: "client: GET /definitions: 503 http_503 [request id req-3]",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t)
+			c := f.client(t, clk)
+			if err := c.Login(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			f.answer(tc.respond)
+			_, err := c.ListDefinitions(context.Background())
+			var e *client.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v (%T), want *client.Error", err, err)
+			}
+			want := tc.want
+			want.Method, want.Path, want.RequestID = "GET", "/definitions", "req-3"
+			if fmt.Sprintf("%#v", *e) != fmt.Sprintf("%#v", want) {
+				t.Fatalf("error =\n %#v\nwant\n %#v", *e, want)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("errors.Is(err, %v) is false", tc.is)
+			}
+			if !client.IsCode(err, want.Code) {
+				t.Errorf("IsCode(err, %q) is false", want.Code)
+			}
+			if tc.message != "" && err.Error() != tc.message {
+				t.Errorf("Error() =\n %s\nwant\n %s", err, tc.message)
+			}
+			if n := f.count("GET /definitions"); n != 1 {
+				t.Errorf("%d requests: only a 401 is retried", n)
+			}
+		})
+	}
+}
+
+func TestErrorsNeverCarrySecrets(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, nil)
+	ctx := context.Background()
+	tok, err := c.IDToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatal("no error")
+		}
+		var e *client.Error
+		errors.As(err, &e)
+		for _, s := range []string{err.Error(), fmt.Sprintf("%+v", e), fmt.Sprintf("%#v", e)} {
+			if strings.Contains(s, tok) || strings.Contains(s, testPassword) {
+				t.Fatalf("error carries a secret: %s", s)
+			}
+		}
+		if !strings.Contains(err.Error(), "[redacted]") {
+			t.Fatalf("error %q: want the echoed secret redacted", err)
+		}
+	}
+
+	// A broken server that echoes the request.
+	f.answer(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "bad header: "+r.Header.Get("Authorization"))
+	})
+	_, err = c.ListDefinitions(ctx)
+	check(err)
+
+	f.answer(func(w http.ResponseWriter, r *http.Request) {
+		p := problem.Validation(problem.FieldError{Field: "token", Reason: "unexpected " + r.Header.Get("Authorization")})
+		p.Detail = "Token " + strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ") + " refused."
+		_ = problem.Write(w, p)
+	})
+	_, err = c.ListDefinitions(ctx)
+	check(err)
+
+	f.set(func(f *fake) {
+		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path != "/login" {
+				return false
+			}
+			body, _ := io.ReadAll(r.Body)
+			_ = problem.Write(w, problem.BadRequest(problem.CodeMalformedJSON, "Cannot read "+string(body)))
+			return true
+		}
+	})
+	check(c.Login(ctx))
+
+	// Transport failures name the request, not the URL's secrets (it has
+	// none) nor the token.
+	f.conv.Close()
+	_, err = c.GetConversation(ctx, "cnv_1")
+	if err == nil || !strings.Contains(err.Error(), "GET /v1/conversations/cnv_1") || strings.Contains(err.Error(), tok) {
+		t.Fatalf("transport error = %v", err)
+	}
+}
+
+func TestBodySizeCap(t *testing.T) {
+	f := newFake(t)
+	c := f.client(t, nil)
+	f.answer(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `[{"id":"`+strings.Repeat("x", client.MaxBodyBytes)+`"}]`)
+	})
+	if _, err := c.ListDefinitions(context.Background()); !errors.Is(err, client.ErrBodyTooLarge) {
+		t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+	}
+
+	// An oversized error body still gives an *Error.
+	f.answer(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, strings.Repeat("y", client.MaxBodyBytes+10))
+	})
+	_, err := c.ListDefinitions(context.Background())
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != "http_502" || len(e.Detail) > 300 {
+		t.Fatalf("err = %.300v", err)
+	}
+}
+
+func TestCredentialsArePrintedWithoutThePassword(t *testing.T) {
+	cfg := client.Config{AccountURL: "http://a", Credentials: client.Credentials{AccountName: "acme", Username: "alice", Password: testPassword}}
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "credentials", cfg.Credentials)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("config", "config", cfg)
+	out := fmt.Sprintf("%v %+v %#v %s %v", cfg, cfg, cfg, cfg.Credentials, &cfg.Credentials) + logs.String()
+	if strings.Contains(out, testPassword) {
+		t.Fatalf("password printed: %s", out)
+	}
+	if !strings.Contains(out, "alice") {
+		t.Fatalf("username missing: %s", out)
+	}
+}
+
+func TestCodesMatchProblemPackage(t *testing.T) {
+	for c, p := range map[string]string{
+		client.CodeMalformedJSON:        problem.CodeMalformedJSON,
+		client.CodeValidationFailed:     problem.CodeValidationFailed,
+		client.CodeInvalidCredentials:   problem.CodeInvalidCredentials,
+		client.CodeInvalidToken:         problem.CodeInvalidToken,
+		client.CodeNotFound:             problem.CodeNotFound,
+		client.CodeMethodNotAllowed:     problem.CodeMethodNotAllowed,
+		client.CodeBodyTooLarge:         problem.CodeBodyTooLarge,
+		client.CodeUnsupportedMediaType: problem.CodeUnsupportedMediaType,
+		client.CodeTooManyRequests:      problem.CodeTooManyRequests,
+		client.CodeUnavailable:          problem.CodeUnavailable,
+		client.CodeInternal:             problem.CodeInternal,
+	} {
+		if c != p {
+			t.Errorf("client code %q, problem code %q", c, p)
+		}
+	}
+}
+
+func TestNewChecksTheConfig(t *testing.T) {
+	creds := client.Credentials{AccountName: "acme", Username: "alice", Password: testPassword}
+	for _, cfg := range []client.Config{
+		{Credentials: creds},
+		{AccountURL: "localhost:8080", Credentials: creds},
+		{AccountURL: "/login", Credentials: creds},
+		{AccountURL: "http://u:p@localhost:8080", Credentials: creds},
+		{AccountURL: "http://localhost:8080?x=1", Credentials: creds},
+		{AccountURL: "http://localhost:8080", ConversationsURL: "ftp://localhost", Credentials: creds},
+		{AccountURL: "u:p@localhost:8080", Credentials: creds},
+		{AccountURL: "http://localhost:8080", Credentials: client.Credentials{AccountName: "acme", Username: "alice"}},
+		{AccountURL: "http://localhost:8080", Credentials: client.Credentials{AccountName: "acme", Password: "pw"}},
+		{AccountURL: "http://localhost:8080", Credentials: client.Credentials{Username: "alice", Password: "pw"}},
+	} {
+		if _, err := client.New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		} else if strings.Contains(err.Error(), testPassword) || strings.Contains(err.Error(), "u:p@") {
+			t.Errorf("New error %q names a password", err)
+		}
+	}
+
+	// Without ConversationsURL, the account methods work and the
+	// conversation methods say what is missing.
+	f := newFake(t)
+	c, err := client.New(client.Config{AccountURL: f.account.URL + "/", Credentials: client.Credentials{
+		AccountName: testAccount, Username: testUser, Password: testPassword}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListDefinitions(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ListConversationsPage(context.Background(), client.ListOptions{}, "")
+	if err == nil || !strings.Contains(err.Error(), "ConversationsURL") {
+		t.Fatalf("err = %v", err)
+	}
+	for _, err := range c.Conversations(context.Background(), client.ListOptions{}) {
+		if err == nil || !strings.Contains(err.Error(), "ConversationsURL") {
+			t.Fatalf("iterator: err = %v", err)
+		}
+	}
+}
