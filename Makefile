@@ -42,8 +42,23 @@ lint: fmt-check vet ## gofmt, go vet and staticcheck
 bench: ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PACKAGES)
 
-fuzz: ## run each fuzz target for FUZZTIME
-	@echo "no fuzz targets yet"
+# Fuzz targets as Name:package. A fuzzing run takes one target of one
+# package, so "make fuzz" runs them one after another, each for FUZZTIME;
+# "make test" runs their seed corpora as ordinary tests.
+FUZZ_TARGETS := \
+	FuzzVerify:./pkg/token \
+	FuzzDecodeJSON:./pkg/web \
+	FuzzLogin:./services/account/http \
+	FuzzDefinitionInput:./services/account \
+	FuzzListParams:./services/conversations/http \
+	FuzzDecode:./services/conversations/cursor
+
+fuzz: ## run each fuzz target for FUZZTIME (default 60s), one after another
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; \
+		echo "== $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg/; \
+	done
 
 clean: ## remove build output (keeps .data)
 	rm -rf bin

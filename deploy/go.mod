@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/acme/platform/pkg v0.0.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
+	go.mongodb.org/mongo-driver/v2 v2.9.3
 	golang.org/x/mod v0.42.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -116,7 +117,6 @@ require (
 	github.com/xlab/treeprint v1.2.0 // indirect
 	github.com/youmark/pkcs8 v0.0.0-20240726163527-a2c0da244d78 // indirect
 	go.mongodb.org/mongo-driver v1.16.0 // indirect
-	go.mongodb.org/mongo-driver/v2 v2.9.3 // indirect
 	go.opentelemetry.io/otel v1.28.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.28.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.28.0 // indirect

@@ -125,6 +125,7 @@ func (p *process) stop(t *testing.T) {
 type stack struct {
 	bin, accountURL, convURL string
 	accountOps, convOps      string
+	accountDB                string
 	accountEnv, convEnv      []string
 }
 
@@ -133,7 +134,7 @@ func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 	bin := binaries(t)
 	uri := mongotest.URI(t)
 	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
-	s := &stack{bin: bin}
+	s := &stack{bin: bin, accountDB: accDB}
 	accAddr, convAddr := freeAddr(t), freeAddr(t)
 	s.accountOps, s.convOps = freeAddr(t), freeAddr(t)
 	s.accountURL, s.convURL = "http://"+accAddr, "http://"+convAddr

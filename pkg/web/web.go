@@ -6,6 +6,7 @@ package web
 
 import (
 	"log/slog"
+	"net/netip"
 
 	"github.com/labstack/echo/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, receives per-route request metrics.
 	Metrics prometheus.Registerer
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
+	// believed (see ClientIP). Empty: the TCP peer is the client.
+	TrustedProxies []netip.Prefix
 }
 
 // New returns an Echo instance with the shared middleware chain: request id,
@@ -30,10 +34,10 @@ func New(cfg Config) *echo.Echo {
 	e := echo.NewWithConfig(echo.Config{
 		Logger:           logger,
 		HTTPErrorHandler: ErrorHandler(logger),
-		// Only the direct peer is trusted until trusted proxies are
-		// configured: X-Forwarded-For from anyone could otherwise spoof the
-		// address that logs and throttling rely on.
-		IPExtractor: echo.ExtractIPDirect(),
+		// Only the direct peer and the configured proxies are trusted:
+		// X-Forwarded-For from anyone could otherwise spoof the address
+		// that logs and throttling rely on.
+		IPExtractor: ClientIP(cfg.TrustedProxies),
 	})
 	e.Use(RequestID())
 	if cfg.Metrics != nil {

@@ -75,6 +75,7 @@ type AccountStore interface {
 type UserStore interface {
 	CreateUser(ctx context.Context, accountID, username, passwordHash string) (User, error)
 	UserByName(ctx context.Context, accountID, username string) (User, error)
+	UserByID(ctx context.Context, accountID, userID string) (User, error)
 	SetPasswordHash(ctx context.Context, accountID, username, passwordHash string) error
 	SetUserDisabled(ctx context.Context, accountID, username string, disabled bool) error
 }
@@ -89,22 +90,14 @@ type DefinitionStore interface {
 	DeleteDefinition(ctx context.Context, accountID, id string) error
 }
 
-// SigningKeyStore keeps the service-generated signing key when no key files
-// are configured, so every replica signs with the same key and a restart
-// invalidates no token.
-type SigningKeyStore interface {
-	// LoadOrCreateSigningKey returns the stored private key (a JWK in JSON)
-	// for alg, storing the output of generate first when none exists. Of
-	// replicas racing at first start, exactly one key wins and all return it.
-	LoadOrCreateSigningKey(ctx context.Context, alg string, generate func() ([]byte, error)) ([]byte, error)
-}
-
 // Store is everything the service persists.
 type Store interface {
 	AccountStore
 	UserStore
+	SessionStore
 	DefinitionStore
 	SigningKeyStore
+	LoginThrottleStore
 }
 
 // PasswordHasher hashes and verifies passwords.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,13 +67,19 @@ func newAPI(t *testing.T) *api {
 	if err != nil {
 		t.Fatal(err)
 	}
+	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}, Uses: []token.Use{token.UseRefresh}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
-		Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
-		Definitions:   store,
-		Issuer:        issuer,
-		Verifier:      verifier,
-		Keys:          keys,
-		IssuerURL:     issuerURL,
+		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
+		Definitions:     store,
+		Sessions:        store,
+		Issuer:          issuer,
+		Verifier:        verifier,
+		RefreshVerifier: refreshVerifier,
+		Keys:            keys,
+		IssuerURL:       issuerURL,
 	}))
 	t.Cleanup(srv.Close)
 
@@ -192,6 +199,12 @@ func TestAPI(t *testing.T) {
 	t.Run("DefinitionsAreScopedByAccount", func(t *testing.T) { testDefinitionIsolation(t, a) })
 	t.Run("DefinitionBadInput", func(t *testing.T) { testDefinitionBadInput(t, a) })
 	t.Run("WellKnown", func(t *testing.T) { testWellKnown(t, a) })
+	t.Run("Refresh", func(t *testing.T) { testRefresh(t, a) })
+	t.Run("RefreshReuseRevokesTheSession", func(t *testing.T) { testRefreshReuse(t, a) })
+	t.Run("ConcurrentRefreshHasOneWinner", func(t *testing.T) { testConcurrentRefresh(t, a) })
+	t.Run("Logout", func(t *testing.T) { testLogout(t, a) })
+	t.Run("RefreshOfDisabledUser", func(t *testing.T) { testRefreshDisabledUser(t, a) })
+	t.Run("RefreshBadInput", func(t *testing.T) { testRefreshBadInput(t, a) })
 	t.Run("UnknownRouteAndMethod", func(t *testing.T) { testUnknownRoute(t, a) })
 
 	// 503 needs a database outage; it is exercised where MongoDB is stopped.
@@ -493,5 +506,157 @@ func testUnknownRoute(t *testing.T, a *api) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		response{status: resp.StatusCode, header: resp.Header, body: body}.problem(t, tc.status, tc.code)
+	}
+}
+
+func refreshBody(rt string) string { return `{"refresh_token":"` + rt + `"}` }
+
+// refresh exchanges rt and returns the status and, on 200, the new set.
+func (a *api) refresh(rt string) (int, token.Set) {
+	a.t.Helper()
+	r := a.call("POST", "/token/refresh", "", refreshBody(rt))
+	var out struct{ Tokens token.Set }
+	if r.status == http.StatusOK {
+		r.json(a.t, &out)
+		if r.header.Get("Cache-Control") != "no-store" {
+			a.t.Errorf("refresh: Cache-Control = %q", r.header.Get("Cache-Control"))
+		}
+	} else {
+		r.problem(a.t, http.StatusUnauthorized, "invalid_token")
+	}
+	return r.status, out.Tokens
+}
+
+func testRefresh(t *testing.T, a *api) {
+	first := a.login("acme", "alice", "alice-password")
+	status, second := a.refresh(first.RefreshToken)
+	if status != http.StatusOK || second.RefreshToken == first.RefreshToken || second.IDToken == "" {
+		t.Fatalf("refresh: %d", status)
+	}
+	ctx := context.Background()
+	c1, _ := a.verifier.Verify(ctx, first.IDToken)
+	c2, err := a.verifier.Verify(ctx, second.IDToken)
+	if err != nil || c2.SessionID != c1.SessionID || c2.Subject != c1.Subject || !c2.AuthTime.Equal(c1.AuthTime) ||
+		c2.PreferredUsername != "alice" {
+		t.Fatalf("refreshed id token = %+v, %v; want the same session, user and auth_time as %+v", c2, err, c1)
+	}
+	if r := a.call("GET", "/definitions", second.AccessToken, ""); r.status != http.StatusOK {
+		t.Fatalf("refreshed access token: %d", r.status)
+	}
+	// The new refresh token can be exchanged in turn.
+	if status, _ := a.refresh(second.RefreshToken); status != http.StatusOK {
+		t.Fatalf("second refresh: %d", status)
+	}
+}
+
+func testRefreshReuse(t *testing.T, a *api) {
+	set := a.login("acme", "alice", "alice-password")
+	_, owner := a.refresh(set.RefreshToken)
+	// A thief replays the first refresh token: refused, and the session ends.
+	if status, _ := a.refresh(set.RefreshToken); status != http.StatusUnauthorized {
+		t.Fatalf("replayed refresh token: %d", status)
+	}
+	// The owner's current refresh token is now dead too.
+	if status, _ := a.refresh(owner.RefreshToken); status != http.StatusUnauthorized {
+		t.Fatalf("owner's refresh after reuse: %d, want 401", status)
+	}
+	// Other sessions of the same user are untouched.
+	other := a.login("acme", "alice", "alice-password")
+	if status, _ := a.refresh(other.RefreshToken); status != http.StatusOK {
+		t.Fatalf("another session: %d", status)
+	}
+}
+
+func testConcurrentRefresh(t *testing.T, a *api) {
+	for round := range 3 {
+		set := a.login("acme", "alice", "alice-password")
+		const racers = 8
+		statuses := make(chan int, racers)
+		var wg sync.WaitGroup
+		for range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := a.srv.Client().Post(a.srv.URL+"/token/refresh", "application/json", strings.NewReader(refreshBody(set.RefreshToken)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				statuses <- resp.StatusCode
+			}()
+		}
+		wg.Wait()
+		close(statuses)
+		counts := map[int]int{}
+		for s := range statuses {
+			counts[s]++
+		}
+		if counts[200] != 1 || counts[401] != racers-1 {
+			t.Fatalf("round %d: statuses %v; want exactly one 200 and %d 401", round, counts, racers-1)
+		}
+	}
+}
+
+func testLogout(t *testing.T, a *api) {
+	set := a.login("acme", "alice", "alice-password")
+	for range 2 { // idempotent
+		if r := a.call("POST", "/logout", "", refreshBody(set.RefreshToken)); r.status != http.StatusNoContent || len(r.body) != 0 {
+			t.Fatalf("logout: %d %s", r.status, r.body)
+		}
+	}
+	if status, _ := a.refresh(set.RefreshToken); status != http.StatusUnauthorized {
+		t.Fatalf("refresh after logout: %d", status)
+	}
+	// Logging out one session leaves the others alone.
+	other := a.login("acme", "alice", "alice-password")
+	if status, _ := a.refresh(other.RefreshToken); status != http.StatusOK {
+		t.Fatalf("other session after logout: %d", status)
+	}
+}
+
+func testRefreshDisabledUser(t *testing.T, a *api) {
+	ctx := context.Background()
+	globex, _ := a.store.AccountByName(ctx, "globex")
+	set := a.login("globex", "bob", "bob-password")
+	if err := a.store.SetUserDisabled(ctx, globex.ID, "bob", true); err != nil {
+		t.Fatal(err)
+	}
+	defer a.store.SetUserDisabled(ctx, globex.ID, "bob", false)
+	if status, _ := a.refresh(set.RefreshToken); status != http.StatusUnauthorized {
+		t.Fatalf("refresh of a disabled user: %d", status)
+	}
+	// Re-enabling does not bring the ended session back.
+	a.store.SetUserDisabled(ctx, globex.ID, "bob", false)
+	if status, _ := a.refresh(set.RefreshToken); status != http.StatusUnauthorized {
+		t.Fatalf("refresh after re-enabling: %d", status)
+	}
+}
+
+func testRefreshBadInput(t *testing.T, a *api) {
+	set := a.login("acme", "alice", "alice-password")
+	for _, path := range []string{"/token/refresh", "/logout"} {
+		for name, tc := range map[string]struct {
+			body, contentType string
+			status            int
+			code              string
+		}{
+			"access token": {refreshBody(set.AccessToken), "application/json", 401, "invalid_token"},
+			"id token":     {refreshBody(set.IDToken), "application/json", 401, "invalid_token"},
+			"garbage":      {refreshBody("not-a-token"), "application/json", 401, "invalid_token"},
+			"missing":      {`{}`, "application/json", 400, "validation_failed"},
+			"wrong type":   {`{"refresh_token":{"$ne":null}}`, "application/json", 400, "validation_failed"},
+			"malformed":    {`{"refresh_token":`, "application/json", 400, "malformed_json"},
+			"form":         {"refresh_token=x", "application/x-www-form-urlencoded", 415, "unsupported_media_type"},
+			"too large":    {refreshBody(strings.Repeat("a", 17<<10)), "application/json", 413, "body_too_large"},
+		} {
+			t.Run(path+" "+name, func(t *testing.T) {
+				a.callInvalid("POST", path, "", tc.body, tc.contentType).problem(t, tc.status, tc.code)
+			})
+		}
+	}
+	// None of that touched the session.
+	if status, _ := a.refresh(set.RefreshToken); status != http.StatusOK {
+		t.Fatalf("session after bad inputs: %d", status)
 	}
 }

@@ -15,8 +15,13 @@ import (
 	"github.com/acme/platform/services/account/password"
 )
 
-// maxLoginBody is the contract's login body limit.
+// maxLoginBody is the contract's login body limit (also for the refresh
+// and logout bodies, which hold one token).
 const maxLoginBody = 16 << 10
+
+// problemRetry is the Retry-After of a 503 caused by load or an
+// unavailable dependency.
+const problemRetry = time.Second
 
 type loginRequest struct {
 	Username    string `json:"username"`
@@ -47,7 +52,9 @@ func (r loginRequest) validate() error {
 	return nil
 }
 
-func handleLogin(auth account.Authenticator, issuer *token.Issuer) echo.HandlerFunc {
+// handleLogin checks the throttle before any password work: a locked
+// account+username or client address is a 429, whatever the password.
+func handleLogin(auth account.Authenticator, throttle *account.LoginThrottle, sessions account.SessionStore, issuer *token.Issuer) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		var req loginRequest
 		if err := web.DecodeJSON(c, maxLoginBody, &req); err != nil {
@@ -57,29 +64,46 @@ func handleLogin(auth account.Authenticator, issuer *token.Issuer) echo.HandlerF
 			return err
 		}
 		ctx := c.Request().Context()
+		attempt, retryAfter, err := throttle.Begin(ctx, req.AccountName, req.Username, c.RealIP())
+		if err != nil {
+			return err
+		}
+		if retryAfter > 0 {
+			return problem.TooManyRequests("Too many failed login attempts; retry later.", retryAfter)
+		}
 		acc, user, err := auth.Authenticate(ctx, req.AccountName, req.Username, req.Password)
 		switch {
 		case errors.Is(err, account.ErrInvalidCredentials):
+			if err := attempt.Failed(ctx); err != nil {
+				return err
+			}
 			return problem.New(http.StatusUnauthorized, problem.CodeInvalidCredentials,
 				"The account name, username or password is wrong.")
-		case errors.Is(err, password.ErrBusy):
-			return problem.Unavailable(time.Second)
 		case err != nil:
+			// The password was not checked: the attempt does not count.
+			attempt.Abandon(ctx)
+			if errors.Is(err, password.ErrBusy) {
+				return problem.Unavailable(problemRetry)
+			}
 			return err
 		}
-		set, err := issuer.Mint(ctx, token.Subject{
+		if err := attempt.Succeeded(ctx); err != nil {
+			return err
+		}
+		subject := token.Subject{
 			UserID:      user.ID,
 			AccountID:   acc.ID,
 			AccountName: acc.Name,
 			Username:    user.Username,
 			AuthTime:    time.Now(),
-		})
+		}
+		set, err := issuer.Mint(ctx, subject)
 		if err != nil {
 			return err
 		}
-		// Tokens must never sit in a shared cache (RFC 6749 section 5.1).
-		c.Response().Header().Set("Cache-Control", "no-store")
-		c.Response().Header().Set("Pragma", "no-cache")
-		return c.JSON(http.StatusOK, loginResponse{Tokens: set})
+		if err := startSession(ctx, sessions, set, acc, user, subject); err != nil {
+			return err
+		}
+		return writeTokenSet(c, set)
 	}
 }

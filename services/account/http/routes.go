@@ -11,7 +11,9 @@ import (
 func addRoutes(e *echo.Echo, d Deps) {
 	bearer := token.Middleware(d.Verifier)
 
-	e.POST("/login", handleLogin(d.Authenticator, d.Issuer))
+	e.POST("/login", handleLogin(d.Authenticator, d.Throttle, d.Sessions, d.Issuer))
+	e.POST("/token/refresh", handleRefresh(d.RefreshVerifier, d.Authenticator.Users, d.Sessions, d.Issuer))
+	e.POST("/logout", handleLogout(d.RefreshVerifier, d.Sessions))
 
 	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer)
 	e.POST("/definitions", handleCreateDefinition(d.Definitions), bearer)

@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"log/slog"
 	"net/http"
+	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,16 +28,25 @@ type Deps struct {
 	Metrics       prometheus.Registerer
 	Authenticator account.Authenticator
 	Definitions   account.DefinitionStore
+	Sessions      account.SessionStore
 	Issuer        *token.Issuer
-	Verifier      *token.Verifier
-	Keys          token.KeyringProvider
+	// Verifier checks bearer tokens (id and access); RefreshVerifier checks
+	// the refresh tokens sent to /token/refresh and /logout.
+	Verifier        *token.Verifier
+	RefreshVerifier *token.Verifier
+	Keys            token.KeyringProvider
 	// IssuerURL is the public base URL of this service (the tokens' iss).
 	IssuerURL string
+	// Throttle limits failed logins; nil disables throttling.
+	Throttle *account.LoginThrottle
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For gives
+	// the client address (web.ClientIP); empty: the TCP peer.
+	TrustedProxies []netip.Prefix
 }
 
 // NewHandler returns the API handler.
 func NewHandler(d Deps) http.Handler {
-	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics})
+	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, TrustedProxies: d.TrustedProxies})
 	addRoutes(e, d)
 	return e
 }

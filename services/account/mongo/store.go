@@ -7,7 +7,9 @@
 //	accounts       {name:1} unique                 AccountByName, ListAccounts (sorted by name)
 //	users          {account_id:1, username:1} unique  UserByName, and the updates by account+username
 //	definitions    {account_id:1, created_at:1, _id:1}  ListDefinitions; Get/Replace/Delete filter on _id + account_id
-//	signing_keys   _id = algorithm                 LoadOrCreateSigningKey
+//	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
+//	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
+//	login_throttle _id = throttle key; {expires_at:1}  TakeLoginAttempt and the rest (by _id); PurgeLoginThrottle
 //
 // No operation spans two documents, so no transaction is needed anywhere
 // (and the code runs unchanged on the embedded server used in development).
@@ -35,6 +37,8 @@ type Store struct {
 	users       *mongo.Collection
 	definitions *mongo.Collection
 	keys        *mongo.Collection
+	sessions    *mongo.Collection
+	throttle    *mongo.Collection
 	now         func() time.Time
 }
 
@@ -47,6 +51,8 @@ func New(db *mongo.Database) *Store {
 		users:       db.Collection("users"),
 		definitions: db.Collection("definitions"),
 		keys:        db.Collection("signing_keys"),
+		sessions:    db.Collection("sessions"),
+		throttle:    db.Collection("login_throttle"),
 		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
 }
@@ -62,6 +68,8 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{s.accounts, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name_unique")}},
 		{s.users, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "username", Value: 1}}, Options: options.Index().SetUnique(true).SetName("account_username_unique")}},
 		{s.definitions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
+		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
+		{s.throttle, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 	}
 	for _, spec := range specs {
 		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {
@@ -157,6 +165,19 @@ func (s *Store) UserByName(ctx context.Context, accountID, username string) (acc
 	err := s.users.FindOne(ctx, userKey(accountID, username)).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return account.User{}, fmt.Errorf("user %q: %w", username, account.ErrNotFound)
+	}
+	if err != nil {
+		return account.User{}, mongodb.Wrap(err, "find user")
+	}
+	return doc.domain(), nil
+}
+
+// UserByID finds a user of an account by id.
+func (s *Store) UserByID(ctx context.Context, accountID, userID string) (account.User, error) {
+	var doc userDoc
+	err := s.users.FindOne(ctx, bson.D{{Key: "_id", Value: userID}, {Key: "account_id", Value: accountID}}).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.User{}, fmt.Errorf("user %q: %w", userID, account.ErrNotFound)
 	}
 	if err != nil {
 		return account.User{}, mongodb.Wrap(err, "find user")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/services/account"
 )
@@ -32,7 +33,19 @@ func Run(t *testing.T, newStore NewStore) {
 		{"DefinitionLifecycle", testDefinitionLifecycle},
 		{"DefinitionsAreScopedByAccount", testDefinitionIsolation},
 		{"ListDefinitionsEmptyIsNotNil", testListDefinitionsEmpty},
-		{"SigningKeyCreatedOnceUnderRace", testSigningKeyRace},
+		{"SigningKeysCreatedOnceUnderRace", testSigningKeysCreatedOnceUnderRace},
+		{"SigningKeysConditionalUpdate", testSigningKeysConditionalUpdate},
+		{"SessionRefreshRotation", testSessionRotation},
+		{"SessionConcurrentExchangeHasOneWinner", testSessionConcurrentRotate},
+		{"SessionRevokeAndScope", testSessionRevoke},
+		{"SessionPurge", testSessionPurge},
+		{"ThrottleLocksAtTheLimitUntilTheLockEnds", testThrottleLockout},
+		{"ThrottleWindowStartsOver", testThrottleWindow},
+		{"ThrottleLockoutGrows", testThrottleLockoutGrows},
+		{"ThrottleResetAndRefund", testThrottleResetAndRefund},
+		{"ThrottleKeysAreIndependent", testThrottleKeysAreIndependent},
+		{"ThrottleConcurrentAttemptsCountExactly", testThrottleConcurrentAttempts},
+		{"ThrottlePurge", testThrottlePurge},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,6 +120,12 @@ func testUsernames(t *testing.T, s account.Store) {
 	}
 	if _, err := s.UserByName(ctx, a.ID, "bob"); !errors.Is(err, account.ErrNotFound) {
 		t.Fatalf("unknown user: err = %v", err)
+	}
+	if byID, err := s.UserByID(ctx, a.ID, u.ID); err != nil || byID.Username != "alice" {
+		t.Fatalf("UserByID = %+v, %v", byID, err)
+	}
+	if _, err := s.UserByID(ctx, b.ID, u.ID); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("UserByID in another account: err = %v", err)
 	}
 }
 
@@ -226,34 +245,223 @@ func testListDefinitionsEmpty(t *testing.T, s account.Store) {
 	}
 }
 
-func testSigningKeyRace(t *testing.T, s account.Store) {
+func testSigningKeysCreatedOnceUnderRace(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	if _, err := s.SigningKeys(ctx, "RS256"); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("empty store: err = %v, want ErrNotFound", err)
+	}
 	const replicas = 8
 	var wg sync.WaitGroup
-	got := make([]string, replicas)
 	errs := make([]error, replicas)
+	start := make(chan struct{})
 	for i := range replicas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key, err := s.LoadOrCreateSigningKey(context.Background(), "RS256", func() ([]byte, error) {
-				return fmt.Appendf(nil, `{"replica":%d}`, i), nil
-			})
-			got[i], errs[i] = string(key), err
-		}()
+		wg.Go(func() {
+			<-start
+			_, errs[i] = s.CreateSigningKeys(ctx, "RS256", []account.SigningKey{signingKey(fmt.Sprint("kid-", i), time.Now(), time.Time{})})
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner == -1:
+			winner = i
+		case err == nil:
+			t.Fatalf("replicas %d and %d both created the signing keys", winner, i)
+		case !errors.Is(err, account.ErrDuplicate):
+			t.Fatalf("replica %d: err = %v, want ErrDuplicate", i, err)
+		}
+	}
+	if winner == -1 {
+		t.Fatal("no replica created the signing keys")
+	}
+	got, err := s.SigningKeys(ctx, "RS256")
+	if err != nil || got.Version != 1 || len(got.Keys) != 1 || got.Keys[0].KID != fmt.Sprint("kid-", winner) {
+		t.Fatalf("stored keys = %+v, %v; want version 1 with the winner's key", got, err)
+	}
+	// Keyrings of other algorithms are separate.
+	if _, err := s.SigningKeys(ctx, "ES256"); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("ES256 after creating RS256: err = %v, want ErrNotFound", err)
+	}
+}
+
+func testSigningKeysConditionalUpdate(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	first := signingKey("k1", now, time.Time{})
+	created, err := s.CreateSigningKeys(ctx, "ES256", []account.SigningKey{first})
+	if err != nil || created.Version != 1 {
+		t.Fatalf("create = %+v, %v", created, err)
+	}
+	// A successor: the first key gets its expiry, the new key signs later.
+	first.ExpiresAt = now.Add(3 * time.Hour)
+	second := signingKey("k2", now.Add(time.Minute), time.Time{})
+	second.SignsFrom = now.Add(11 * time.Minute)
+	updated, err := s.UpdateSigningKeys(ctx, "ES256", 1, []account.SigningKey{first, second})
+	if err != nil || updated.Version != 2 || len(updated.Keys) != 2 {
+		t.Fatalf("update = %+v, %v", updated, err)
+	}
+	// A replica still at version 1 loses and changes nothing.
+	if _, err := s.UpdateSigningKeys(ctx, "ES256", 1, []account.SigningKey{signingKey("k3", now, time.Time{})}); !errors.Is(err, account.ErrSigningKeysChanged) {
+		t.Fatalf("stale update: err = %v, want ErrSigningKeysChanged", err)
+	}
+	if _, err := s.UpdateSigningKeys(ctx, "EdDSA", 1, nil); !errors.Is(err, account.ErrSigningKeysChanged) {
+		t.Fatalf("update of a missing keyring: err = %v, want ErrSigningKeysChanged", err)
+	}
+	got, err := s.SigningKeys(ctx, "ES256")
+	if err != nil || got.Version != 2 || got.Alg != "ES256" || len(got.Keys) != 2 {
+		t.Fatalf("stored = %+v, %v", got, err)
+	}
+	for i, want := range []account.SigningKey{first, second} {
+		k := got.Keys[i]
+		if k.KID != want.KID || k.Alg != want.Alg || string(k.JWK) != string(want.JWK) ||
+			!k.CreatedAt.Equal(want.CreatedAt) || !k.SignsFrom.Equal(want.SignsFrom) || !k.ExpiresAt.Equal(want.ExpiresAt) {
+			t.Errorf("key %d = %+v, want %+v", i, k, want)
+		}
+	}
+	if !got.Keys[1].ExpiresAt.IsZero() {
+		t.Errorf("the newest key's zero ExpiresAt came back as %v", got.Keys[1].ExpiresAt)
+	}
+	// Concurrent updates from one version: exactly one wins.
+	const racers = 6
+	var wg sync.WaitGroup
+	errs := make([]error, racers)
+	for i := range racers {
+		wg.Go(func() {
+			_, errs[i] = s.UpdateSigningKeys(ctx, "ES256", 2, []account.SigningKey{signingKey(fmt.Sprint("r", i), now, time.Time{})})
+		})
 	}
 	wg.Wait()
-	for i := range replicas {
-		if errs[i] != nil {
-			t.Fatalf("replica %d: %v", i, errs[i])
-		}
-		if got[i] != got[0] {
-			t.Fatalf("replicas disagree on the key: %q vs %q", got[i], got[0])
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, account.ErrSigningKeysChanged):
+			t.Fatalf("racer: %v", err)
 		}
 	}
-	again, err := s.LoadOrCreateSigningKey(context.Background(), "RS256", func() ([]byte, error) {
-		return nil, errors.New("must not generate when a key exists")
+	if got, err := s.SigningKeys(ctx, "ES256"); wins != 1 || err != nil || got.Version != 3 || len(got.Keys) != 1 {
+		t.Fatalf("%d racers won; stored %+v, %v; want 1 winner and version 3", wins, got, err)
+	}
+}
+
+// signingKey is a stored key for store tests; the JWK is opaque to stores.
+func signingKey(kid string, created, expires time.Time) account.SigningKey {
+	created = created.UTC().Truncate(time.Millisecond)
+	return account.SigningKey{
+		KID: kid, Alg: "ES256", JWK: fmt.Appendf(nil, `{"kty":"EC","kid":%q}`, kid),
+		CreatedAt: created, SignsFrom: created, ExpiresAt: expires,
+	}
+}
+
+func newSession(t *testing.T, s account.Store, accountID, id, refreshID string) {
+	t.Helper()
+	err := s.CreateSession(context.Background(), account.Session{
+		ID: id, AccountID: accountID, UserID: "usr_1", RefreshID: refreshID,
+		AuthTime: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
 	})
-	if err != nil || string(again) != got[0] {
-		t.Fatalf("second load = %q, %v", again, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testSessionRotation(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	newSession(t, s, "acc_1", "sid_1", "r1")
+	exp := time.Now().Add(2 * time.Hour)
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r2", exp); err != nil {
+		t.Fatalf("first exchange: %v", err)
+	}
+	sess, err := s.SessionByID(ctx, "acc_1", "sid_1")
+	if err != nil || sess.RefreshID != "r2" || sess.UserID != "usr_1" || sess.AuthTime.IsZero() || sess.Revoked ||
+		!sess.ExpiresAt.Equal(exp.UTC().Truncate(time.Millisecond)) {
+		t.Fatalf("session after exchange = %+v, %v", sess, err)
+	}
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r2", "r3", exp); err != nil {
+		t.Fatalf("second exchange: %v", err)
+	}
+	// r1 was spent: presenting it again revokes the session...
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r9", exp); !errors.Is(err, account.ErrRefreshReused) {
+		t.Fatalf("reuse: err = %v, want ErrRefreshReused", err)
+	}
+	// ...so the current token r3 no longer works either.
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r3", "r4", exp); !errors.Is(err, account.ErrSessionRevoked) {
+		t.Fatalf("after reuse: err = %v, want ErrSessionRevoked", err)
+	}
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_nope", "r1", "r2", exp); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("unknown session: err = %v", err)
+	}
+}
+
+func testSessionConcurrentRotate(t *testing.T, s account.Store) {
+	for round := range 5 {
+		sid := fmt.Sprint("sid_race_", round)
+		newSession(t, s, "acc_1", sid, "r1")
+		const racers = 10
+		var wg sync.WaitGroup
+		errs := make([]error, racers)
+		for i := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.RotateRefresh(context.Background(), "acc_1", sid, "r1", fmt.Sprint("next", i), time.Now().Add(time.Hour))
+			}()
+		}
+		wg.Wait()
+		wins := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, account.ErrRefreshReused), errors.Is(err, account.ErrSessionRevoked):
+			default:
+				t.Fatalf("unexpected error: %v", err)
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d: %d of %d concurrent exchanges of one token succeeded, want exactly 1", round, wins, racers)
+		}
+	}
+}
+
+func testSessionRevoke(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	newSession(t, s, "acc_1", "sid_1", "r1")
+	if err := s.RevokeSession(ctx, "acc_2", "sid_1"); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("revoke from another account: err = %v", err)
+	}
+	if err := s.RotateRefresh(ctx, "acc_2", "sid_1", "r1", "r2", time.Now().Add(time.Hour)); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("exchange from another account: err = %v", err)
+	}
+	for range 2 { // idempotent
+		if err := s.RevokeSession(ctx, "acc_1", "sid_1"); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+	}
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r2", time.Now().Add(time.Hour)); !errors.Is(err, account.ErrSessionRevoked) {
+		t.Fatalf("exchange after revoke: err = %v", err)
+	}
+	if err := s.RevokeSession(ctx, "acc_1", "sid_nope"); !errors.Is(err, account.ErrNotFound) {
+		t.Fatalf("revoke unknown: err = %v", err)
+	}
+}
+
+func testSessionPurge(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	for i, exp := range []time.Duration{-2 * time.Hour, -time.Minute, time.Hour} {
+		err := s.CreateSession(ctx, account.Session{ID: fmt.Sprint("sid_", i), AccountID: "acc_1", UserID: "u", RefreshID: "r",
+			AuthTime: time.Now(), ExpiresAt: time.Now().Add(exp)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.PurgeExpiredSessions(ctx, time.Now())
+	if err != nil || n != 2 {
+		t.Fatalf("purged %d, %v; want 2", n, err)
+	}
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_2", "r", "r2", time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("live session was purged: %v", err)
 	}
 }

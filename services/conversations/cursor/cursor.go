@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/acme/platform/services/conversations"
@@ -67,7 +68,9 @@ func (c *Codec) Encode(scope Scope, pos conversations.Position) string {
 
 // Decode returns the position of cursor s within scope, or ErrInvalid.
 func (c *Codec) Decode(scope Scope, s string) (conversations.Position, error) {
-	if len(s) == 0 || len(s) > maxLen {
+	// Base64 decoding skips CR and LF, even in strict mode: refuse them,
+	// so that a position has exactly one cursor.
+	if len(s) == 0 || len(s) > maxLen || strings.ContainsAny(s, "\r\n") {
 		return conversations.Position{}, ErrInvalid
 	}
 	raw, err := base64.RawURLEncoding.Strict().DecodeString(s)

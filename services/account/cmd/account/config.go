@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/acme/platform/pkg/servicecmd"
@@ -22,17 +24,47 @@ type config struct {
 	TokenTTL        time.Duration `envconfig:"TOKEN_TTL" default:"1h" desc:"lifetime of id and access tokens (expires_in)"`
 	RefreshTTL      time.Duration `envconfig:"REFRESH_TTL" default:"720h" desc:"lifetime of refresh tokens"`
 	SigningAlg      string        `envconfig:"SIGNING_ALG" default:"RS256" desc:"algorithm of a generated signing key: RS256, ES256 or EdDSA"`
-	KeyFiles        []string      `envconfig:"KEY_FILES" desc:"comma-separated PEM or JWK private key files; empty: generate one and keep it in MongoDB"`
+	KeyFiles        []string      `envconfig:"KEY_FILES" desc:"comma-separated PEM or JWK private key files; empty: generate keys, keep them in MongoDB and rotate them"`
 	ActiveKeyID     string        `envconfig:"ACTIVE_KEY_ID" desc:"kid of the key file that signs; default the first file; the others are only published"`
+
+	// Rotation of the generated keys (not of key files, which operators
+	// rotate): see package signing for the timeline.
+	KeyRotationPeriod time.Duration `envconfig:"KEY_ROTATION_PERIOD" default:"720h" desc:"how long each generated key signs before the next takes over; 0 disables rotation; not used with KEY_FILES"`
+	KeyPublishAhead   time.Duration `envconfig:"KEY_PUBLISH_AHEAD" default:"10m" desc:"how long the next generated key is in the JWKS before it signs; must exceed KEY_CHECK_INTERVAL plus every verifier's JWKS refresh interval"`
+	KeyCheckInterval  time.Duration `envconfig:"KEY_CHECK_INTERVAL" default:"1m" desc:"how often each replica reloads the generated keys from MongoDB, rotating when due"`
+
 	HashConcurrency int           `envconfig:"HASH_CONCURRENCY" default:"0" desc:"password hashes at once; 0 means the number of CPUs"`
 	Argon2MemoryKiB uint32        `envconfig:"ARGON2_MEMORY_KIB" default:"19456" desc:"argon2id memory per hash for new passwords, KiB"`
 	Argon2Time      uint32        `envconfig:"ARGON2_ITERATIONS" default:"2" desc:"argon2id iterations for new passwords"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
+
+	// Brute-force protection (see docs/decisions.md, "Login throttling").
+	LoginUserMaxFailures int           `envconfig:"LOGIN_USER_MAX_FAILURES" default:"5" desc:"failed logins of one account name + username within LOGIN_WINDOW that lock it; 0 disables"`
+	LoginIPMaxFailures   int           `envconfig:"LOGIN_IP_MAX_FAILURES" default:"100" desc:"failed logins from one client address (IPv6: its /64) within LOGIN_WINDOW that lock it; 0 disables"`
+	LoginWindow          time.Duration `envconfig:"LOGIN_WINDOW" default:"15m" desc:"how long failed logins are counted, from the first"`
+	LoginLockout         time.Duration `envconfig:"LOGIN_LOCKOUT" default:"15m" desc:"how long the first lock lasts; each further lock of the same key within 24h doubles it"`
+	LoginMaxLockout      time.Duration `envconfig:"LOGIN_MAX_LOCKOUT" default:"4h" desc:"the longest lock; equal to LOGIN_LOCKOUT for a fixed lockout"`
+	TrustedProxies       []string      `envconfig:"TRUSTED_PROXIES" desc:"comma-separated CIDRs or addresses of reverse proxies whose X-Forwarded-For gives the client address; empty: the TCP peer is the client"`
 }
 
 func loadConfig() (config, error) {
 	var cfg config
-	err := servicecmd.LoadConfig(envPrefix, &cfg)
-	return cfg, err
+	if err := servicecmd.LoadConfig(envPrefix, &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.validate()
+}
+
+// validate checks what envconfig cannot: the key rotation timings.
+func (c config) validate() error {
+	switch {
+	case c.KeyRotationPeriod < 0 || c.KeyPublishAhead < 0 || c.KeyCheckInterval <= 0:
+		return errors.New("configuration: ACCOUNT_KEY_ROTATION_PERIOD and ACCOUNT_KEY_PUBLISH_AHEAD must not be negative, ACCOUNT_KEY_CHECK_INTERVAL must be positive")
+	case c.KeyRotationPeriod > 0 && (c.KeyPublishAhead == 0 || c.KeyPublishAhead >= c.KeyRotationPeriod):
+		return fmt.Errorf("configuration: ACCOUNT_KEY_PUBLISH_AHEAD (%v) must be above 0 and below ACCOUNT_KEY_ROTATION_PERIOD (%v)", c.KeyPublishAhead, c.KeyRotationPeriod)
+	case c.KeyRotationPeriod > 0 && c.KeyCheckInterval >= c.KeyPublishAhead:
+		return fmt.Errorf("configuration: ACCOUNT_KEY_CHECK_INTERVAL (%v) must be below ACCOUNT_KEY_PUBLISH_AHEAD (%v), so that every replica has the next key before it signs", c.KeyCheckInterval, c.KeyPublishAhead)
+	}
+	return c.validateLogin()
 }

@@ -343,3 +343,32 @@ func TestKeyFilesServeAndEmptyMeansNone(t *testing.T) {
 		t.Fatalf("missing key file: err = %v, want a permanent error naming the file", err)
 	}
 }
+
+func TestKeyRotationSettingsAreChecked(t *testing.T) {
+	base := config{KeyRotationPeriod: 720 * time.Hour, KeyPublishAhead: 10 * time.Minute, KeyCheckInterval: time.Minute}
+	for name, tc := range map[string]struct {
+		edit func(*config)
+		ok   bool
+	}{
+		"defaults":                {func(*config) {}, true},
+		"rotation off":            {func(c *config) { c.KeyRotationPeriod, c.KeyPublishAhead = 0, 0 }, true},
+		"publish-ahead not below": {func(c *config) { c.KeyPublishAhead = c.KeyRotationPeriod }, false},
+		"no publish-ahead":        {func(c *config) { c.KeyPublishAhead = 0 }, false},
+		"check not below ahead":   {func(c *config) { c.KeyCheckInterval = c.KeyPublishAhead }, false},
+		"no check interval":       {func(c *config) { c.KeyCheckInterval = 0 }, false},
+		"negative period":         {func(c *config) { c.KeyRotationPeriod = -time.Hour }, false},
+		"e2e timings (6s, 3s, 250ms)": {func(c *config) {
+			c.KeyRotationPeriod, c.KeyPublishAhead, c.KeyCheckInterval = 6*time.Second, 3*time.Second, 250*time.Millisecond
+		}, true},
+	} {
+		c := base
+		tc.edit(&c)
+		if err := c.validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: validate() = %v", name, err)
+		}
+	}
+	t.Setenv("ACCOUNT_KEY_PUBLISH_AHEAD", "1000h")
+	if _, err := runCmd(t, ""); err == nil || !strings.Contains(err.Error(), "ACCOUNT_KEY_PUBLISH_AHEAD") {
+		t.Fatalf("publish-ahead over the period: err = %v", err)
+	}
+}

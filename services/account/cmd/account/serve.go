@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +22,7 @@ import (
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongo"
 	"github.com/acme/platform/services/account/password"
+	"github.com/acme/platform/services/account/signing"
 )
 
 // serve runs the service until ctx is cancelled (SIGTERM, Ctrl-C), then
@@ -33,6 +37,10 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
+	// Background work started by Init (key rotation) ends with the
+	// service's context; wait for it before disconnecting.
+	var background sync.WaitGroup
+	defer background.Wait()
 	store := mongo.New(client.Database(cfg.MongoDBDatabase))
 
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency})
@@ -41,6 +49,8 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	}
 
 	registry := servicecmd.NewRegistry()
+	go purgeExpiredSessions(ctx, logger, store, time.Hour)
+	go purgeLoginThrottle(ctx, logger, store, time.Hour)
 
 	return servicecmd.Service{
 		Name:     "account",
@@ -57,12 +67,16 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			if err := store.EnsureIndexes(ctx); err != nil {
 				return nil, err
 			}
-			keys, err := loadKeyring(ctx, cfg, store)
+			keys, rotate, err := loadKeyring(ctx, cfg, store, logger)
 			if err != nil {
 				return nil, err
 			}
 			logger.Info("signing keys loaded", "kid", keys.Keyring().KeyID(), "issuer", cfg.Issuer)
-			return newAPIHandler(cfg, logger, registry, store, hasher, keys)
+			h, err := newAPIHandler(cfg, logger, registry, store, hasher, keys)
+			if err == nil && rotate != nil {
+				background.Go(func() { rotate(ctx) })
+			}
+			return h, err
 		},
 	}.Run(ctx)
 }
@@ -87,48 +101,80 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 	if err != nil {
 		return nil, servicecmd.Permanent(err)
 	}
+	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{
+		Issuer:   cfg.Issuer,
+		Audience: cfg.Audience,
+		Uses:     []token.Use{token.UseRefresh},
+	})
+	if err != nil {
+		return nil, servicecmd.Permanent(err)
+	}
+	proxies, err := trustedProxies(cfg)
+	if err != nil {
+		return nil, servicecmd.Permanent(err)
+	}
 	return accounthttp.NewHandler(accounthttp.Deps{
-		Logger:        logger,
-		Metrics:       registry,
-		Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
-		Definitions:   store,
-		Issuer:        issuer,
-		Verifier:      verifier,
-		Keys:          keys,
-		IssuerURL:     cfg.Issuer,
+		Logger:          logger,
+		Metrics:         registry,
+		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
+		Definitions:     store,
+		Sessions:        store,
+		Issuer:          issuer,
+		RefreshVerifier: refreshVerifier,
+		Verifier:        verifier,
+		Keys:            keys,
+		IssuerURL:       cfg.Issuer,
+		Throttle:        &account.LoginThrottle{Store: store, Policy: loginPolicy(cfg)},
+		TrustedProxies:  proxies,
 	}), nil
 }
 
 // loadKeyring builds the signing keys: from the configured files (a mounted
-// Secret) when there are any, else the key generated once and kept in
-// MongoDB, so that replicas agree and restarts invalidate nothing.
-func loadKeyring(ctx context.Context, cfg config, store account.SigningKeyStore) (token.KeyringProvider, error) {
+// Secret) when there are any, static; else the keys generated and kept in
+// MongoDB, so that replicas agree and restarts invalidate nothing. Those
+// rotate: rotate keeps them up to date until its context ends (nil for
+// key files).
+func loadKeyring(ctx context.Context, cfg config, store account.SigningKeyStore, logger *slog.Logger) (token.KeyringProvider, func(context.Context), error) {
 	if files := nonEmpty(cfg.KeyFiles); len(files) > 0 {
 		ring, err := keyringFromFiles(files, cfg.ActiveKeyID)
 		if err != nil {
-			return nil, servicecmd.Permanent(err)
+			return nil, nil, servicecmd.Permanent(err)
 		}
-		return token.StaticKeyring(ring), nil
+		return token.StaticKeyring(ring), nil, nil
 	}
-	stored, err := store.LoadOrCreateSigningKey(ctx, cfg.SigningAlg, func() ([]byte, error) {
-		key, err := token.GenerateKey(cfg.SigningAlg)
-		if err != nil {
-			return nil, err
-		}
-		return token.MarshalPrivateJWK(key)
+	keys, err := signing.New(signing.Options{
+		Store:         store,
+		Alg:           cfg.SigningAlg,
+		Period:        cfg.KeyRotationPeriod,
+		PublishAhead:  cfg.KeyPublishAhead,
+		CheckInterval: cfg.KeyCheckInterval,
+		Retain:        keyRetention(cfg),
+		Logger:        logger,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, servicecmd.Permanent(err)
 	}
-	key, err := token.ParseKey(stored, cfg.SigningAlg)
-	if err != nil {
-		return nil, servicecmd.Permanent(fmt.Errorf("stored signing key: %w", err))
+	if err := keys.Sync(ctx); err != nil {
+		if errors.Is(err, signing.ErrStoredKey) {
+			return nil, nil, servicecmd.Permanent(err)
+		}
+		return nil, nil, err
 	}
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		return nil, servicecmd.Permanent(err)
+	return keys, keys.Run, nil
+}
+
+// keyRetention is how long a generated key stays published after it stopped
+// signing: the longest token lifetime plus the largest leeway a verifier
+// may allow.
+func keyRetention(cfg config) time.Duration {
+	tokenTTL, refreshTTL := cfg.TokenTTL, cfg.RefreshTTL
+	if tokenTTL <= 0 {
+		tokenTTL = token.DefaultTokenTTL
 	}
-	return token.StaticKeyring(ring), nil
+	if refreshTTL <= 0 {
+		refreshTTL = token.DefaultRefreshTTL
+	}
+	return max(tokenTTL, refreshTTL) + token.MaxLeeway
 }
 
 func keyringFromFiles(paths []string, activeKID string) (*token.Keyring, error) {
@@ -168,4 +214,26 @@ func nonEmpty(list []string) []string {
 		}
 	}
 	return out
+}
+
+// purgeExpiredSessions deletes sessions whose refresh token has expired,
+// every interval until ctx ends. Every replica runs it; the deletes are
+// idempotent. (A TTL index would do this on MongoDB, but the embedded
+// development server lacks TTL indexes.)
+func purgeExpiredSessions(ctx context.Context, logger *slog.Logger, store account.SessionStore, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		n, err := store.PurgeExpiredSessions(ctx, time.Now())
+		if err != nil {
+			logger.Warn("purge expired sessions", "error", err.Error())
+			continue
+		}
+		logger.Debug("purged expired sessions", "count", n)
+	}
 }

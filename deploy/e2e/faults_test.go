@@ -1,0 +1,816 @@
+package e2e
+
+// Fault tolerance of the real binaries: a database outage, SIGTERM with
+// requests in flight, and a JWKS endpoint that starts returning garbage.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/embeddedmongo"
+	"github.com/acme/platform/pkg/token"
+)
+
+// faultRequestTimeout bounds every request of these tests: an answer that
+// takes longer is a hang, not a slow 503 (the services give up on an
+// unreachable database after their 3 s server-selection timeout).
+const faultRequestTimeout = 10 * time.Second
+
+// httpOutcome is the outcome of one HTTP request.
+type httpOutcome struct {
+	name       string
+	status     int // 0 when err is set
+	header     http.Header
+	body       []byte
+	err        error
+	start, end time.Time
+}
+
+func (x httpOutcome) String() string {
+	if x.err != nil {
+		return fmt.Sprintf("%s: error after %v: %v", x.name, x.end.Sub(x.start).Round(time.Millisecond), x.err)
+	}
+	return fmt.Sprintf("%s: %d after %v, Content-Type %q, Retry-After %q, body %s", x.name, x.status,
+		x.end.Sub(x.start).Round(time.Millisecond), x.header.Get("Content-Type"), x.header.Get("Retry-After"),
+		strings.TrimSpace(string(x.body)))
+}
+
+// timedRequest sends one request with c; safe to call from any goroutine
+// (it never fails the test itself).
+func timedRequest(c *http.Client, name, method, url, bearer, body string) httpOutcome {
+	x := httpOutcome{name: name, start: time.Now()}
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		x.err, x.end = err, time.Now()
+		return x
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		x.err, x.end = err, time.Now()
+		return x
+	}
+	defer resp.Body.Close()
+	x.body, x.err = io.ReadAll(resp.Body)
+	x.status, x.header, x.end = resp.StatusCode, resp.Header, time.Now()
+	return x
+}
+
+// why503 reports why x is not the contract's 503 for an unreachable
+// database (problem+json, code service_unavailable, Retry-After), or "".
+func why503(x httpOutcome) string {
+	if x.err != nil || x.status != http.StatusServiceUnavailable {
+		return "not a 503"
+	}
+	if ct := x.header.Get("Content-Type"); ct != "application/problem+json" {
+		return "Content-Type " + ct
+	}
+	if x.header.Get("Retry-After") == "" {
+		return "no Retry-After"
+	}
+	var p struct {
+		Code   string
+		Status int
+	}
+	if err := json.Unmarshal(x.body, &p); err != nil || p.Code != "service_unavailable" || p.Status != 503 {
+		return "not a service_unavailable problem"
+	}
+	return ""
+}
+
+// logsAfterKill returns what p has logged. Its buffer is written by exec's
+// copier goroutine until the process has been waited for, so p is killed
+// and waited for first when it still runs: call it only when p is done or
+// the test is failing anyway.
+func logsAfterKill(p *process) string {
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second): // received before: p was waited for
+	}
+	return p.logs.String()
+}
+
+// assertRunning fails the test when p has exited.
+func assertRunning(t *testing.T, name string, p *process) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		t.Fatalf("%s exited (%v); logs:\n%s", name, err, p.logs)
+	default:
+	}
+}
+
+// provisionUsers creates account acme and users in it (password
+// "pw-"+user) through the account binary's subcommands, under env.
+func provisionUsers(t *testing.T, bin string, env []string, users ...string) {
+	t.Helper()
+	cmds := [][]string{{"create-account", "acme"}}
+	for _, u := range users {
+		cmds = append(cmds, []string{"create-user", "--account", "acme", "--username", u})
+	}
+	for _, args := range cmds {
+		cmd := exec.Command(filepath.Join(bin, "account"), args...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdin = strings.NewReader("pw-" + args[len(args)-1] + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("account %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// provisionFileUsers creates users (password "pw-"+user) in the existing
+// account acme with one "account provision" run, under env.
+func provisionFileUsers(t *testing.T, bin string, env []string, users []string) {
+	t.Helper()
+	dir := t.TempDir()
+	type user struct {
+		Username     string `json:"username"`
+		PasswordFile string `json:"passwordFile"`
+	}
+	var list []user
+	for _, u := range users {
+		file := filepath.Join(dir, u+".txt")
+		if err := os.WriteFile(file, []byte("pw-"+u), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, user{u, file})
+	}
+	spec, _ := json.Marshal(map[string]any{"accounts": []any{map[string]any{"name": "acme", "users": list}}})
+	specFile := filepath.Join(dir, "provision.json")
+	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "account"), "provision", "--file", specFile)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("account provision: %v\n%s", err, out)
+	}
+}
+
+// newStackOnServer is newStack on the server at uri (databases "account"
+// and "conversations") instead of the shared test server, with user alice.
+func newStackOnServer(t *testing.T, uri string) *stack {
+	t.Helper()
+	bin := binaries(t)
+	s := &stack{bin: bin}
+	accAddr, convAddr := freeAddr(t), freeAddr(t)
+	s.accountOps, s.convOps = freeAddr(t), freeAddr(t)
+	s.accountURL, s.convURL = "http://"+accAddr, "http://"+convAddr
+	s.accountEnv = []string{
+		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=account",
+		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + s.accountOps,
+		"ACCOUNT_ISSUER=" + s.accountURL,
+		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
+	}
+	s.convEnv = []string{
+		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=conversations",
+		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + s.convOps,
+		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
+		"CONVERSATIONS_ISSUER=" + s.accountURL,
+		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
+	}
+	provisionUsers(t, bin, s.accountEnv, "alice")
+	return s
+}
+
+// startEmbeddedDB starts an embedded server on dir and addr; the test
+// stops it (again) when it ends.
+func startEmbeddedDB(t *testing.T, dir, addr string) *embeddedmongo.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	db, err := embeddedmongo.Start(ctx, embeddedmongo.Options{Dir: dir, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := db.Stop(ctx); err != nil {
+			t.Errorf("stop database: %v", err)
+		}
+	})
+	return db
+}
+
+// TestDatabaseOutage: MongoDB goes away while requests flow. Every request
+// that needs it answers 503 problem+json service_unavailable with
+// Retry-After (never another status, never a hang), both /readyz turn 503,
+// neither process exits; when the database is back on the same address,
+// both services recover by themselves and the data written before is there.
+func TestDatabaseOutage(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	db := startEmbeddedDB(t, dir, addr)
+	s := newStackOnServer(t, db.URI())
+	account := s.startAccount(t)
+	conv := s.startConversations(t)
+	c := &http.Client{Timeout: faultRequestTimeout}
+
+	// Data written before the outage.
+	tokens := s.login(t, "alice")
+	bearer := tokens.IDToken
+	def := timedRequest(c, "create definition", "POST", s.accountURL+"/definitions", bearer, `{"name":"CRM","type":"salesforce"}`)
+	created := timedRequest(c, "create conversation", "POST", s.convURL+"/v1/conversations", bearer, `{"subject":"before the outage"}`)
+	if def.status != 201 || created.status != 201 {
+		t.Fatalf("writes before the outage:\n%v\n%v", def, created)
+	}
+	var defOut, convOut struct{ ID string }
+	_ = json.Unmarshal(def.body, &defOut)
+	_ = json.Unmarshal(created.body, &convOut)
+
+	loginBody := `{"username":"alice","password":"pw-alice","accountName":"acme"}`
+	type route struct {
+		name, method, url, body string
+		ok                      int // status when the database is up
+		bearer                  string
+	}
+	routes := []route{
+		{"POST /login", "POST", s.accountURL + "/login", loginBody, 200, ""},
+		{"GET /definitions", "GET", s.accountURL + "/definitions", "", 200, bearer},
+		{"GET /v1/conversations", "GET", s.convURL + "/v1/conversations", "", 200, bearer},
+		{"POST /v1/conversations", "POST", s.convURL + "/v1/conversations", `{"subject":"during the outage"}`, 201, bearer},
+	}
+	send := func(r route) httpOutcome { return timedRequest(c, r.name, r.method, r.url, r.bearer, r.body) }
+	// sendAll sends every route at once (a request waits for the
+	// server-selection timeout while the database is down).
+	sendAll := func() []httpOutcome {
+		out := make([]httpOutcome, len(routes))
+		var wg sync.WaitGroup
+		for i, r := range routes {
+			wg.Go(func() { out[i] = send(r) })
+		}
+		wg.Wait()
+		return out
+	}
+	readyz := func() []httpOutcome {
+		out := make([]httpOutcome, 2)
+		var wg sync.WaitGroup
+		for i, ops := range []string{s.accountOps, s.convOps} {
+			wg.Go(func() { out[i] = timedRequest(c, ops+" /readyz", "GET", "http://"+ops+"/readyz", "", "") })
+		}
+		wg.Wait()
+		return out
+	}
+	var failures []string
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	report := func() {
+		t.Helper()
+		if len(failures) > 0 {
+			t.Fatalf("%s\naccount logs:\n%s\nconversations logs:\n%s", strings.Join(failures, "\n"), logsAfterKill(account), logsAfterKill(conv))
+		}
+	}
+	for _, x := range sendAll() {
+		if x.err != nil || x.status >= 300 {
+			fail("before the outage: %v", x)
+		}
+	}
+	report()
+
+	// Traffic flows on every route, one request after another, through
+	// the outage and the recovery; the test stops it once all recovered.
+	var (
+		mu      sync.Mutex
+		traffic []httpOutcome
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	for _, r := range routes {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				x := send(r)
+				mu.Lock()
+				traffic = append(traffic, x)
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	stopTraffic := func() { close(stop); wg.Wait() }
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			stopTraffic()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := db.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	t.Logf("database stopped")
+
+	// Down: every route answers the contract's 503, both /readyz are 503.
+	for _, x := range sendAll() {
+		if why := why503(x); why != "" {
+			fail("during the outage (%s): %v", why, x)
+		}
+	}
+	for _, x := range readyz() {
+		if x.err != nil || x.status != 503 || !strings.Contains(string(x.body), "mongodb") {
+			fail("during the outage, want 503 naming mongodb: %v", x)
+		}
+	}
+	// Stay down until the traffic, too, has seen a whole request of every
+	// route during the outage.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		seen := map[string]bool{}
+		mu.Lock()
+		for _, x := range traffic {
+			if x.start.After(down) {
+				seen[x.name] = true
+			}
+		}
+		mu.Unlock()
+		if len(seen) == len(routes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("the traffic completed no request of some route during the outage: %v", seen)
+			break
+		}
+	}
+	assertRunning(t, "account", account)
+	assertRunning(t, "conversations", conv)
+	report()
+
+	// Back on the same folder and address.
+	restarted := time.Now()
+	db2 := startEmbeddedDB(t, dir, addr)
+	if db2.Addr() != addr {
+		t.Fatalf("restarted on %s, want %s", db2.Addr(), addr)
+	}
+	t.Logf("database restarted after %v down", restarted.Sub(down).Round(time.Millisecond))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		healthy := true
+		for _, x := range append(sendAll(), readyz()...) {
+			if x.err != nil || x.status >= 300 {
+				healthy = false
+			}
+		}
+		if healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("not recovered 20 s after the database came back")
+			report()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recovered := time.Now()
+	t.Logf("recovered %v after the restart", recovered.Sub(restarted).Round(time.Millisecond))
+	time.Sleep(200 * time.Millisecond) // some traffic after the recovery too
+	stopTraffic()
+
+	// The traffic through all phases: the expected status or the
+	// contract's 503, nothing else; a 503 during the outage.
+	byRoute := map[string]route{}
+	for _, r := range routes {
+		byRoute[r.name] = r
+	}
+	var during, after int
+	for _, x := range traffic {
+		switch {
+		case x.err != nil:
+			fail("traffic: %v", x)
+		case x.status == byRoute[x.name].ok:
+			if x.start.After(down) && x.end.Before(restarted) {
+				fail("traffic: answered normally while the database was down: %v", x)
+			}
+			if x.start.After(recovered) {
+				after++
+			}
+		default:
+			if why := why503(x); why != "" {
+				fail("traffic (%s): %v", why, x)
+			} else if x.start.After(down) && x.end.Before(restarted) {
+				during++
+			}
+		}
+	}
+	t.Logf("traffic: %d requests, %d 503s during the outage, %d normal answers after recovery", len(traffic), during, after)
+
+	// The data written before the outage is still there.
+	if x := timedRequest(c, "get definition", "GET", s.accountURL+"/definitions/"+defOut.ID, bearer, ""); x.status != 200 {
+		fail("definition written before the outage: %v", x)
+	}
+	if x := timedRequest(c, "get conversation", "GET", s.convURL+"/v1/conversations/"+convOut.ID, bearer, ""); x.status != 200 {
+		fail("conversation written before the outage: %v", x)
+	}
+	assertRunning(t, "account", account)
+	assertRunning(t, "conversations", conv)
+	report()
+	conv.stop(t)
+	account.stop(t)
+}
+
+// TestSIGTERMDrainsInFlightRequests: logins queue for the one hashing slot
+// (realistic argon2 parameters) when SIGTERM arrives. What is asserted:
+//   - every login whose request had been written in full before the signal
+//     (and, 100 ms later, accepted by the server) completes with 200;
+//   - the API listener closes while those are still being served: a new
+//     connection is refused (ECONNREFUSED) before the last of them ends,
+//     and a login sent after that is refused too;
+//   - a login sent between the signal and the listener's closing either
+//     completes with 200 (it was accepted in time) or fails at the
+//     connection level (refused, or reset from the listen backlog) without
+//     any HTTP answer; never a 5xx, never a hang;
+//   - the process exits with status 0 within the drain timeout.
+func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
+	const drain = 10 * time.Second
+	s := newStack(t)
+	// Realistic hashing: the binary's argon2 defaults, for the stored hash
+	// and the verification, and a single hashing slot.
+	var env []string
+	for _, e := range s.accountEnv {
+		if !strings.HasPrefix(e, "ACCOUNT_ARGON2_") {
+			env = append(env, e)
+		}
+	}
+	// One user per in-flight login: the login throttle counts attempts of
+	// one user as they start, so a burst on one username locks it.
+	const maxLogins = 20
+	users := []string{"late"}
+	for i := range maxLogins {
+		users = append(users, fmt.Sprintf("drain%d", i))
+	}
+	provisionFileUsers(t, s.bin, env, users)
+	env = env[:len(env):len(env)]
+	env = append(env, "ACCOUNT_HASH_CONCURRENCY=1", fmt.Sprintf("ACCOUNT_SHUTDOWN_TIMEOUT=%v", drain))
+	account := start(t, filepath.Join(s.bin, "account"), env, s.accountOps)
+	apiAddr := strings.TrimPrefix(s.accountURL, "http://")
+
+	loginBody := func(user string) string {
+		return fmt.Sprintf(`{"username":%q,"password":"pw-%s","accountName":"acme"}`, user, user)
+	}
+	fresh := func() *http.Client {
+		return &http.Client{Timeout: faultRequestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	}
+	// One login alone: its duration sizes the burst so that the last
+	// queued login still gets the hashing slot within the 2 s queue wait.
+	first := timedRequest(fresh(), "login", "POST", s.accountURL+"/login", "", loginBody("late"))
+	if first.status != 200 {
+		t.Fatalf("login: %v", first)
+	}
+	took := first.end.Sub(first.start)
+	n := max(5, min(maxLogins, int(time.Second/max(took, time.Millisecond))))
+	t.Logf("one login takes %v: %d concurrent logins", took.Round(time.Millisecond), n)
+
+	results := make(chan httpOutcome, n)
+	var written sync.WaitGroup
+	written.Add(n)
+	for i := range n {
+		go func() {
+			var once sync.Once
+			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(written.Done) }}
+			x := httpOutcome{name: fmt.Sprintf("in-flight login %d", i), start: time.Now()}
+			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+				"POST", s.accountURL+"/login", strings.NewReader(loginBody(fmt.Sprintf("drain%d", i))))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := fresh().Do(req)
+			once.Do(written.Done) // failed before writing: do not block the test
+			if err == nil {
+				x.body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				x.status, x.header = resp.StatusCode, resp.Header
+			}
+			x.err, x.end = err, time.Now()
+			results <- x
+		}()
+	}
+	written.Wait()
+	time.Sleep(100 * time.Millisecond) // the server accepts at once; the queue takes ~1 s
+	signalled := time.Now()
+	if err := account.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+
+	// Logins sent after the signal, one after another, until refused.
+	late := make(chan []httpOutcome, 1)
+	go func() {
+		var out []httpOutcome
+		for len(out) < 50 {
+			x := timedRequest(fresh(), "late login", "POST", s.accountURL+"/login", "", loginBody("late"))
+			out = append(out, x)
+			if errors.Is(x.err, syscall.ECONNREFUSED) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		late <- out
+	}()
+
+	// The listener closes at once, while the queue is still draining.
+	var closed time.Time
+	for deadline := time.Now().Add(5 * time.Second); closed.IsZero(); {
+		conn, err := net.DialTimeout("tcp", apiAddr, time.Second)
+		switch {
+		case err == nil:
+			conn.Close()
+		case errors.Is(err, syscall.ECONNRESET):
+			// Reached the listen backlog just as the listener closed.
+		case errors.Is(err, syscall.ECONNREFUSED):
+			closed = time.Now()
+		default:
+			t.Fatalf("dial after SIGTERM: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("API listener still accepting 5 s after SIGTERM; logs:\n%s", logsAfterKill(account))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("listener closed %v after SIGTERM", closed.Sub(signalled).Round(time.Microsecond))
+	afterClose := timedRequest(fresh(), "login after close", "POST", s.accountURL+"/login", "", loginBody("late"))
+
+	var failures []string
+	var lastEnd time.Time
+	for range n {
+		x := <-results
+		if x.err != nil || x.status != 200 || !strings.Contains(string(x.body), "id_token") {
+			failures = append(failures, fmt.Sprintf("accepted before SIGTERM: %v", x))
+		}
+		if x.end.After(lastEnd) {
+			lastEnd = x.end
+		}
+	}
+	if !lastEnd.After(closed) {
+		failures = append(failures, "every in-flight login ended before the listener closed: nothing was drained")
+	}
+	if !errors.Is(afterClose.err, syscall.ECONNREFUSED) {
+		failures = append(failures, fmt.Sprintf("after the listener closed, want connection refused: %v", afterClose))
+	}
+	lateOut := <-late
+	var lateSummary []string
+	for _, x := range lateOut {
+		if x.err != nil {
+			lateSummary = append(lateSummary, x.err.Error())
+		} else {
+			lateSummary = append(lateSummary, fmt.Sprint(x.status))
+		}
+	}
+	t.Logf("logins sent after SIGTERM: %s", strings.Join(lateSummary, "; "))
+	for _, x := range lateOut {
+		// An HTTP answer means the connection was accepted: then it is
+		// served in full. Otherwise the failure is at the connection
+		// level, never a timeout.
+		var netErr net.Error
+		switch {
+		case x.err == nil && x.status == 200:
+		case x.err == nil:
+			failures = append(failures, fmt.Sprintf("after SIGTERM: %v", x))
+		case errors.As(x.err, &netErr) && netErr.Timeout():
+			failures = append(failures, fmt.Sprintf("after SIGTERM, hang: %v", x))
+		case errors.Is(x.err, syscall.ECONNREFUSED), errors.Is(x.err, syscall.ECONNRESET), errors.Is(x.err, io.EOF):
+		default:
+			failures = append(failures, fmt.Sprintf("after SIGTERM, unexpected error: %v", x))
+		}
+	}
+
+	select {
+	case err := <-account.done:
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("exit after SIGTERM: %v", err))
+		}
+		t.Logf("exited %v after SIGTERM (last in-flight login answered after %v)",
+			time.Since(signalled).Round(time.Millisecond), lastEnd.Sub(signalled).Round(time.Millisecond))
+	case <-time.After(drain + 5*time.Second):
+		failures = append(failures, fmt.Sprintf("still running %v after SIGTERM", drain+5*time.Second))
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%s\nlogs:\n%s", strings.Join(failures, "\n"), logsAfterKill(account))
+	}
+}
+
+// jwksProxy stands between the conversations service and the account
+// service's JWKS; it can be switched to answer garbage.
+type jwksProxy struct {
+	*httptest.Server
+	mode atomic.Value // string: "good" or a key of jwksFaults
+	mu   sync.Mutex
+	hits map[string]int // fetches answered per mode
+}
+
+// jwksFaults are the broken answers, sent in turn while the mode is "bad".
+//
+// A well-formed but empty set ({"keys":[]}) is not among them: jwx's cache
+// stores any parsable set, so it replaces the last good keys and every
+// token is refused (401 "unknown signing key") until the endpoint is
+// healthy again. docs/decisions.md records this gap ("A valid but empty
+// JWKS replaces the cached keys"); add the case here once RemoteKeySet
+// refuses such a set.
+var jwksFaults = []struct {
+	name   string
+	status int
+	body   string
+}{
+	{"not JSON", 200, "<html><body>502 Bad Gateway</body></html>"},
+	{"truncated JSON", 200, `{"keys":[{"kty":"RSA","use":"sig","kid":"x`},
+	{"server error", 500, `{"error":"internal"}`},
+	{"a key without its parameters", 200, `{"keys":[{"kty":"RSA","kid":"broken","alg":"RS256"}]}`},
+	{"not found", 404, "not found"},
+}
+
+func newJWKSProxy(t *testing.T, accountURL string) *jwksProxy {
+	target, _ := url.Parse(accountURL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	p := &jwksProxy{hits: map[string]int{}}
+	p.mode.Store("good")
+	var next atomic.Int64
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mode := p.mode.Load().(string)
+		if mode == "good" {
+			p.count("good")
+			rp.ServeHTTP(w, r)
+			return
+		}
+		f := jwksFaults[int(next.Add(1)-1)%len(jwksFaults)]
+		p.count(f.name)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.status)
+		_, _ = io.WriteString(w, f.body)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *jwksProxy) count(mode string) {
+	p.mu.Lock()
+	p.hits[mode]++
+	p.mu.Unlock()
+}
+
+func (p *jwksProxy) bad() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for mode, c := range p.hits {
+		if mode != "good" {
+			n += c
+		}
+	}
+	return n
+}
+
+func (p *jwksProxy) good() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits["good"]
+}
+
+// TestJWKSGarbageKeepsLastGoodKeys: after a good fetch, the JWKS endpoint
+// answers garbage (not JSON, truncated JSON, 500, a broken key, 404) for a
+// while. The conversations service refetches all along (2 s refresh, 1 s
+// minimum), keeps accepting tokens of the keys it had, logs the failures at
+// most once per refresh interval, and once the endpoint is healthy again it
+// accepts tokens of a key published meanwhile.
+func TestJWKSGarbageKeepsLastGoodKeys(t *testing.T) {
+	const refreshEvery = 2 * time.Second
+	dir := t.TempDir()
+	keyFile := func(name string) string {
+		key, err := token.GenerateKey("ES256")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := token.MarshalPrivateJWK(key)
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	first, second := keyFile("first.jwk"), keyFile("second.jwk")
+	s := newStack(t, "ACCOUNT_KEY_FILES="+first)
+	account := s.startAccount(t)
+	proxy := newJWKSProxy(t, s.accountURL)
+	s.convEnv = append(s.convEnv,
+		"CONVERSATIONS_JWKS_URL="+proxy.URL+"/.well-known/jwks.json",
+		fmt.Sprintf("CONVERSATIONS_JWKS_REFRESH_INTERVAL=%v", refreshEvery),
+		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
+	)
+	conv := s.startConversations(t)
+	c := &http.Client{Timeout: faultRequestTimeout}
+
+	old := s.login(t, "alice").IDToken
+	list := func(bearer string) httpOutcome {
+		return timedRequest(c, "GET /v1/conversations", "GET", s.convURL+"/v1/conversations", bearer, "")
+	}
+	if x := list(old); x.status != 200 {
+		t.Fatalf("before the fault: %v", x)
+	}
+	if proxy.good() == 0 {
+		t.Fatal("the JWKS was not fetched through the proxy")
+	}
+
+	var failures []string
+	proxy.mode.Store("bad")
+	badSince := time.Now()
+	// Keys valid all along: served from the last good set while every
+	// refetch fails.
+	for time.Since(badSince) < 3*refreshEvery {
+		if x := list(old); x.status != 200 {
+			failures = append(failures, fmt.Sprintf("%v into the fault, a token of a known key: %v", time.Since(badSince).Round(time.Millisecond), x))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The account service moves to a new key, which the proxy does not let
+	// through yet: its tokens are unknown (401), the old ones still pass.
+	account.stop(t)
+	account = s.startAccount(t, "ACCOUNT_KEY_FILES="+second+","+first)
+	fresh := s.login(t, "alice").IDToken
+	if x := list(fresh); x.status != 401 {
+		failures = append(failures, fmt.Sprintf("token of a key not fetched yet: %v", x))
+	}
+	if x := list(old); x.status != 200 {
+		failures = append(failures, fmt.Sprintf("token of a known key, after the restart: %v", x))
+	}
+	if n := proxy.bad(); n < 3 {
+		failures = append(failures, fmt.Sprintf("only %d fetches during the fault: the service did not refetch", n))
+	}
+
+	proxy.mode.Store("good")
+	badFor := time.Since(badSince)
+	healthy := time.Now()
+	var accepted time.Duration
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if x := list(fresh); x.status == 200 {
+			accepted = time.Since(healthy)
+			break
+		}
+		if time.Now().After(deadline) {
+			failures = append(failures, "token of the new key still refused 15 s after the JWKS endpoint recovered")
+			break
+		}
+	}
+	if x := list(old); x.status != 200 {
+		failures = append(failures, fmt.Sprintf("token of the previous key, after the recovery: %v", x))
+	}
+	t.Logf("JWKS fetches: %v; faulty for %v; new key accepted %v after the recovery",
+		proxy.hitsSnapshot(), badFor.Round(time.Millisecond), accepted.Round(time.Millisecond))
+
+	conv.stop(t) // the logs can be read once the process has exited
+	account.stop(t)
+	var warnings int
+	for line := range strings.Lines(conv.logs.String()) {
+		if strings.Contains(line, "JWKS fetch failed") {
+			warnings++
+		}
+	}
+	t.Logf("%d JWKS failure log lines", warnings)
+	// At most one line per refresh interval, plus the first one.
+	if most := int(badFor/refreshEvery) + 1; warnings < 1 || warnings > most {
+		failures = append(failures, fmt.Sprintf("%d JWKS failure log lines for %v of faults, want 1..%d", warnings, badFor.Round(time.Millisecond), most))
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%s\nconversations logs:\n%s", strings.Join(failures, "\n"), conv.logs)
+	}
+}
+
+func (p *jwksProxy) hitsSnapshot() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var parts []string
+	for mode, n := range p.hits {
+		parts = append(parts, fmt.Sprintf("%s=%d", mode, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
