@@ -17,7 +17,6 @@ import (
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongo"
-	"github.com/acme/platform/services/account/password"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -45,45 +44,21 @@ func newAPI(t *testing.T) *api {
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Cheap argon2 parameters: the tests exercise the flow, not the cost.
-	hasher, err := password.New(password.Options{Params: password.Params{Memory: 64, Iterations: 1, Parallelism: 1, SaltLen: 16, KeyLen: 32}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := token.GenerateKey("RS256")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := token.StaticKeyring(ring)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}, Uses: []token.Use{token.UseRefresh}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hasher := cheapHasher(t)
+	kit := newTokenKit(t, "RS256")
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
 		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
 		Definitions:     store,
 		Sessions:        store,
-		Issuer:          issuer,
-		Verifier:        verifier,
-		RefreshVerifier: refreshVerifier,
-		Keys:            keys,
+		Issuer:          kit.issuer,
+		Verifier:        kit.verifier,
+		RefreshVerifier: kit.refreshVerifier,
+		Keys:            kit.keys,
 		IssuerURL:       issuerURL,
 	}))
 	t.Cleanup(srv.Close)
 
-	a := &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: ring, verifier: verifier}
+	a := &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: kit.ring, verifier: kit.verifier}
 	for _, u := range []struct{ acc, user, pw string }{
 		{"acme", "alice", "alice-password"},
 		{"acme", "mallory", "mallory-password"},

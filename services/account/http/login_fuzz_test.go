@@ -15,7 +15,6 @@ import (
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongo"
-	"github.com/acme/platform/services/account/password"
 )
 
 // FuzzLogin posts arbitrary bodies, with arbitrary Content-Types, to
@@ -29,39 +28,16 @@ func FuzzLogin(f *testing.F) {
 	if err := store.EnsureIndexes(ctx); err != nil {
 		f.Fatal(err)
 	}
-	hasher, err := password.New(password.Options{Params: password.Params{Memory: 64, Iterations: 1, Parallelism: 1, SaltLen: 16, KeyLen: 32}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	key, err := token.GenerateKey("ES256")
-	if err != nil {
-		f.Fatal(err)
-	}
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		f.Fatal(err)
-	}
-	keys := token.StaticKeyring(ring)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
-	if err != nil {
-		f.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}, Uses: []token.Use{token.UseRefresh}})
-	if err != nil {
-		f.Fatal(err)
-	}
+	hasher := cheapHasher(f)
+	kit := newTokenKit(f, "ES256")
 	handler := accounthttp.NewHandler(accounthttp.Deps{
 		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
 		Definitions:     store,
 		Sessions:        store,
-		Issuer:          issuer,
-		Verifier:        verifier,
-		RefreshVerifier: refreshVerifier,
-		Keys:            keys,
+		Issuer:          kit.issuer,
+		Verifier:        kit.verifier,
+		RefreshVerifier: kit.refreshVerifier,
+		Keys:            kit.keys,
 		IssuerURL:       issuerURL,
 	})
 	const pw = "alice-password"
@@ -127,7 +103,7 @@ func FuzzLogin(f *testing.F) {
 			if err := json.Unmarshal(got, &out); err != nil {
 				t.Fatalf("200 body %s: %v", got, err)
 			}
-			claims, err := verifier.Verify(context.Background(), out.Tokens.IDToken)
+			claims, err := kit.verifier.Verify(context.Background(), out.Tokens.IDToken)
 			if err != nil || claims.AccountID != acc.ID {
 				t.Fatalf("200 with an id token that does not verify for the account: %v %+v", err, claims)
 			}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/acme/platform/pkg/mongotest"
 	"github.com/acme/platform/pkg/openapitest"
-	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
@@ -84,30 +83,10 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 	}
 	hasher := setup.hasher
 	if hasher == nil {
-		var err error
-		hasher, err = password.New(password.Options{Params: password.Params{Memory: 64, Iterations: 1, Parallelism: 1, SaltLen: 16, KeyLen: 32}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		hasher = cheapHasher(t)
 	}
 	counting := &countingHasher{PasswordHasher: hasher}
-	key, err := token.GenerateKey("ES256")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := token.StaticKeyring(ring)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kit := newTokenKit(t, "ES256")
 	proxies, err := web.ParseTrustedProxies(setup.proxies)
 	if err != nil {
 		t.Fatal(err)
@@ -117,9 +96,9 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		Authenticator:  account.Authenticator{Accounts: store, Users: store, Hasher: counting},
 		Definitions:    store,
 		Sessions:       store,
-		Issuer:         issuer,
-		Verifier:       verifier,
-		Keys:           keys,
+		Issuer:         kit.issuer,
+		Verifier:       kit.verifier,
+		Keys:           kit.keys,
 		IssuerURL:      issuerURL,
 		Throttle:       &account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now},
 		TrustedProxies: proxies,
@@ -140,7 +119,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		}
 	}
 	return &throttledAPI{
-		api:    &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: ring, verifier: verifier},
+		api:    &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: kit.ring, verifier: kit.verifier},
 		clock:  clk,
 		hasher: counting,
 	}

@@ -49,8 +49,8 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	}
 
 	registry := servicecmd.NewRegistry()
-	go purgeExpiredSessions(ctx, logger, store, time.Hour)
-	go purgeLoginThrottle(ctx, logger, store, time.Hour)
+	go purgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions)
+	go purgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle)
 
 	return servicecmd.Service{
 		Name:     "account",
@@ -216,11 +216,12 @@ func nonEmpty(list []string) []string {
 	return out
 }
 
-// purgeExpiredSessions deletes sessions whose refresh token has expired,
-// every interval until ctx ends. Every replica runs it; the deletes are
-// idempotent. (A TTL index would do this on MongoDB, but the embedded
-// development server lacks TTL indexes.)
-func purgeExpiredSessions(ctx context.Context, logger *slog.Logger, store account.SessionStore, interval time.Duration) {
+// purgeEvery deletes, every interval until ctx ends, what purge finds
+// outdated at that time (expired sessions, old throttle counters). Every
+// replica runs it; the deletes are idempotent. It stands in for TTL
+// indexes, which the embedded development server lacks.
+func purgeEvery(ctx context.Context, logger *slog.Logger, interval time.Duration, what string,
+	purge func(ctx context.Context, now time.Time) (int64, error)) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -229,11 +230,11 @@ func purgeExpiredSessions(ctx context.Context, logger *slog.Logger, store accoun
 			return
 		case <-ticker.C:
 		}
-		n, err := store.PurgeExpiredSessions(ctx, time.Now())
+		n, err := purge(ctx, time.Now())
 		if err != nil {
-			logger.Warn("purge expired sessions", "error", err.Error())
+			logger.Warn("purge "+what, "error", err.Error())
 			continue
 		}
-		logger.Debug("purged expired sessions", "count", n)
+		logger.Debug("purged "+what, "count", n)
 	}
 }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net/netip"
-	"time"
 
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
@@ -39,25 +36,4 @@ func (c config) validateLogin() error {
 	}
 	_, err := trustedProxies(c)
 	return err
-}
-
-// purgeLoginThrottle deletes login throttle counters that no longer matter,
-// every interval until ctx ends; like purgeExpiredSessions, it stands in
-// for a TTL index.
-func purgeLoginThrottle(ctx context.Context, logger *slog.Logger, store account.LoginThrottleStore, interval time.Duration) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		n, err := store.PurgeLoginThrottle(ctx, time.Now())
-		if err != nil {
-			logger.Warn("purge login throttle", "error", err.Error())
-			continue
-		}
-		logger.Debug("purged login throttle counters", "count", n)
-	}
 }

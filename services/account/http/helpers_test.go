@@ -1,0 +1,53 @@
+package http_test
+
+import (
+	"testing"
+
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/account/password"
+)
+
+// tokenKit is a signing key with the issuer and verifiers the handler needs.
+type tokenKit struct {
+	ring            *token.Keyring
+	keys            token.KeyringProvider
+	issuer          *token.Issuer
+	verifier        *token.Verifier // id and access tokens
+	refreshVerifier *token.Verifier
+}
+
+func newTokenKit(t testing.TB, alg string) tokenKit {
+	t.Helper()
+	key, err := token.GenerateKey(alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := token.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := tokenKit{ring: ring, keys: token.StaticKeyring(ring)}
+	if k.issuer, err = token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: k.keys}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}}
+	if k.verifier, err = token.NewVerifier(token.KeyringKeySet(k.keys), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Uses = []token.Use{token.UseRefresh}
+	if k.refreshVerifier, err = token.NewVerifier(token.KeyringKeySet(k.keys), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// cheapHasher hashes with tiny argon2 parameters: tests exercise the flow,
+// not the cost.
+func cheapHasher(t testing.TB) *password.Hasher {
+	t.Helper()
+	h, err := password.New(password.Options{Params: password.Params{Memory: 64, Iterations: 1, Parallelism: 1, SaltLen: 16, KeyLen: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
