@@ -629,13 +629,8 @@ type jwksProxy struct {
 }
 
 // jwksFaults are the broken answers, sent in turn while the mode is "bad".
-//
-// A well-formed but empty set ({"keys":[]}) is not among them: jwx's cache
-// stores any parsable set, so it replaces the last good keys and every
-// token is refused (401 "unknown signing key") until the endpoint is
-// healthy again. docs/decisions.md records this gap ("A valid but empty
-// JWKS replaces the cached keys"); add the case here once RemoteKeySet
-// refuses such a set.
+// The empty set parses fine, so jwx's cache stores it; the RemoteKeySet
+// keeps verifying with the last set that held keys.
 var jwksFaults = []struct {
 	name   string
 	status int
@@ -646,6 +641,7 @@ var jwksFaults = []struct {
 	{"server error", 500, `{"error":"internal"}`},
 	{"a key without its parameters", 200, `{"keys":[{"kty":"RSA","kid":"broken","alg":"RS256"}]}`},
 	{"not found", 404, "not found"},
+	{"an empty key set", 200, `{"keys":[]}`},
 }
 
 func newJWKSProxy(t *testing.T, accountURL string) *jwksProxy {

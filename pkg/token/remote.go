@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lestrrat-go/httprc/v3"
@@ -50,9 +51,13 @@ type RemoteOptions struct {
 // (httprc): the set is fetched and refreshed in the background, and the
 // last good set is kept when the endpoint fails or returns garbage.
 type RemoteKeySet struct {
-	url        string
-	cache      *jwk.Cache
-	resource   *httprc.ResourceBase[jwk.Set]
+	url      string
+	cache    *jwk.Cache
+	resource *httprc.ResourceBase[jwk.Set]
+	// lastGood is the last fetched set that held keys. jwk.Cache stores
+	// any set that parses, also an empty one, which would make every token
+	// unverifiable until the endpoint recovers.
+	lastGood   atomic.Pointer[jwk.Set]
 	minRefresh time.Duration
 	failures   *failureLog
 	now        func() time.Time
@@ -176,18 +181,24 @@ func (r *RemoteKeySet) fetchUntilReady() {
 // KeySet returns the last key set fetched, or ErrKeysUnavailable when none
 // has been fetched yet. It never waits for the network.
 func (r *RemoteKeySet) KeySet(context.Context) (jwk.Set, error) {
-	set := r.resource.Resource()
-	if set == nil {
-		return nil, fmt.Errorf("JWKS %s not fetched yet: %w", r.failures.url, ErrKeysUnavailable)
+	if set := r.resource.Resource(); set != nil && set.Len() > 0 {
+		if last := r.lastGood.Load(); last == nil || *last != set {
+			r.lastGood.Store(&set)
+		}
+		return set, nil
 	}
-	return set, nil
+	if last := r.lastGood.Load(); last != nil {
+		return *last, nil
+	}
+	return nil, fmt.Errorf("JWKS %s not fetched yet: %w", r.failures.url, ErrKeysUnavailable)
 }
 
 // Ready reports whether a key set has been fetched (once is enough: later
 // failures keep the last good set). It does not wait, so it suits a
 // readiness probe.
-func (r *RemoteKeySet) Ready(context.Context) bool {
-	return r.resource.Resource() != nil
+func (r *RemoteKeySet) Ready(ctx context.Context) bool {
+	_, err := r.KeySet(ctx)
+	return err == nil
 }
 
 // RefreshKeySet refetches the key set unless an on-demand refetch started

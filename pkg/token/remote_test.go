@@ -277,6 +277,25 @@ func TestRemoteKeySetKeepsLastGoodKeys(t *testing.T) {
 	}
 }
 
+// A JWKS that parses but holds no key (a misconfigured deploy, a proxy's
+// placeholder) must not make every token unverifiable.
+func TestRemoteKeySetIgnoresAnEmptyKeySet(t *testing.T) {
+	kr := newKeyring(t, token.AlgRS256)
+	server := newJWKSServer(t, kr)
+	r := newRemote(t, server, token.RemoteOptions{MinRefreshInterval: time.Second, RefreshInterval: time.Hour})
+	r.waitReady(t)
+	raw := mintWith(t, kr)
+
+	server.serve(http.StatusOK, []byte(`{"keys":[]}`))
+	eventually(t, 10*time.Second, "two fetches of the empty set", func() bool { return server.requests.Load() >= 3 })
+	if _, err := r.verifier.Verify(context.Background(), raw); err != nil {
+		t.Fatalf("token of the last non-empty key set after an empty one: %v", err)
+	}
+	if !r.remote.Ready(context.Background()) {
+		t.Fatal("not Ready after an empty key set")
+	}
+}
+
 func TestRemoteKeySetStartsWhileJWKSHostIsDown(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

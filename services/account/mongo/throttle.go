@@ -3,7 +3,6 @@ package mongo
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -123,7 +122,9 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 			return false, doc.domain(), nil
 		}
 	}
-	return false, account.ThrottleState{}, fmt.Errorf("count login attempt: %d rounds of contention on one key", throttleRounds)
+	// Contention on one key for every round: refuse this attempt for a
+	// moment (429, Retry-After 1 s) rather than fail the request.
+	return false, account.ThrottleState{}, nil
 }
 
 // allowAttempt returns the state after a counted attempt, locking the key
