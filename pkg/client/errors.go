@@ -10,23 +10,26 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/acme/platform/pkg/problem"
 )
 
 // Stable error codes of the services (the code member of their problem
 // bodies). New codes may be added; an answer that carries no code has the
 // code "http_<status>", e.g. "http_502".
+// They are the codes of pkg/problem, which the services answer with.
 const (
-	CodeMalformedJSON        = "malformed_json"
-	CodeValidationFailed     = "validation_failed"
-	CodeInvalidCredentials   = "invalid_credentials"
-	CodeInvalidToken         = "invalid_token"
-	CodeNotFound             = "not_found"
-	CodeMethodNotAllowed     = "method_not_allowed"
-	CodeBodyTooLarge         = "body_too_large"
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	CodeTooManyRequests      = "too_many_requests"
-	CodeUnavailable          = "service_unavailable"
-	CodeInternal             = "internal_error"
+	CodeMalformedJSON        = problem.CodeMalformedJSON
+	CodeValidationFailed     = problem.CodeValidationFailed
+	CodeInvalidCredentials   = problem.CodeInvalidCredentials
+	CodeInvalidToken         = problem.CodeInvalidToken
+	CodeNotFound             = problem.CodeNotFound
+	CodeMethodNotAllowed     = problem.CodeMethodNotAllowed
+	CodeBodyTooLarge         = problem.CodeBodyTooLarge
+	CodeUnsupportedMediaType = problem.CodeUnsupportedMediaType
+	CodeTooManyRequests      = problem.CodeTooManyRequests
+	CodeUnavailable          = problem.CodeUnavailable
+	CodeInternal             = problem.CodeInternal
 )
 
 // Sentinels for errors.Is: errors.Is(err, ErrNotFound) reports whether err is

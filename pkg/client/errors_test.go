@@ -260,26 +260,6 @@ func TestCredentialsArePrintedWithoutThePassword(t *testing.T) {
 	}
 }
 
-func TestCodesMatchProblemPackage(t *testing.T) {
-	for c, p := range map[string]string{
-		client.CodeMalformedJSON:        problem.CodeMalformedJSON,
-		client.CodeValidationFailed:     problem.CodeValidationFailed,
-		client.CodeInvalidCredentials:   problem.CodeInvalidCredentials,
-		client.CodeInvalidToken:         problem.CodeInvalidToken,
-		client.CodeNotFound:             problem.CodeNotFound,
-		client.CodeMethodNotAllowed:     problem.CodeMethodNotAllowed,
-		client.CodeBodyTooLarge:         problem.CodeBodyTooLarge,
-		client.CodeUnsupportedMediaType: problem.CodeUnsupportedMediaType,
-		client.CodeTooManyRequests:      problem.CodeTooManyRequests,
-		client.CodeUnavailable:          problem.CodeUnavailable,
-		client.CodeInternal:             problem.CodeInternal,
-	} {
-		if c != p {
-			t.Errorf("client code %q, problem code %q", c, p)
-		}
-	}
-}
-
 func TestNewChecksTheConfig(t *testing.T) {
 	creds := client.Credentials{AccountName: "acme", Username: "alice", Password: testPassword}
 	for _, cfg := range []client.Config{
