@@ -15,7 +15,7 @@ import (
 // coll, first storing the output of generate when there is none. Replicas
 // that start together race on one upsert with $setOnInsert keyed by _id:
 // one document wins and every replica reads that one back, so all agree
-// (on a signing key, a cursor secret) without a transaction.
+// (on a shared secret such as the conversations service's cursor key) without a transaction.
 func LoadOrCreate(ctx context.Context, coll *mongo.Collection, id string, generate func() (string, error)) (string, error) {
 	type doc struct {
 		Value string `bson:"value"`

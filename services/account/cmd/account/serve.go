@@ -37,11 +37,13 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
-	// Background work started by Init (key rotation) ends with the
-	// service's context; wait for it before disconnecting.
+	// Background work (purges, key rotation) ends with the service's
+	// context; wait for it before disconnecting.
 	var background sync.WaitGroup
 	defer background.Wait()
 	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions) })
+	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle) })
 
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency})
 	if err != nil {
@@ -49,8 +51,6 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	}
 
 	registry := servicecmd.NewRegistry()
-	go purgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions)
-	go purgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle)
 
 	return servicecmd.Service{
 		Name:     "account",
