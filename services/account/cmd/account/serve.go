@@ -39,8 +39,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer disconnect()
 	// Background work (purges, key rotation) ends with the service's
 	// context; wait for it before disconnecting.
+	// serve cancels it itself on return, also when Run fails early, so
+	// that the Wait below cannot block on a context nobody cancels.
 	var background sync.WaitGroup
 	defer background.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	store := mongo.New(client.Database(cfg.MongoDBDatabase))
 	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions) })
 	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle) })
