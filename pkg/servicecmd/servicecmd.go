@@ -79,6 +79,8 @@ type Service struct {
 	Registry *prometheus.Registry
 	// Checks must all pass for /readyz to be 200. Run adds "initialised".
 	Checks map[string]web.Check
+	// Profiling serves net/http/pprof on the operations listener.
+	Profiling bool
 	// Init builds the API handler. Run retries it with backoff (0.5 s
 	// doubling to 10 s) until it succeeds, returns a Permanent error, or
 	// ctx ends; meanwhile the API answers 503 and /readyz is not ready, so
@@ -125,12 +127,20 @@ func (s Service) Run(ctx context.Context) error {
 	s.Logger.Info("starting "+s.Name, "version", s.Version)
 	err = web.Serve(serveCtx, s.Logger, s.Drain,
 		web.Server{Name: "api", Listener: apiListener, Handler: api},
-		web.Server{Name: "ops", Listener: opsListener, Handler: web.OpsHandler(s.Registry, checks)},
+		web.Server{Name: "ops", Listener: opsListener, Handler: s.opsHandler(checks)},
 	)
 	if cause := context.Cause(serveCtx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
 	return err
+}
+
+func (s Service) opsHandler(checks map[string]web.Check) http.Handler {
+	ops := web.OpsHandler(s.Registry, checks)
+	if s.Profiling {
+		return web.WithProfiling(ops)
+	}
+	return ops
 }
 
 func (s Service) initialise(ctx context.Context) (http.Handler, error) {

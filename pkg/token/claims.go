@@ -1,14 +1,23 @@
 package token
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
-	"strconv"
 	"strings"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
+
+// decodeJSON decodes a token header or claims set with the JSON v2
+// semantics (github.com/go-json-experiment/json, the future
+// encoding/json/v2): names match exactly, a duplicate name or invalid
+// UTF-8 is an error, not "the last one wins" or a silent replacement,
+// as RFC 7519 section 4 and RFC 7515 section 4 allow. It is also about
+// twice as fast as encoding/json, which matters on a path that runs for
+// every request.
+func decodeJSON(b []byte, v any) error { return jsonv2.Unmarshal(b, v) }
 
 // Use is the value of the token_use claim: which of the three tokens of a
 // Set a token is.
@@ -92,11 +101,11 @@ type Claims struct {
 // B64 are only checked for presence: no extension is understood, so a
 // token that declares one must be refused (RFC 7515 section 4.1.11).
 type wireHeader struct {
-	Alg  string          `json:"alg"`
-	Kid  string          `json:"kid"`
-	Typ  string          `json:"typ"`
-	Crit json.RawMessage `json:"crit"`
-	B64  json.RawMessage `json:"b64"`
+	Alg  string         `json:"alg"`
+	Kid  string         `json:"kid"`
+	Typ  string         `json:"typ"`
+	Crit jsontext.Value `json:"crit"`
+	B64  jsontext.Value `json:"b64"`
 }
 
 // wireClaims is the payload as sent. It is decoded once, before the
@@ -122,21 +131,26 @@ type wireClaims struct {
 // section 4.1.3).
 type audience []string
 
-func (a *audience) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+// UnmarshalJSONFrom reads aud from the claims decoder (see decodeJSON).
+func (a *audience) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	switch dec.PeekKind() {
+	case '"':
+		tok, err := dec.ReadToken()
+		if err != nil {
 			return err
 		}
-		*a = audience{s}
+		*a = audience{tok.String()}
 		return nil
+	case '[':
+		var list []string
+		if err := jsonv2.UnmarshalDecode(dec, &list); err != nil {
+			return err
+		}
+		*a = list
+		return nil
+	default:
+		return errors.New("aud is neither a string nor an array of strings")
 	}
-	var list []string
-	if err := json.Unmarshal(b, &list); err != nil {
-		return err
-	}
-	*a = list
-	return nil
 }
 
 // maxNumericDate is 9999-12-31T23:59:59Z: anything later is garbage, and
@@ -151,11 +165,19 @@ type numericDate struct {
 	Set  bool
 }
 
-func (d *numericDate) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(b, []byte("null")) {
-		return errors.New("numeric date is null")
+// UnmarshalJSONFrom reads a NumericDate from the claims decoder.
+func (d *numericDate) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	if dec.PeekKind() != '0' {
+		if dec.PeekKind() == 'n' {
+			return errors.New("numeric date is null")
+		}
+		return errors.New("numeric date is not a number")
 	}
-	f, err := strconv.ParseFloat(string(b), 64)
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	f, err := tok.Float()
 	if err != nil {
 		return errors.New("numeric date is not a number")
 	}

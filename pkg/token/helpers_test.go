@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +191,26 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// signRaw signs a header and a payload given as raw JSON text, for
+// payloads a map cannot express (duplicate names).
+func signRaw(t testing.TB, method gjwt.SigningMethod, key any, header, payload string) string {
+	t.Helper()
+	input := base64.RawURLEncoding.EncodeToString([]byte(header)) + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
+	sig, err := method.Sign(input, key)
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	return input + "." + base64.RawURLEncoding.EncodeToString(sig)
+}
+
+// assertReason fails unless err is a *token.TokenError with this reason.
+func assertReason(t testing.TB, err error, reason string) {
+	t.Helper()
+	var te *token.TokenError
+	if !errors.As(err, &te) || te.Reason != reason {
+		t.Fatalf("error = %v, want reason %q", err, reason)
 	}
 }

@@ -3,12 +3,13 @@ package token
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,7 +81,19 @@ type Verifier struct {
 	// index caches the verification keys derived from the last key set,
 	// so that no key is converted or re-serialised per Verify.
 	index atomic.Pointer[keyIndex]
+
+	// headers caches the decoded headers of tokens whose signature
+	// verified, by their encoded segment: every token signed with one key
+	// has the same header, so this saves a base64 and a JSON decode per
+	// token. Only verified headers enter, so nobody without a signing key
+	// can grow it, and it starts afresh when it reaches maxCachedHeaders.
+	headers   atomic.Pointer[map[string]wireHeader]
+	headersMu sync.Mutex // serialises writers
 }
+
+// maxCachedHeaders bounds Verifier.headers: a few per signing key in the
+// JWKS (one per token type) is all that occurs.
+const maxCachedHeaders = 64
 
 // isVerifiableAlgorithm reports whether a Verifier can be configured with
 // alg: the asymmetric JWS algorithms, nothing else.
@@ -178,19 +191,29 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	}
 	dot2 += dot1 + 1
 	hdrSeg, paySeg, sigSeg := raw[:dot1], raw[dot1+1:dot2], raw[dot2+1:]
-	if !isBase64URL(hdrSeg) || !isBase64URL(paySeg) || !isBase64URL(sigSeg) {
-		// Also catches a fourth segment (a JWE has five) and empty ones.
+	// Go's base64 decoder skips CR and LF, so they are refused here to
+	// keep "three base64url segments" exact; a fourth segment (a JWE has
+	// five) and empty ones too. Other characters outside the alphabet
+	// fail the decoding below.
+	if hdrSeg == "" || paySeg == "" || sigSeg == "" || strings.IndexByte(sigSeg, '.') >= 0 ||
+		strings.IndexByte(raw, '\n') >= 0 || strings.IndexByte(raw, '\r') >= 0 {
 		return nil, invalid("malformed token")
 	}
 
 	// Header.
-	hdrJSON, err := v.b64.DecodeString(hdrSeg)
-	if err != nil {
-		return nil, invalid("malformed token header")
-	}
-	var hdr wireHeader
-	if err := json.Unmarshal(hdrJSON, &hdr); err != nil {
-		return nil, invalid("malformed token header")
+	hdr, headerCached := v.cachedHeader(hdrSeg)
+	if !headerCached {
+		hdrJSON, err := v.decodeSegment(nil, []byte(hdrSeg), "header")
+		if err != nil {
+			return nil, err
+		}
+		// Decoded into its own variable: hdr itself stays on the stack
+		// when the header comes from the cache.
+		var decoded wireHeader
+		if err := decodeJSON(hdrJSON, &decoded); err != nil {
+			return nil, invalid("malformed token header")
+		}
+		hdr = decoded
 	}
 	if !slices.Contains(v.algs, hdr.Alg) {
 		return nil, invalid("signing algorithm not accepted")
@@ -210,12 +233,19 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	// wrong kind costs no cryptography (and, for an unknown kid, no
 	// refetch). Nothing decoded here is trusted until the signature
 	// verifies.
-	payJSON, err := v.b64.DecodeString(paySeg)
+	// One buffer holds the signing input (which the signature check needs
+	// as bytes) and the decoded payload and signature: one allocation
+	// instead of four.
+	payLen, sigLen := v.b64.DecodedLen(len(paySeg)), v.b64.DecodedLen(len(sigSeg))
+	buf := make([]byte, dot2+payLen+sigLen)
+	signingInput := buf[:dot2:dot2]
+	copy(signingInput, raw)
+	payJSON, err := v.decodeSegment(buf[dot2:dot2+payLen:dot2+payLen], signingInput[dot1+1:], "payload")
 	if err != nil {
-		return nil, invalid("malformed token payload")
+		return nil, err
 	}
 	var wc wireClaims
-	if err := json.Unmarshal(payJSON, &wc); err != nil {
+	if err := decodeJSON(payJSON, &wc); err != nil {
 		return nil, invalid("malformed token claims")
 	}
 	if wc.TokenUse != use {
@@ -224,9 +254,9 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if !slices.Contains(v.uses, use) {
 		return nil, invalid("token use not accepted")
 	}
-	sig, err := v.b64.DecodeString(sigSeg)
+	sig, err := v.decodeSegment(buf[dot2+payLen:], []byte(sigSeg), "signature")
 	if err != nil {
-		return nil, invalid("malformed token signature")
+		return nil, err
 	}
 
 	// Key.
@@ -234,8 +264,11 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := key.verifier.Verify(key.pub, []byte(raw[:dot2]), sig); err != nil {
+	if err := key.verifier.Verify(key.pub, signingInput, sig); err != nil {
 		return nil, invalid("invalid signature")
+	}
+	if !headerCached {
+		v.cacheHeader(hdrSeg, hdr)
 	}
 
 	// Claims.
@@ -420,9 +453,49 @@ func toVerifyKey(k jwk.Key) (*verifyKey, string, bool) {
 	return &verifyKey{alg: alg, pub: pub, verifier: verifier}, kid, true
 }
 
+// decodeSegment decodes the base64url segment seg into dst (allocated when
+// nil) and returns the decoded bytes. A segment with characters outside
+// the alphabet is a "malformed token"; one that is only badly formed
+// base64 (a wrong length, stray bits) names the segment.
+func (v *Verifier) decodeSegment(dst, seg []byte, what string) ([]byte, error) {
+	if dst == nil {
+		dst = make([]byte, v.b64.DecodedLen(len(seg)))
+	}
+	n, err := v.b64.Decode(dst, seg)
+	if err != nil {
+		if !isBase64URL(string(seg)) {
+			return nil, invalid("malformed token")
+		}
+		return nil, invalid("malformed token " + what)
+	}
+	return dst[:n], nil
+}
+
+// cachedHeader returns the header of a verified token with this segment.
+func (v *Verifier) cachedHeader(seg string) (wireHeader, bool) {
+	if m := v.headers.Load(); m != nil {
+		h, ok := (*m)[seg]
+		return h, ok
+	}
+	return wireHeader{}, false
+}
+
+// cacheHeader adds a verified header. The map is copied on write: writes
+// happen once per signing key and token type, reads on every Verify.
+func (v *Verifier) cacheHeader(seg string, h wireHeader) {
+	v.headersMu.Lock()
+	defer v.headersMu.Unlock()
+	old := v.headers.Load()
+	next := make(map[string]wireHeader, maxCachedHeaders)
+	if old != nil && len(*old) < maxCachedHeaders {
+		maps.Copy(next, *old)
+	}
+	next[seg] = h
+	v.headers.Store(&next)
+}
+
 // isBase64URL reports whether s is a non-empty run of the base64url
-// alphabet. Go's decoder skips CR and LF, so the alphabet is checked here
-// to keep "three base64url segments" exact.
+// alphabet.
 func isBase64URL(s string) bool {
 	if s == "" {
 		return false

@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	gjwt "github.com/golang-jwt/jwt/v5"
+	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/acme/platform/pkg/token"
 )
@@ -288,6 +290,26 @@ func TestVerifyRejects(t *testing.T) {
 		{"missing exp", func() string {
 			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "exp", nil))
 		}, "missing expiry", 0},
+		{"duplicate claim name", func() string {
+			// RFC 7519 section 4: a duplicate name is refused, never
+			// "the last one wins", so no two parsers can read it apart.
+			c, _ := json.Marshal(f.validClaims(token.UseAccess))
+			dup := `{"sub":"someone-else",` + string(c[1:])
+			return signRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt"}`, dup)
+		}, "malformed token claims", 0},
+		{"duplicate header name", func() string {
+			c, _ := json.Marshal(f.validClaims(token.UseAccess))
+			return signRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt","typ":"JWT"}`, string(c))
+		}, "malformed token header", 0},
+		{"claim name in another case", func() string {
+			// Names match exactly: ISS is not iss.
+			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(with(f.validClaims(token.UseAccess), "iss", nil), "ISS", testIssuer))
+		}, "untrusted issuer", 0},
+		{"invalid UTF-8 in a claim", func() string {
+			c, _ := json.Marshal(f.validClaims(token.UseAccess))
+			bad := strings.Replace(string(c), `"acme"`, "\"acme\xff\"", 1)
+			return signRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt"}`, bad)
+		}, "malformed token claims", 0},
 		{"exp as a string", func() string {
 			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "exp", "2099-01-01"))
 		}, "malformed token claims", 0},
@@ -318,6 +340,15 @@ func TestVerifyRejects(t *testing.T) {
 
 // Forged tokens that are otherwise valid must pass, or the rejections above
 // would prove nothing about the one thing each of them changes.
+func TestVerifyAcceptsRawSignedTokenWithTheRightKey(t *testing.T) {
+	f := newFixture(t, token.AlgRS256)
+	c, _ := json.Marshal(f.validClaims(token.UseAccess))
+	raw := signRaw(t, gjwt.SigningMethodRS256, rawKey(t, f.key), `{"alg":"RS256","kid":"`+kidOf(t, f.key)+`","typ":"at+jwt"}`, string(c))
+	if _, err := f.verifier.Verify(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestVerifyAcceptsForeignLibraryTokenSignedWithTheRightKey(t *testing.T) {
 	for _, alg := range algs() {
 		f := newFixture(t, alg)
@@ -473,5 +504,77 @@ func TestNewIssuerValidates(t *testing.T) {
 	}
 	if _, err := iss.Mint(context.Background(), token.Subject{UserID: "u"}); err == nil {
 		t.Error("minted without an account id")
+	}
+}
+
+// The verifier keeps the decoded headers of verified tokens; a token that
+// reuses such a header must still pass every other check.
+func TestVerifyCachedHeaderStillChecksEverything(t *testing.T) {
+	f := newFixture(t, token.AlgEdDSA)
+	set := f.mint(t)
+	ctx := context.Background()
+	if _, err := f.verifier.Verify(ctx, set.AccessToken); err != nil {
+		t.Fatal(err)
+	}
+	hdr, claims, sig := parts(t, set.AccessToken)
+	claims["sub"] = "someone-else"
+	tampered := encodeSegment(t, hdr) + "." + encodeSegment(t, claims) + "." + sig
+	for range 2 {
+		_, err := f.verifier.Verify(ctx, tampered)
+		assertReason(t, err, "invalid signature")
+	}
+	// The refresh token's header differs (typ), so it is checked afresh.
+	_, err := f.verifier.Verify(ctx, set.RefreshToken)
+	assertReason(t, err, "token use not accepted")
+}
+
+// More signing keys than the header cache holds: every token verifies, in
+// any order, and bad ones still fail.
+func TestVerifyManySigningKeys(t *testing.T) {
+	const n = 100
+	keys := make([]jwk.Key, n)
+	for i := range keys {
+		k, err := token.GenerateKey(token.AlgEdDSA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	verifierRing, err := token.NewKeyring(keys[0], keys[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(verifierRing)), token.VerifierConfig{Issuer: testIssuer, Audience: []string{testAudience}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tokens := make([]string, n)
+	for i, k := range keys {
+		kr, err := token.NewKeyring(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		is, err := token.NewIssuer(token.IssuerConfig{Issuer: testIssuer, Audience: []string{testAudience}, Keys: token.StaticKeyring(kr)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := is.Mint(ctx, testSubject())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[i] = set.IDToken
+	}
+	for round := range 3 {
+		for i, raw := range tokens {
+			if _, err := v.Verify(ctx, raw); err != nil {
+				t.Fatalf("round %d, token %d: %v", round, i, err)
+			}
+			hdr, claims, _ := parts(t, raw)
+			_, _, otherSig := parts(t, tokens[(i+1)%n])
+			forged := encodeSegment(t, hdr) + "." + encodeSegment(t, claims) + "." + otherSig
+			_, err := v.Verify(ctx, forged)
+			assertReason(t, err, "invalid signature")
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"time"
 
@@ -52,4 +53,20 @@ func writeStatus(w http.ResponseWriter, status int, body any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// WithProfiling adds net/http/pprof's handlers under /debug/pprof/ to an
+// operations handler, for CPU and heap profiles of a running service
+// ("go tool pprof http://host:ops/debug/pprof/profile"). Off by default:
+// profiles reveal code paths and cost CPU, and the operations port must
+// stay private when they are on.
+func WithProfiling(ops http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", ops)
+	return mux
 }

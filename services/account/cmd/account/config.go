@@ -16,6 +16,7 @@ const envPrefix = "ACCOUNT"
 type config struct {
 	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of the public API"`
 	OpsAddr         string        `envconfig:"OPS_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
+	OpsPprof        bool          `envconfig:"OPS_PPROF" default:"false" desc:"serve net/http/pprof under /debug/pprof/ on the operations listener; keep that port private"`
 	MongoDBURI      string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
 	MongoDBDatabase string        `envconfig:"MONGODB_DATABASE" default:"account" desc:"MongoDB database of this service"`
 	MongoDBTimeout  time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"how long a request waits for an unreachable MongoDB before a 503"`

@@ -103,13 +103,14 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	registry := servicecmd.NewRegistry()
 
 	return servicecmd.Service{
-		Name:     "conversations",
-		Version:  version,
-		Logger:   logger,
-		APIAddr:  cfg.HTTPAddr,
-		OpsAddr:  cfg.OpsAddr,
-		Drain:    cfg.ShutdownTimeout,
-		Registry: registry,
+		Name:      "conversations",
+		Version:   version,
+		Logger:    logger,
+		APIAddr:   cfg.HTTPAddr,
+		OpsAddr:   cfg.OpsAddr,
+		Profiling: cfg.OpsPprof,
+		Drain:     cfg.ShutdownTimeout,
+		Registry:  registry,
 		Checks: map[string]web.Check{
 			"mongodb": func(ctx context.Context) error { return mongodb.Ping(ctx, client) },
 			"signing_keys": func(ctx context.Context) error {

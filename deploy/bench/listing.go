@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// listedConversations is how many conversations the caller has.
+const listedConversations = 1000
+
+// conversationDoc mirrors the stored document, as a Go client reading the
+// collection would decode it.
+type conversationDoc struct {
+	ID            string     `bson:"_id"`
+	AccountID     string     `bson:"account_id"`
+	Subject       string     `bson:"subject"`
+	Status        string     `bson:"status"`
+	Participants  []string   `bson:"participants"`
+	CreatedAt     time.Time  `bson:"created_at"`
+	UpdatedAt     time.Time  `bson:"updated_at"`
+	LastMessageAt *time.Time `bson:"last_message_at"`
+}
+
+// listingRows measures GET /v1/conversations (first page of 10) against
+// the same find through the driver, and the 50th page against the first,
+// all three alternating in one run.
+func listingRows(ctx context.Context, s *stack) ([]row, error) {
+	o := s.o
+	client := loopbackClient(o.workers)
+	bearer, err := s.login(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := jwtClaims(bearer)
+	if err != nil {
+		return nil, err
+	}
+	accountID, _ := claims["account_id"].(string)
+	userID, _ := claims["sub"].(string)
+	if err := s.seedConversations(ctx, client, bearer); err != nil {
+		return nil, err
+	}
+	page50, err := s.pageURL(ctx, client, bearer, 50)
+	if err != nil {
+		return nil, err
+	}
+
+	list := func(url string) func(context.Context, int) error {
+		return func(ctx context.Context, _ int) error {
+			status, _, body, err := get(ctx, client, url, bearer)
+			if err != nil {
+				return err
+			}
+			if status != http.StatusOK || len(body) < 100 {
+				return fmt.Errorf("GET %s answered %d: %s", url, status, body)
+			}
+			return nil
+		}
+	}
+	// The service's query for a first page of 10 (services/conversations/mongo):
+	// one more than the page tells whether a next page exists.
+	coll := s.client.Database(s.convDB).Collection("conversations")
+	filter := bson.D{{Key: "account_id", Value: accountID}, {Key: "participants", Value: userID}}
+	findOpts := options.Find().
+		SetSort(bson.D{{Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}}).
+		SetLimit(11).
+		SetHint("by_participant")
+	driverFind := func(ctx context.Context, _ int) error {
+		cur, err := coll.Find(ctx, filter, findOpts)
+		if err != nil {
+			return err
+		}
+		var docs []conversationDoc
+		if err := cur.All(ctx, &docs); err != nil {
+			return err
+		}
+		if len(docs) != 11 {
+			return fmt.Errorf("driver find returned %d documents, want 11", len(docs))
+		}
+		return nil
+	}
+
+	sides := []side{
+		{name: "GET /v1/conversations", workers: o.workers, op: list(s.convURL + "/v1/conversations")},
+		{name: "driver find", workers: o.workers, op: driverFind},
+		{name: "GET page 50", workers: o.workers, op: list(page50)},
+	}
+	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
+	if err != nil {
+		return nil, fmt.Errorf("listing: %w", err)
+	}
+	if err := s.profile(ctx, s.conv, sides[0], "listing"); err != nil {
+		return nil, err
+	}
+	api, driver, deep := samples[0], samples[1], samples[2]
+	vsDriver := ratios(api, driver, throughputRatio)
+	// The cost of a page is the inverse of its throughput.
+	depth := ratios(api, deep, throughputRatio)
+	perSecond := func(s []sample) string { return thousands(medianOf(s, sample.perSecond)) + "/s" }
+	return []row{
+		{
+			measure: fmt.Sprintf("Listing: GET /v1/conversations vs driver find, %d of %d, %d concurrent", 10, listedConversations, o.workers),
+			subject: fmt.Sprintf("%s pages; peak RSS of the conversations process %.0f MiB", perSecond(api), s.conv.peakRSS()),
+			against: perSecond(driver) + " finds (same filter, sort, limit 11, hint)",
+			ratio:   vsDriver, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsDriver.median >= 0.90, id: "listing",
+		},
+		{
+			measure: "Listing: cost of page 50 vs page 1 (keyset paging)",
+			subject: perSecond(deep) + " pages at page 50", against: perSecond(api) + " pages at page 1",
+			ratio: depth, unit: "× page 1", target: "≤ 1.10", hasGoal: true, met: depth.median <= 1.10, id: "listing",
+		},
+	}, nil
+}
+
+// login returns an access token of the first bench user.
+func (s *stack) login(ctx context.Context, client *http.Client) (string, error) {
+	name, password := benchUser(0)
+	body, _ := json.Marshal(map[string]string{"username": name, "password": password, "accountName": benchAccount})
+	status, resp, err := post(ctx, client, s.accountURL+"/login", string(body))
+	if err != nil {
+		return "", err
+	}
+	var set tokenSet
+	if status != http.StatusOK || json.Unmarshal(resp, &set) != nil {
+		return "", fmt.Errorf("login answered %d: %s", status, resp)
+	}
+	return set.Tokens.AccessToken, nil
+}
+
+// seedConversations creates the caller's conversations through the API.
+func (s *stack) seedConversations(ctx context.Context, client *http.Client, bearer string) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, s.o.workers)
+	for w := range s.o.workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > listedConversations {
+					return
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.convURL+"/v1/conversations",
+					jsonBody(map[string]any{"subject": fmt.Sprintf("Bench conversation %d", i), "participants": []string{"usr_peer"}}))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+bearer)
+				status, body, err := do(client, req)
+				if err == nil && status != http.StatusCreated {
+					err = fmt.Errorf("create conversation answered %d: %s", status, body)
+				}
+				if err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+var nextLink = regexp.MustCompile(`<([^>]+)>;\s*rel="next"`)
+
+// pageURL follows the next links from the first page to page n.
+func (s *stack) pageURL(ctx context.Context, client *http.Client, bearer string, n int) (string, error) {
+	url := s.convURL + "/v1/conversations"
+	for page := 1; page < n; page++ {
+		status, header, body, err := get(ctx, client, url, bearer)
+		if err != nil {
+			return "", err
+		}
+		m := nextLink.FindStringSubmatch(header.Get("Link"))
+		if status != http.StatusOK || m == nil {
+			return "", fmt.Errorf("page %d: %d, Link %q: %s", page, status, header.Get("Link"), body)
+		}
+		url = s.convURL + m[1]
+	}
+	return url, nil
+}

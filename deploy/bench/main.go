@@ -1,0 +1,36 @@
+// Command bench measures the hot paths of the services against their
+// physical limits and against a peer implementation, side by side in one
+// process run, and prints the ratios as a table ("make bench"):
+//
+//   - token verification: pkg/token against the bare standard-library
+//     signature check and against golang-jwt/v5 with a JWKS key function,
+//     for RS256, ES256 and EdDSA;
+//   - login: POST /login over loopback against bare argon2id verification
+//     with the stored parameters, at the same concurrency;
+//   - listing: GET /v1/conversations against the same find through the
+//     driver, and the 50th page against the first;
+//   - start-up: exec to ready, per service.
+//
+// Every ratio comes from rounds that alternate both sides; the table gives
+// the median and the range over the rounds. Services run as the real
+// binaries (built into a temporary folder) on loopback, against MONGODB_URI
+// when set, else the embedded store of "make run". Runs are bounded in time
+// and stop by themselves.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// side is one of the two things a ratio compares: an operation run by a
+// fixed number of workers.
+type side struct {
+	name    string
+	workers int
+	// op is one operation; worker is the index of the goroutine running
+	// it, for operations that need one identity per worker.
+	op func(ctx context.Context, worker int) error
+}
+
+// sample is one timed run of a side.
+type sample struct {
+	ops     int64
+	elapsed time.Duration
+	mallocs uint64 // heap allocations of this process during the run
+}
+
+func (s sample) perSecond() float64 { return float64(s.ops) / s.elapsed.Seconds() }
+
+func (s sample) allocsPerOp() float64 {
+	if s.ops == 0 {
+		return 0
+	}
+	return float64(s.mallocs) / float64(s.ops)
+}
+
+// maxOpsPerRun bounds a run by count as well as by time.
+const maxOpsPerRun = 50_000_000
+
+// runFor runs s until d has passed (or maxOpsPerRun operations). The first
+// failing operation ends the run with its error: a ratio over failures
+// would measure the error path.
+func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var ops atomic.Int64
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range s.workers {
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				if err := s.op(ctx, w); err != nil {
+					cancel(fmt.Errorf("%s: %w", s.name, err))
+					return
+				}
+				if ops.Add(1) >= maxOpsPerRun {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if err := context.Cause(ctx); err != nil {
+		return sample{}, err
+	}
+	return sample{ops: ops.Load(), elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs}, nil
+}
+
+// alternate measures the sides in turns, rounds times, after one short
+// warm-up run of each: every round runs each side once for d, and the
+// side that goes first rotates so that neither always meets a warm or a
+// cold machine. It returns the samples as samples[side][round].
+func alternate(ctx context.Context, rounds int, d time.Duration, sides ...side) ([][]sample, error) {
+	for _, s := range sides {
+		if _, err := runFor(ctx, s, d/4); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	samples := make([][]sample, len(sides))
+	for r := range rounds {
+		for i := range sides {
+			k := (r + i) % len(sides)
+			got, err := runFor(ctx, sides[k], d)
+			if err != nil {
+				return nil, fmt.Errorf("round %d: %w", r+1, err)
+			}
+			samples[k] = append(samples[k], got)
+		}
+	}
+	return samples, nil
+}
+
+// spread is the median and range of one statistic over the rounds.
+type spread struct {
+	median, min, max float64
+	n                int
+}
+
+func spreadOf(values []float64) spread {
+	v := slices.Clone(values)
+	slices.Sort(v)
+	n := len(v)
+	if n == 0 {
+		return spread{}
+	}
+	med := v[n/2]
+	if n%2 == 0 {
+		med = (v[n/2-1] + v[n/2]) / 2
+	}
+	return spread{median: med, min: v[0], max: v[n-1], n: n}
+}
+
+// ratios pairs the rounds of two sides: round i of a against round i of b,
+// measured next to each other.
+func ratios(a, b []sample, f func(a, b sample) float64) spread {
+	v := make([]float64, 0, len(a))
+	for i := range min(len(a), len(b)) {
+		v = append(v, f(a[i], b[i]))
+	}
+	return spreadOf(v)
+}
+
+// throughputRatio is how many operations a does per b's one.
+func throughputRatio(a, b sample) float64 { return a.perSecond() / b.perSecond() }
+
+func medianOf(samples []sample, f func(sample) float64) float64 {
+	v := make([]float64, len(samples))
+	for i, s := range samples {
+		v[i] = f(s)
+	}
+	return spreadOf(v).median
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+)
+
+// benchOptions are the flags.
+type benchOptions struct {
+	only       []string
+	rounds     int
+	workers    int
+	cpuRun     time.Duration // one side, one round, in-process measures
+	serviceRun time.Duration // one side, one round, HTTP measures
+	binDir     string
+	out        string
+	profileDir string
+	mongoURI   string
+	signingAlg string
+	timeout    time.Duration
+}
+
+// measures are the -only names, in the order of the table.
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "listing", "startup"}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var o benchOptions
+	var only string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&only, "only", "", "comma-separated measures to run, of: "+strings.Join(measures, ", ")+" (default all)")
+	fs.IntVar(&o.rounds, "rounds", 5, "rounds per ratio; each runs both sides once (at least 5 for a reported figure)")
+	fs.IntVar(&o.workers, "workers", 2*runtime.GOMAXPROCS(0), "concurrent workers on each side of every ratio")
+	fs.DurationVar(&o.cpuRun, "cpu-run", 500*time.Millisecond, "length of one side of one round of the token measures")
+	fs.DurationVar(&o.serviceRun, "service-run", 3*time.Second, "length of one side of one round of the HTTP measures")
+	fs.StringVar(&o.binDir, "bin", "", "folder with prebuilt account and conversations binaries (default: build them)")
+	fs.StringVar(&o.out, "out", "", "also write the table, with the machine, into this Markdown file between its markers")
+	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login and listing")
+	fs.StringVar(&o.signingAlg, "signing-alg", "RS256", "ACCOUNT_SIGNING_ALG of the measured account service")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "stop the whole run after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.mongoURI = getenv("MONGODB_URI")
+	if only != "" {
+		o.only = strings.Split(only, ",")
+		for _, m := range o.only {
+			if !slices.Contains(measures, m) {
+				return fmt.Errorf("-only: unknown measure %q; known: %s", m, strings.Join(measures, ", "))
+			}
+		}
+	}
+	if o.rounds < 1 || o.workers < 1 || o.cpuRun <= 0 || o.serviceRun <= 0 {
+		return errors.New("-rounds and -workers must be positive, and the run lengths above zero")
+	}
+	if o.out != "" && o.only != nil {
+		return errors.New("-out records the whole table: leave out -only")
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	want := func(m string) bool { return o.only == nil || slices.Contains(o.only, m) }
+
+	var rows []row
+	for _, alg := range []string{"RS256", "ES256", "EdDSA"} {
+		if !want("verify-" + strings.ToLower(alg)) {
+			continue
+		}
+		fmt.Fprintf(stderr, "measuring token verification, %s…\n", alg)
+		got, err := verifyRows(ctx, o, alg)
+		if err != nil {
+			return err
+		}
+		if err := profileInProcess(ctx, o, alg); err != nil {
+			return err
+		}
+		rows = append(rows, got...)
+	}
+
+	store := "none (token measures only)"
+	if want("login") || want("listing") || want("startup") {
+		bin := o.binDir
+		if bin == "" {
+			dir, err := os.MkdirTemp("", "bench-bin")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			fmt.Fprintln(stderr, "building the service binaries…")
+			if err := buildBinaries(ctx, dir); err != nil {
+				return err
+			}
+			bin = dir
+		}
+		fmt.Fprintln(stderr, "starting the store and both services…")
+		s, err := newStack(ctx, o, bin)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		store = s.store
+		for _, m := range []struct {
+			name string
+			rows func(context.Context, *stack) ([]row, error)
+		}{
+			{"login", func(ctx context.Context, s *stack) ([]row, error) { r, err := loginRow(ctx, s); return []row{r}, err }},
+			{"listing", listingRows},
+			{"startup", startupRows},
+		} {
+			if !want(m.name) {
+				continue
+			}
+			fmt.Fprintf(stderr, "measuring %s…\n", m.name)
+			got, err := m.rows(ctx, s)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, got...)
+		}
+	}
+
+	cmdline := "go run ./deploy/bench " + strings.Join(args, " ")
+	m := describeMachine(store, gitCommit(), strings.TrimSpace(cmdline))
+	m.method = fmt.Sprintf("%d rounds alternating the sides, %s (token measures) or %s (HTTP measures) per side per round, %d workers on each side",
+		o.rounds, o.cpuRun, o.serviceRun, o.workers)
+	fmt.Fprintln(stdout)
+	m.write(stdout)
+	fmt.Fprintln(stdout)
+	writeTable(stdout, rows)
+	if o.out != "" {
+		if err := writeDoc(o.out, m, rows); err != nil {
+			return err
+		}
+		fmt.Fprintln(stderr, "wrote", o.out)
+	}
+	var missed []string
+	for _, r := range rows {
+		if r.hasGoal && !r.met {
+			missed = append(missed, r.measure)
+		}
+	}
+	if len(missed) > 0 {
+		fmt.Fprintf(stderr, "\ntargets missed (see docs/benchmarks.md for why): %s\n", strings.Join(missed, "; "))
+	}
+	return nil
+}
+
+// profileInProcess profiles the library side of a token measure alone.
+func profileInProcess(ctx context.Context, o benchOptions, alg string) error {
+	if o.profileDir == "" {
+		return nil
+	}
+	// A fresh fixture keeps the profile free of the other sides.
+	f, err := os.Create(filepath.Join(o.profileDir, "verify-"+strings.ToLower(alg)+".pprof"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fx, err := newVerifyFixture(ctx, alg)
+	if err != nil {
+		return err
+	}
+	defer fx.close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	_, err = runFor(ctx, side{name: "library", workers: o.workers, op: fx.library}, 5*time.Second)
+	pprof.StopCPUProfile()
+	return err
+}
+
+// profile runs one side for 10 s while the service records a CPU profile.
+func (s *stack) profile(ctx context.Context, p *process, sd side, name string) error {
+	if s.o.profileDir == "" {
+		return nil
+	}
+	const d = 10 * time.Second
+	errc := make(chan error, 1)
+	go func() { errc <- p.cpuProfile(ctx, d, filepath.Join(s.o.profileDir, name+".pprof")) }()
+	time.Sleep(100 * time.Millisecond) // let the profile start first
+	if _, err := runFor(ctx, sd, d); err != nil {
+		return err
+	}
+	return <-errc
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}

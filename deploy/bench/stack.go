@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/acme/platform/pkg/embeddedmongo"
+	"github.com/acme/platform/pkg/mongodb"
+)
+
+// stack is the store and the two services the HTTP measures run against.
+type stack struct {
+	o                     benchOptions
+	bin                   string
+	uri                   string
+	store                 string // describes the store, for the report
+	accountDB, convDB     string
+	client                *mongo.Client
+	account, conv         *process
+	accountURL, convURL   string
+	accountEnv, convEnv   []string
+	accountOps, convOps   string
+	firstAccountStart     time.Duration // includes key generation and indexes
+	firstConversationsRun time.Duration
+	cleanup               []func()
+}
+
+const (
+	benchAccount = "bench"
+	// Each login worker signs in as its own user, as separate users do:
+	// the per-user login throttle is not what this measures.
+	benchUserPrefix = "bench-"
+)
+
+func benchUser(i int) (username, password string) {
+	return fmt.Sprintf("%s%d", benchUserPrefix, i), fmt.Sprintf("correct horse battery staple %d", i)
+}
+
+// newStack starts the store (MONGODB_URI when given, else the embedded
+// one), provisions the bench users and starts both services.
+func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err error) {
+	s = &stack{o: o, bin: bin}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+	s.accountDB, s.convDB = "bench_account_"+suffix, "bench_conversations_"+suffix
+	if o.mongoURI != "" {
+		s.uri, s.store = o.mongoURI, "MongoDB at MONGODB_URI (databases bench_*, dropped afterwards)"
+	} else {
+		dir, err := os.MkdirTemp("", "bench-store")
+		if err != nil {
+			return nil, err
+		}
+		s.cleanup = append(s.cleanup, func() { _ = os.RemoveAll(dir) })
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		db, err := embeddedmongo.Start(ctx, embeddedmongo.Options{Dir: dir, Addr: addr, Logger: quietLogger()})
+		if err != nil {
+			return nil, fmt.Errorf("start embedded store: %w", err)
+		}
+		s.cleanup = append(s.cleanup, func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = db.Stop(stopCtx)
+		})
+		s.uri = db.URI()
+		s.store = "embedded FerretDB 1.24 on SQLite in the bench process (the store of make run), behind its command-serialising proxy"
+	}
+	s.client, err = mongodb.Connect(s.uri, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, func() {
+		dropCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.client.Database(s.accountDB).Drop(dropCtx)
+		_ = s.client.Database(s.convDB).Drop(dropCtx)
+		_ = s.client.Disconnect(dropCtx)
+	})
+
+	addrs := make([]string, 4)
+	for i := range addrs {
+		if addrs[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	s.accountURL, s.accountOps = "http://"+addrs[0], addrs[1]
+	s.convURL, s.convOps = "http://"+addrs[2], addrs[3]
+	pprof := fmt.Sprint(o.profileDir != "")
+	// Production settings throughout (argon2id parameters, RS256 keys,
+	// throttle): only addresses, databases and logging differ.
+	s.accountEnv = []string{
+		"ACCOUNT_MONGODB_URI=" + s.uri, "ACCOUNT_MONGODB_DATABASE=" + s.accountDB,
+		"ACCOUNT_HTTP_ADDR=" + addrs[0], "ACCOUNT_OPS_ADDR=" + addrs[1],
+		"ACCOUNT_ISSUER=" + s.accountURL, "ACCOUNT_LOG_LEVEL=warn", "ACCOUNT_OPS_PPROF=" + pprof,
+		"ACCOUNT_SIGNING_ALG=" + o.signingAlg,
+	}
+	s.convEnv = []string{
+		"CONVERSATIONS_MONGODB_URI=" + s.uri, "CONVERSATIONS_MONGODB_DATABASE=" + s.convDB,
+		"CONVERSATIONS_HTTP_ADDR=" + addrs[2], "CONVERSATIONS_OPS_ADDR=" + addrs[3],
+		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
+		"CONVERSATIONS_ISSUER=" + s.accountURL, "CONVERSATIONS_LOG_LEVEL=warn", "CONVERSATIONS_OPS_PPROF=" + pprof,
+	}
+	if err := s.provision(ctx); err != nil {
+		return nil, err
+	}
+	if s.account, err = s.startAccount(ctx); err != nil {
+		return nil, err
+	}
+	s.firstAccountStart = s.account.ready
+	if s.conv, err = s.startConversations(ctx); err != nil {
+		return nil, err
+	}
+	s.firstConversationsRun = s.conv.ready
+	return s, nil
+}
+
+func (s *stack) startAccount(ctx context.Context) (*process, error) {
+	return startProcess(ctx, "account", filepath.Join(s.bin, "account"), s.accountEnv, s.accountOps)
+}
+
+func (s *stack) startConversations(ctx context.Context) (*process, error) {
+	return startProcess(ctx, "conversations", filepath.Join(s.bin, "conversations"), s.convEnv, s.convOps)
+}
+
+// provision creates the bench account and one user per login worker with
+// the account service's own provision command.
+func (s *stack) provision(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "bench-provision")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	type user struct {
+		Username     string `json:"username"`
+		PasswordFile string `json:"passwordFile"`
+	}
+	var users []user
+	for i := range s.o.workers {
+		name, password := benchUser(i)
+		file := filepath.Join(dir, name+".txt")
+		if err := os.WriteFile(file, []byte(password), 0o600); err != nil {
+			return err
+		}
+		users = append(users, user{name, file})
+	}
+	spec, err := json.Marshal(map[string]any{"accounts": []any{map[string]any{"name": benchAccount, "users": users}}})
+	if err != nil {
+		return err
+	}
+	specFile := filepath.Join(dir, "provision.json")
+	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
+		return err
+	}
+	return runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "", "provision", "--file", specFile)
+}
+
+func (s *stack) close() {
+	for _, p := range []*process{s.conv, s.account} {
+		if p != nil {
+			_ = p.stop()
+		}
+	}
+	for i := len(s.cleanup) - 1; i >= 0; i-- {
+		s.cleanup[i]()
+	}
+}
