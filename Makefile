@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test lint fmt-check vet build images bench fuzz clean help
+.PHONY: run test lint fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -39,7 +39,10 @@ vet: ## go vet every module
 lint: fmt-check vet ## gofmt, go vet and staticcheck
 	$(GO) run $(STATICCHECK) $(PACKAGES)
 
-bench: ## run the benchmarks
+bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 3 min)
+	$(GO) run ./deploy/bench -out docs/benchmarks.md
+
+bench-go: ## run the packages' Go micro-benchmarks (go test -bench)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PACKAGES)
 
 # Fuzz targets as Name:package. A fuzzing run takes one target of one

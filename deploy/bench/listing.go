@@ -15,9 +15,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// listedConversations is how many conversations the caller has.
-const listedConversations = 1000
-
 // conversationDoc mirrors the stored document, as a Go client reading the
 // collection would decode it.
 type conversationDoc struct {
@@ -50,7 +47,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	if err := s.seedConversations(ctx, client, bearer); err != nil {
 		return nil, err
 	}
-	page50, err := s.pageURL(ctx, client, bearer, 50)
+	deepURL, err := s.pageURL(ctx, client, bearer, o.depth)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +90,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	sides := []side{
 		{name: "GET /v1/conversations", workers: o.workers, op: list(s.convURL + "/v1/conversations")},
 		{name: "driver find", workers: o.workers, op: driverFind},
-		{name: "GET page 50", workers: o.workers, op: list(page50)},
+		{name: fmt.Sprintf("GET page %d", o.depth), workers: o.workers, op: list(deepURL)},
 	}
 	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
 	if err != nil {
@@ -109,14 +106,14 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	perSecond := func(s []sample) string { return thousands(medianOf(s, sample.perSecond)) + "/s" }
 	return []row{
 		{
-			measure: fmt.Sprintf("Listing: GET /v1/conversations vs driver find, %d of %d, %d concurrent", 10, listedConversations, o.workers),
+			measure: fmt.Sprintf("Listing: GET /v1/conversations vs driver find, 10 of %d, %d concurrent", o.conversations, o.workers),
 			subject: fmt.Sprintf("%s pages; peak RSS of the conversations process %.0f MiB", perSecond(api), s.conv.peakRSS()),
 			against: perSecond(driver) + " finds (same filter, sort, limit 11, hint)",
 			ratio:   vsDriver, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsDriver.median >= 0.90, id: "listing",
 		},
 		{
-			measure: "Listing: cost of page 50 vs page 1 (keyset paging)",
-			subject: perSecond(deep) + " pages at page 50", against: perSecond(api) + " pages at page 1",
+			measure: fmt.Sprintf("Listing: cost of page %d vs page 1 (keyset paging)", o.depth),
+			subject: fmt.Sprintf("%s pages at page %d", perSecond(deep), o.depth), against: perSecond(api) + " pages at page 1",
 			ratio: depth, unit: "× page 1", target: "≤ 1.10", hasGoal: true, met: depth.median <= 1.10, id: "listing",
 		},
 	}, nil
@@ -146,7 +143,7 @@ func (s *stack) seedConversations(ctx context.Context, client *http.Client, bear
 		wg.Go(func() {
 			for {
 				i := next.Add(1)
-				if i > listedConversations {
+				if i > int64(s.o.conversations) {
 					return
 				}
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.convURL+"/v1/conversations",

@@ -18,13 +18,26 @@ type side struct {
 	// op is one operation; worker is the index of the goroutine running
 	// it, for operations that need one identity per worker.
 	op func(ctx context.Context, worker int) error
+	// cpu, when set, reads the CPU time consumed so far by the process
+	// that does the side's work (a service, or this process), so that a
+	// sample also gives the CPU cost of one operation.
+	cpu func() (time.Duration, error)
 }
 
 // sample is one timed run of a side.
 type sample struct {
 	ops     int64
 	elapsed time.Duration
-	mallocs uint64 // heap allocations of this process during the run
+	mallocs uint64        // heap allocations of this process during the run
+	cpu     time.Duration // CPU time of the side's process during the run, when measured
+}
+
+// cpuPerOp is the CPU time one operation cost its process.
+func (s sample) cpuPerOp() time.Duration {
+	if s.ops == 0 {
+		return 0
+	}
+	return s.cpu / time.Duration(s.ops)
 }
 
 func (s sample) perSecond() float64 { return float64(s.ops) / s.elapsed.Seconds() }
@@ -49,6 +62,13 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	var cpuBefore time.Duration
+	if s.cpu != nil {
+		var err error
+		if cpuBefore, err = s.cpu(); err != nil {
+			return sample{}, err
+		}
+	}
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -71,7 +91,15 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 	if err := context.Cause(ctx); err != nil {
 		return sample{}, err
 	}
-	return sample{ops: ops.Load(), elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs}, nil
+	got := sample{ops: ops.Load(), elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs}
+	if s.cpu != nil {
+		cpuAfter, err := s.cpu()
+		if err != nil {
+			return sample{}, err
+		}
+		got.cpu = cpuAfter - cpuBefore
+	}
+	return got, nil
 }
 
 // alternate measures the sides in turns, rounds times, after one short
@@ -127,6 +155,11 @@ func ratios(a, b []sample, f func(a, b sample) float64) spread {
 	}
 	return spreadOf(v)
 }
+
+// cpuEfficiencyRatio is how many operations a does per CPU-second of its
+// process for b's one: throughput with the cost of everything else on
+// the machine (a co-located store, the load generator) taken out.
+func cpuEfficiencyRatio(a, b sample) float64 { return float64(b.cpuPerOp()) / float64(a.cpuPerOp()) }
 
 // throughputRatio is how many operations a does per b's one.
 func throughputRatio(a, b sample) float64 { return a.perSecond() / b.perSecond() }

@@ -18,17 +18,19 @@ import (
 
 // benchOptions are the flags.
 type benchOptions struct {
-	only       []string
-	rounds     int
-	workers    int
-	cpuRun     time.Duration // one side, one round, in-process measures
-	serviceRun time.Duration // one side, one round, HTTP measures
-	binDir     string
-	out        string
-	profileDir string
-	mongoURI   string
-	signingAlg string
-	timeout    time.Duration
+	only          []string
+	rounds        int
+	workers       int
+	cpuRun        time.Duration // one side, one round, in-process measures
+	serviceRun    time.Duration // one side, one round, HTTP measures
+	binDir        string
+	out           string
+	profileDir    string
+	mongoURI      string
+	signingAlg    string
+	timeout       time.Duration
+	conversations int // the caller's conversations in the listing measure
+	depth         int // the deep page of the listing measure
 }
 
 // measures are the -only names, in the order of the table.
@@ -49,6 +51,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login and listing")
 	fs.StringVar(&o.signingAlg, "signing-alg", "RS256", "ACCOUNT_SIGNING_ALG of the measured account service")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "stop the whole run after this long")
+	fs.IntVar(&o.conversations, "conversations", 1000, "conversations of the caller in the listing measure")
+	fs.IntVar(&o.depth, "depth", 50, "the deep page compared with the first in the listing measure")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,6 +67,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if o.rounds < 1 || o.workers < 1 || o.cpuRun <= 0 || o.serviceRun <= 0 {
 		return errors.New("-rounds and -workers must be positive, and the run lengths above zero")
+	}
+	if o.depth < 2 || o.conversations < 10*o.depth+1 {
+		return errors.New("-depth must be at least 2, with more than 10 × depth -conversations")
 	}
 	if o.out != "" && o.only != nil {
 		return errors.New("-out records the whole table: leave out -only")
@@ -113,7 +120,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			name string
 			rows func(context.Context, *stack) ([]row, error)
 		}{
-			{"login", func(ctx context.Context, s *stack) ([]row, error) { r, err := loginRow(ctx, s); return []row{r}, err }},
+			{"login", loginRows},
 			{"listing", listingRows},
 			{"startup", startupRows},
 		} {

@@ -231,3 +231,35 @@ func jsonBody(v any) io.Reader {
 	b, _ := json.Marshal(v)
 	return bytes.NewReader(b)
 }
+
+// clockTicks is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,
+// 100 on every Linux that matters).
+const clockTicks = 100
+
+// processCPU reads the user plus system CPU time of process pid ("self"
+// for this one) from /proc.
+func processCPU(pid string) (time.Duration, error) {
+	stat := readFile("/proc/" + pid + "/stat")
+	// The command name (field 2) is in parentheses and may hold spaces;
+	// utime and stime are fields 14 and 15, i.e. 12 and 13 after it.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no /proc/%s/stat: CPU times need Linux", pid)
+	}
+	fields := strings.Fields(stat[i+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("short /proc/%s/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%s/stat: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+func (p *process) cpuTime() (time.Duration, error) {
+	return processCPU(strconv.Itoa(p.cmd.Process.Pid))
+}
+
+func selfCPU() (time.Duration, error) { return processCPU("self") }

@@ -37,8 +37,8 @@ type verifyFixture struct {
 }
 
 func (f *verifyFixture) library(ctx context.Context, _ int) error { return f.lib(ctx, f.raw) }
-func (f *verifyFixture) golangJWT(context.Context, int) error    { return f.peer(f.raw) }
-func (f *verifyFixture) bareCheck(context.Context, int) error    { return f.bare() }
+func (f *verifyFixture) golangJWT(context.Context, int) error     { return f.peer(f.raw) }
+func (f *verifyFixture) bareCheck(context.Context, int) error     { return f.bare() }
 
 func (f *verifyFixture) close() {
 	for _, c := range f.cleanup {

@@ -75,3 +75,16 @@ func BenchmarkBareSignatureVerify(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMint measures minting a token set (three signatures).
+func BenchmarkMint(b *testing.B) {
+	for _, alg := range algs() {
+		b.Run(alg, func(b *testing.B) {
+			f := newFixture(b, alg)
+			b.ReportAllocs()
+			for b.Loop() {
+				f.mint(b)
+			}
+		})
+	}
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestRunPrintsEveryRatio runs the whole harness with short runs and a
+// small listing: every measure must come out as a row with a number, and
+// -out must rewrite only the generated part of the document. The figures
+// of so short a run mean nothing; "make bench" runs the real thing.
+func TestRunPrintsEveryRatio(t *testing.T) {
+	doc := filepath.Join(t.TempDir(), "benchmarks.md")
+	intro := "# Benchmarks\n\nHand-written text above.\n\n"
+	outro := "\n## Hand-written text below\n"
+	if err := os.WriteFile(doc, []byte(intro+beginMarker+"\nold table\n"+endMarker+"\n"+outro), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"-rounds", "2", "-cpu-run", "20ms", "-service-run", "150ms", "-workers", "2",
+		"-conversations", "31", "-depth", "3", "-out", doc}
+	if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"Token verify RS256: library vs bare", "Token verify RS256: library vs golang-jwt",
+		"Token verify ES256: library vs bare", "Token verify EdDSA: library vs golang-jwt",
+		"vs bare argon2id", "vs argon2id + the 3 token signatures", "CPU per login",
+		"Listing: GET /v1/conversations vs driver find", "Listing: cost of page 3 vs page 1",
+		"Start-up: account", "Start-up: conversations",
+	} {
+		line := lineWith(out, want)
+		if line == "" {
+			t.Errorf("no row %q in:\n%s", want, out)
+			continue
+		}
+		if !regexp.MustCompile(`\*\*[0-9]+(\.[0-9]+)?\*\*| \*\*[0-9]+ ms\*\*`).MatchString(line) {
+			t.Errorf("row %q has no figure: %s", want, line)
+		}
+		if !strings.Contains(line, "`go run ./deploy/bench -only ") {
+			t.Errorf("row %q has no command: %s", want, line)
+		}
+	}
+	for _, want := range []string{"- Machine: ", "- Store: ", "- Each ratio: 2 rounds"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the header:\n%s", want, out)
+		}
+	}
+
+	written, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := string(written)
+	if !strings.HasPrefix(w, intro+beginMarker) || !strings.HasSuffix(w, endMarker+"\n"+outro) || strings.Contains(w, "old table") {
+		t.Errorf("document not rewritten between its markers:\n%s", w)
+	}
+	if !strings.Contains(w, lineWith(out, "Start-up: account")) {
+		t.Errorf("document lacks the table:\n%s", w)
+	}
+}
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-only", "nonsense"},
+		{"-rounds", "0"},
+		{"-depth", "50", "-conversations", "100"},
+		{"-only", "login", "-out", "x.md"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err == nil {
+			t.Errorf("run %v: no error", args)
+		}
+	}
+}
+
+func lineWith(text, substr string) string {
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, substr) {
+			return line
+		}
+	}
+	return ""
+}
