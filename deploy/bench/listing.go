@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -47,7 +48,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	if err := s.seedConversations(ctx, client, bearer); err != nil {
 		return nil, err
 	}
-	deepURL, err := s.pageURL(ctx, client, bearer, o.depth)
+	deepURL, deepStart, err := s.pageURL(ctx, client, bearer, o.depth)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +101,13 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil, err
 	}
 	api, driver, deep := samples[0], samples[1], samples[2]
+	depthNote := "The store reports no execution statistics (explain), so what each page reads is not shown."
+	k1, d1, ok1 := examined(ctx, coll, filter)
+	kN, dN, okN := examined(ctx, coll, keysetFilter(filter, deepStart))
+	if ok1 && okN {
+		depthNote = fmt.Sprintf("explain (executionStats): page 1 examined %d index keys and %d documents, page %d examined %d keys and %d documents.",
+			k1, d1, o.depth, kN, dN)
+	}
 	vsDriver := ratios(api, driver, throughputRatio)
 	// The cost of a page is the inverse of its throughput.
 	depth := ratios(api, deep, throughputRatio)
@@ -115,6 +123,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 			measure: fmt.Sprintf("Listing: cost of page %d vs page 1 (keyset paging)", o.depth),
 			subject: fmt.Sprintf("%s pages at page %d", perSecond(deep), o.depth), against: perSecond(api) + " pages at page 1",
 			ratio: depth, unit: "× page 1", target: "≤ 1.10", hasGoal: true, met: depth.median <= 1.10, id: "listing",
+			notes: depthNote,
 		},
 	}, nil
 }
@@ -167,19 +176,67 @@ func (s *stack) seedConversations(ctx context.Context, client *http.Client, bear
 
 var nextLink = regexp.MustCompile(`<([^>]+)>;\s*rel="next"`)
 
-// pageURL follows the next links from the first page to page n.
-func (s *stack) pageURL(ctx context.Context, client *http.Client, bearer string, n int) (string, error) {
+// pageURL follows the next links from the first page to page n and
+// returns its URL, with the position (updatedAt, id) of the last item of
+// page n-1, where page n starts.
+func (s *stack) pageURL(ctx context.Context, client *http.Client, bearer string, n int) (string, position, error) {
 	url := s.convURL + "/v1/conversations"
+	var last position
 	for page := 1; page < n; page++ {
 		status, header, body, err := get(ctx, client, url, bearer)
 		if err != nil {
-			return "", err
+			return "", last, err
 		}
 		m := nextLink.FindStringSubmatch(header.Get("Link"))
 		if status != http.StatusOK || m == nil {
-			return "", fmt.Errorf("page %d: %d, Link %q: %s", page, status, header.Get("Link"), body)
+			return "", last, fmt.Errorf("page %d: %d, Link %q: %s", page, status, header.Get("Link"), body)
 		}
+		var items []position
+		if err := json.Unmarshal(body, &items); err != nil || len(items) == 0 {
+			return "", last, fmt.Errorf("page %d: %v: %s", page, err, body)
+		}
+		last = items[len(items)-1]
 		url = s.convURL + m[1]
 	}
-	return url, nil
+	return url, last, nil
+}
+
+// position is where a page starts: the keyset of the item before it.
+type position struct {
+	ID        string    `json:"id"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// examined asks the store to explain a find and returns the index keys
+// and documents it examined; ok is false when the store reports no
+// execution statistics (the embedded one does not).
+func examined(ctx context.Context, coll *mongo.Collection, filter bson.D) (keys, docs int64, ok bool) {
+	cmd := bson.D{
+		{Key: "explain", Value: bson.D{
+			{Key: "find", Value: coll.Name()},
+			{Key: "filter", Value: filter},
+			{Key: "sort", Value: bson.D{{Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}}},
+			{Key: "limit", Value: 11},
+			{Key: "hint", Value: "by_participant"},
+		}},
+		{Key: "verbosity", Value: "executionStats"},
+	}
+	var out struct {
+		ExecutionStats *struct {
+			TotalKeysExamined int64 `bson:"totalKeysExamined"`
+			TotalDocsExamined int64 `bson:"totalDocsExamined"`
+		} `bson:"executionStats"`
+	}
+	if err := coll.Database().RunCommand(ctx, cmd).Decode(&out); err != nil || out.ExecutionStats == nil {
+		return 0, 0, false
+	}
+	return out.ExecutionStats.TotalKeysExamined, out.ExecutionStats.TotalDocsExamined, true
+}
+
+// keysetFilter is the store's filter for the page after pos.
+func keysetFilter(first bson.D, pos position) bson.D {
+	return append(append(bson.D{}, first...), bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: pos.UpdatedAt}}}},
+		bson.D{{Key: "updated_at", Value: pos.UpdatedAt}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: pos.ID}}}},
+	}})
 }
