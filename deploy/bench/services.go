@@ -22,7 +22,8 @@ import (
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// buildBinaries builds both services into dir, as "make build" does.
+// buildBinaries builds both services into dir, as "make build" does (and
+// as deploy/e2e does, so that the two share compiled packages).
 func buildBinaries(ctx context.Context, dir string) error {
 	for _, svc := range []string{"account", "conversations"} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, svc),

@@ -44,8 +44,11 @@ func binaries(t *testing.T) string {
 			return
 		}
 		for _, svc := range []string{"account", "conversations"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, svc),
+			// Built as "make build" does (and deploy/bench, which then
+			// shares the compiled packages): static, without cgo.
+			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(binDir, svc),
 				"github.com/acme/platform/services/"+svc+"/cmd/"+svc)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("build %s: %v\n%s", svc, err, out)
 				return
