@@ -115,7 +115,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	return []row{
 		{
 			measure: fmt.Sprintf("Listing: GET /v1/conversations vs driver find, 10 of %d, %d concurrent", o.conversations, o.workers),
-			subject: fmt.Sprintf("%s pages; peak RSS of the conversations process %.0f MiB", perSecond(api), s.conv.peakRSS()),
+			subject: fmt.Sprintf("%s pages; peak RSS of the conversations process %.0f MiB", perSecond(api), s.conv.PeakRSS()),
 			against: perSecond(driver) + " finds (same filter, sort, limit 11, hint)",
 			ratio:   vsDriver, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsDriver.median >= 0.90, id: "listing",
 		},

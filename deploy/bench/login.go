@@ -73,7 +73,7 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil
 	}
 	sides := []side{
-		{name: "POST /login", workers: o.workers, op: login, cpu: s.account.cpuTime},
+		{name: "POST /login", workers: o.workers, op: login, cpu: s.account.CPUTime},
 		{name: "argon2id", workers: o.workers, op: func(_ context.Context, w int) error { return bare[w]() }, cpu: selfCPU},
 		{name: "argon2id + 3 signatures", workers: o.workers, op: floor},
 	}
@@ -98,7 +98,7 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 	return []row{
 		{
 			measure: title + ", vs bare argon2id",
-			subject: fmt.Sprintf("%s; peak RSS of the account process %.0f MiB", rate(logins, "logins"), s.account.peakRSS()),
+			subject: fmt.Sprintf("%s; peak RSS of the account process %.0f MiB", rate(logins, "logins"), s.account.PeakRSS()),
 			against: rate(hashes, "verifications") + " (" + params + ")",
 			ratio:   vsHash, unit: "× bare", target: "≥ 0.90", hasGoal: true, met: vsHash.median >= 0.90, id: "login",
 		},

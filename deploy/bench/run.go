@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
 // benchOptions are the flags.
@@ -187,13 +189,13 @@ func profileInProcess(ctx context.Context, o benchOptions, alg string) error {
 }
 
 // profile runs one side for 10 s while the service records a CPU profile.
-func (s *stack) profile(ctx context.Context, p *process, sd side, name string) error {
+func (s *stack) profile(ctx context.Context, p *svcproc.Process, sd side, name string) error {
 	if s.o.profileDir == "" {
 		return nil
 	}
 	const d = 10 * time.Second
 	errc := make(chan error, 1)
-	go func() { errc <- p.cpuProfile(ctx, d, filepath.Join(s.o.profileDir, name+".pprof")) }()
+	go func() { errc <- cpuProfile(ctx, p, d, filepath.Join(s.o.profileDir, name+".pprof")) }()
 	time.Sleep(100 * time.Millisecond) // let the profile start first
 	if _, err := runFor(ctx, sd, d); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/embeddedmongo"
 	"github.com/acme/platform/pkg/mongodb"
 )
@@ -22,7 +23,7 @@ type stack struct {
 	store                 string // describes the store, for the report
 	accountDB, convDB     string
 	client                *mongo.Client
-	account, conv         *process
+	account, conv         *svcproc.Process
 	accountURL, convURL   string
 	accountEnv, convEnv   []string
 	accountOps, convOps   string
@@ -61,7 +62,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 			return nil, err
 		}
 		s.cleanup = append(s.cleanup, func() { _ = os.RemoveAll(dir) })
-		addr, err := freeAddr()
+		addr, err := svcproc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +92,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 
 	addrs := make([]string, 4)
 	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
+		if addrs[i], err = svcproc.FreeAddr(); err != nil {
 			return nil, err
 		}
 	}
@@ -118,20 +119,26 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 	if s.account, err = s.startAccount(ctx); err != nil {
 		return nil, err
 	}
-	s.firstAccountStart = s.account.ready
+	s.firstAccountStart = s.account.Ready
 	if s.conv, err = s.startConversations(ctx); err != nil {
 		return nil, err
 	}
-	s.firstConversationsRun = s.conv.ready
+	s.firstConversationsRun = s.conv.Ready
 	return s, nil
 }
 
-func (s *stack) startAccount(ctx context.Context) (*process, error) {
-	return startProcess(ctx, "account", filepath.Join(s.bin, "account"), s.accountEnv, s.accountOps)
+// readyTimeout bounds a service's start, stopTimeout its graceful stop.
+const (
+	readyTimeout = 30 * time.Second
+	stopTimeout  = 20 * time.Second
+)
+
+func (s *stack) startAccount(ctx context.Context) (*svcproc.Process, error) {
+	return svcproc.Start(ctx, filepath.Join(s.bin, "account"), s.accountEnv, s.accountOps, readyTimeout)
 }
 
-func (s *stack) startConversations(ctx context.Context) (*process, error) {
-	return startProcess(ctx, "conversations", filepath.Join(s.bin, "conversations"), s.convEnv, s.convOps)
+func (s *stack) startConversations(ctx context.Context) (*svcproc.Process, error) {
+	return svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), s.convEnv, s.convOps, readyTimeout)
 }
 
 // provision creates the bench account and one user per login worker with
@@ -167,9 +174,9 @@ func (s *stack) provision(ctx context.Context) error {
 }
 
 func (s *stack) close() {
-	for _, p := range []*process{s.conv, s.account} {
+	for _, p := range []*svcproc.Process{s.conv, s.account} {
 		if p != nil {
-			_ = p.stop()
+			_ = p.Stop(stopTimeout)
 		}
 	}
 	for i := len(s.cleanup) - 1; i >= 0; i-- {

@@ -13,7 +13,7 @@ import (
 func startupRows(ctx context.Context, s *stack) ([]row, error) {
 	var account, conv []float64
 	for range s.o.rounds {
-		if err := s.account.stop(); err != nil {
+		if err := s.account.Stop(stopTimeout); err != nil {
 			return nil, err
 		}
 		p, err := s.startAccount(ctx)
@@ -21,16 +21,16 @@ func startupRows(ctx context.Context, s *stack) ([]row, error) {
 			return nil, err
 		}
 		s.account = p
-		account = append(account, ms(p.ready))
+		account = append(account, ms(p.Ready))
 
-		if err := s.conv.stop(); err != nil {
+		if err := s.conv.Stop(stopTimeout); err != nil {
 			return nil, err
 		}
 		if p, err = s.startConversations(ctx); err != nil {
 			return nil, err
 		}
 		s.conv = p
-		conv = append(conv, ms(p.ready))
+		conv = append(conv, ms(p.Ready))
 	}
 	mk := func(name string, v []float64, first time.Duration) row {
 		sp := spreadOf(v)

@@ -4,13 +4,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,10 +16,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/client"
 	"github.com/acme/platform/pkg/mongotest"
 	"github.com/acme/platform/pkg/token"
@@ -63,64 +61,33 @@ func binaries(t *testing.T) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := svcproc.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // process is one running service binary.
-type process struct {
-	cmd  *exec.Cmd
-	logs *bytes.Buffer
-	done chan error
-}
+type process struct{ *svcproc.Process }
 
-// start runs bin with env and waits until its /readyz answers 200.
+// start runs bin with env and waits until its /readyz answers 200; the
+// test's cleanup kills it if it still runs.
 func start(t *testing.T, bin string, env []string, opsAddr string) *process {
 	t.Helper()
-	p := &process{cmd: exec.Command(bin), logs: &bytes.Buffer{}, done: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
+	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 30*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + opsAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 30s; logs:\n%s", bin, p.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	t.Cleanup(p.Kill)
+	return &process{p}
 }
 
 // stop sends SIGTERM and requires a clean exit.
 func (p *process) stop(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v; logs:\n%s", err, p.logs)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit 20s after SIGTERM")
+	if err := p.Stop(20 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -392,7 +359,7 @@ func TestNewSigningKeyIsAcceptedWithoutRestart(t *testing.T) {
 	account = s.startAccount(t, "ACCOUNT_KEY_FILES="+second+","+first)
 	fresh := s.login(t, "alice").IDToken
 	if status, _, body := call(t, "GET", s.convURL+"/v1/conversations", fresh, ""); status != 200 {
-		t.Fatalf("token of the new key: %d %s\nconversations logs:\n%s", status, body, conv.logs)
+		t.Fatalf("token of the new key: %d %s\nconversations logs:\n%s", status, body, conv.Logs)
 	}
 	if status, _, _ := call(t, "GET", s.convURL+"/v1/conversations", old, ""); status != 200 {
 		t.Fatalf("token of the previous, still published key: %d", status)

@@ -111,20 +111,20 @@ func why503(x httpOutcome) string {
 // and waited for first when it still runs: call it only when p is done or
 // the test is failing anyway.
 func logsAfterKill(p *process) string {
-	_ = p.cmd.Process.Kill()
+	_ = p.Cmd.Process.Kill()
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(5 * time.Second): // received before: p was waited for
 	}
-	return p.logs.String()
+	return p.Logs.String()
 }
 
 // assertRunning fails the test when p has exited.
 func assertRunning(t *testing.T, name string, p *process) {
 	t.Helper()
 	select {
-	case err := <-p.done:
-		t.Fatalf("%s exited (%v); logs:\n%s", name, err, p.logs)
+	case err := <-p.Done:
+		t.Fatalf("%s exited (%v); logs:\n%s", name, err, p.Logs)
 	default:
 	}
 }
@@ -519,7 +519,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	written.Wait()
 	time.Sleep(100 * time.Millisecond) // the server accepts at once; the queue takes ~1 s
 	signalled := time.Now()
-	if err := account.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := account.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 
@@ -605,7 +605,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	}
 
 	select {
-	case err := <-account.done:
+	case err := <-account.Done:
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("exit after SIGTERM: %v", err))
 		}
@@ -785,7 +785,7 @@ func TestJWKSGarbageKeepsLastGoodKeys(t *testing.T) {
 	conv.stop(t) // the logs can be read once the process has exited
 	account.stop(t)
 	var warnings int
-	for line := range strings.Lines(conv.logs.String()) {
+	for line := range strings.Lines(conv.Logs.String()) {
 		if strings.Contains(line, "JWKS fetch failed") {
 			warnings++
 		}
@@ -796,7 +796,7 @@ func TestJWKSGarbageKeepsLastGoodKeys(t *testing.T) {
 		failures = append(failures, fmt.Sprintf("%d JWKS failure log lines for %v of faults, want 1..%d", warnings, badFor.Round(time.Millisecond), most))
 	}
 	if len(failures) > 0 {
-		t.Fatalf("%s\nconversations logs:\n%s", strings.Join(failures, "\n"), conv.logs)
+		t.Fatalf("%s\nconversations logs:\n%s", strings.Join(failures, "\n"), conv.Logs)
 	}
 }
 

@@ -122,7 +122,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 
 	conv.stop(t)
 	account.stop(t)
-	logs := map[string]string{"account": account.logs.String(), "conversations": conv.logs.String()}
+	logs := map[string]string{"account": account.Logs.String(), "conversations": conv.Logs.String()}
 	for svc, out := range logs {
 		if strings.Count(out, `"msg":"http request"`) < 3 {
 			t.Fatalf("%s logged too little to prove anything:\n%s", svc, out)

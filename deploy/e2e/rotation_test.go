@@ -308,7 +308,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 	// due at the same moment agreed on one successor.
 	added := map[string]int{}
 	for i, p := range []*process{replica1, replica2} {
-		sc := bufio.NewScanner(bytes.NewReader(p.logs.Bytes()))
+		sc := bufio.NewScanner(bytes.NewReader(p.Logs.Bytes()))
 		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 		for sc.Scan() {
 			var line struct{ Msg, Kid, Level string }

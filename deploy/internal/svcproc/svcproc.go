@@ -1,0 +1,168 @@
+// Package svcproc runs a service binary as a child process, for the
+// end-to-end tests and the benchmark harness: start it, wait for its
+// /readyz, stop it with SIGTERM, and read what it logged and used.
+package svcproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Process is one running service binary.
+type Process struct {
+	Cmd *exec.Cmd
+	// Logs receives the process's stdout and stderr. exec's copier
+	// goroutine writes it until the process has been waited for: read it
+	// once the process has exited.
+	Logs *bytes.Buffer
+	// Done receives the result of Wait, once.
+	Done chan error
+	// Ready is the time from exec to the first 200 of /readyz.
+	Ready   time.Duration
+	OpsAddr string
+
+	exited chan struct{} // closed when Wait has returned
+	err    error         // Wait's result, set before exited is closed
+}
+
+// Start runs bin with env added to this process's environment and returns
+// once GET http://opsAddr/readyz answers 200, polling every 2 ms so that
+// Ready is not rounded up much. It kills the process and fails when it
+// exits first, when timeout passes or when ctx ends.
+func Start(ctx context.Context, bin string, env []string, opsAddr string, timeout time.Duration) (*Process, error) {
+	p := &Process{Cmd: exec.Command(bin), Logs: &bytes.Buffer{}, Done: make(chan error, 1), OpsAddr: opsAddr, exited: make(chan struct{})}
+	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
+	name := filepath.Base(bin)
+	started := time.Now()
+	if err := p.Cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		p.err = p.Cmd.Wait()
+		close(p.exited)
+		p.Done <- p.err
+	}()
+	client := &http.Client{Timeout: time.Second}
+	deadline := started.Add(timeout)
+	for {
+		resp, err := client.Get("http://" + opsAddr + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				p.Ready = time.Since(started)
+				return p, nil
+			}
+		}
+		select {
+		case <-p.exited:
+			return nil, fmt.Errorf("%s exited before ready: %v; logs:\n%s", name, p.err, p.Logs)
+		case <-ctx.Done():
+			p.Kill()
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.Kill()
+			return nil, fmt.Errorf("%s not ready after %s; logs:\n%s", name, timeout, p.Logs)
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits up to timeout for a clean exit; after
+// that it kills the process.
+func (p *Process) Stop(timeout time.Duration) error {
+	name := filepath.Base(p.Cmd.Path)
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			return fmt.Errorf("%s: exit after SIGTERM: %w; logs:\n%s", name, p.err, p.Logs)
+		}
+		return nil
+	case <-time.After(timeout):
+		p.Kill()
+		return fmt.Errorf("%s: no exit %s after SIGTERM", name, timeout)
+	}
+}
+
+// Kill kills the process, if it still runs, and waits for it to exit.
+func (p *Process) Kill() {
+	_ = p.Cmd.Process.Kill()
+	<-p.exited
+}
+
+// PeakRSS is the process's resident-set high-water mark (VmHWM) in MiB;
+// zero where /proc is not available.
+func (p *Process) PeakRSS() float64 {
+	for line := range strings.Lines(readFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			if err == nil {
+				return kib / 1024
+			}
+		}
+	}
+	return 0
+}
+
+// CPUTime is the user plus system CPU time the process has used so far.
+func (p *Process) CPUTime() (time.Duration, error) { return CPUTime(p.Cmd.Process.Pid) }
+
+// clockTicks is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,
+// 100 on every Linux that matters).
+const clockTicks = 100
+
+// CPUTime reads the user plus system CPU time of process pid from /proc
+// (Linux only).
+func CPUTime(pid int) (time.Duration, error) {
+	stat := readFile(fmt.Sprintf("/proc/%d/stat", pid))
+	// The command name (field 2) is in parentheses and may hold spaces;
+	// utime and stime are fields 14 and 15, i.e. 12 and 13 after it.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no /proc/%d/stat: CPU times need Linux", pid)
+	}
+	fields := strings.Fields(stat[i+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func readFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
