@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 # Every module of the workspace (go.work).
-MODULES := pkg services/account services/conversations deploy
+MODULES := pkg pkg/testkit clients/go clients/go/contract services/account services/conversations deploy
 PACKAGES := $(foreach m,$(MODULES),./$(m)/...)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test lint fmt-check vet build images bench bench-go fuzz clean help
+.PHONY: run test lint tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -35,9 +35,12 @@ images: ## build both container images (needs a Docker engine)
 STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest)
 RACE_PACKAGES = $(filter-out $(STATIC_CHECKS),$(shell $(GO) list $(PACKAGES)))
 
-test: fmt-check vet ## gofmt check, go vet, and every module's tests (with -race but for the static deploy checks)
+test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests (with -race but for the static deploy checks)
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES)
 	$(GO) test -count=1 -timeout 5m $(STATIC_CHECKS)
+
+tidy-check: ## fail when a module's go.mod or go.sum is not what go mod tidy makes
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 fmt-check: ## fail when a file is not gofmt-formatted
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

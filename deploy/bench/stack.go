@@ -11,8 +11,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/acme/platform/deploy/internal/svcproc"
-	"github.com/acme/platform/pkg/embeddedmongo"
 	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/testkit/embeddedmongo"
 )
 
 // stack is the store and the two services the HTTP measures run against.

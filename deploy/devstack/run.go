@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/acme/platform/pkg/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/embeddedmongo"
 )
 
 // stackConfig is where things run. Ports are fixed so that the README's

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	client "github.com/acme/platform/clients/go"
 	"github.com/acme/platform/deploy/internal/svcproc"
-	"github.com/acme/platform/pkg/client"
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 )
 

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/embeddedmongo"
 	"github.com/acme/platform/pkg/token"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/acme/platform/pkg/client"
-	"github.com/acme/platform/pkg/mongotest"
+	client "github.com/acme/platform/clients/go"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 )
 

@@ -11,6 +11,8 @@ require (
 	golang.org/x/crypto v0.58.0
 )
 
+require github.com/go-json-experiment/json v0.0.0-20260820222146-c27c302e5fc3 // indirect
+
 require (
 	dario.cat/mergo v1.0.0 // indirect
 	filippo.io/edwards25519 v1.1.0 // indirect
@@ -21,6 +23,7 @@ require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/Nvveen/Gotty v0.0.0-20120604004816-cd527374f1e5 // indirect
 	github.com/SAP/go-hdb v1.10.1 // indirect
+	github.com/acme/platform/pkg/testkit v0.0.0
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/basgys/goxml2json v1.1.1-0.20231018121955-e66ee54ceaad // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -121,3 +124,5 @@ require (
 )
 
 replace github.com/acme/platform/pkg => ../../pkg
+
+replace github.com/acme/platform/pkg/testkit => ../../pkg/testkit

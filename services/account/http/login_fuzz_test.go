@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/mongotest"
-	"github.com/acme/platform/pkg/openapitest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"

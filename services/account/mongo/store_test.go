@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/account/mongo"
 	"github.com/acme/platform/services/account/storetest"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/account/mongo"

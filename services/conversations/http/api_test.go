@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/mongotest"
-	"github.com/acme/platform/pkg/openapitest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/mongo"
 	"github.com/acme/platform/services/conversations/storetest"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 )
 

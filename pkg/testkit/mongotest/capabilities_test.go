@@ -20,8 +20,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/embeddedmongo"
-	"github.com/acme/platform/pkg/mongotest"
+	"github.com/acme/platform/pkg/testkit/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/mongotest"
 )
 
 // isFerretDB reports whether db's server is FerretDB rather than MongoDB:

@@ -1,4 +1,4 @@
-package client_test
+package contract_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/client"
+	client "github.com/acme/platform/clients/go"
 	"github.com/acme/platform/pkg/problem"
 )
 

@@ -1,4 +1,4 @@
-package client_test
+package contract_test
 
 import (
 	"bytes"
@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/client"
-	"github.com/acme/platform/pkg/openapitest"
+	client "github.com/acme/platform/clients/go"
 	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/testkit/openapitest"
 )
 
 const (
@@ -107,8 +107,8 @@ func contracts(t testing.TB) (*openapitest.Validator, *openapitest.Validator) {
 			}
 			return openapitest.New(spec)
 		}
-		accountDoc, accountDocErr = load("../../services/account/http/openapi.yaml")
-		convDoc, convDocE = load("../../services/conversations/http/openapi.yaml")
+		accountDoc, accountDocErr = load("../../../services/account/http/openapi.yaml")
+		convDoc, convDocE = load("../../../services/conversations/http/openapi.yaml")
 	})
 	if accountDocErr != nil || convDocE != nil {
 		t.Fatalf("OpenAPI documents: %v %v", accountDocErr, convDocE)

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/acme/platform/pkg/openapitest"
+	"github.com/acme/platform/pkg/testkit/openapitest"
 )
 
 // testSpec is a tiny OpenAPI 3.1 document exercising what the helper checks.

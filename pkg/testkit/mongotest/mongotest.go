@@ -50,7 +50,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/embeddedmongo"
 )
 
 // EnvURI names the environment variable that points the tests at an

@@ -15,7 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/embeddedmongo"
 )
 
 // start starts a server on dir and stops it at the end of the test.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acme/platform/pkg/client"
+	client "github.com/acme/platform/clients/go"
 	"github.com/acme/platform/pkg/problem"
 )
 
