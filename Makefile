@@ -15,9 +15,13 @@ FUZZTIME ?= 60s
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-run: build ## run the local stack: embedded store, both services, demo data
+# Extra flags of the local stack, e.g. other ports:
+# make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080' (./bin/devstack --help lists them).
+DEVSTACK_ARGS ?=
+
+run: build ## run the local stack: embedded store, both services, demo data (DEVSTACK_ARGS for other ports)
 	$(GO) build -o bin/devstack ./deploy/devstack
-	./bin/devstack --bin bin --data .data
+	./bin/devstack --bin bin --data .data $(DEVSTACK_ARGS)
 
 build: ## build the production binaries into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/account ./services/account/cmd/account
@@ -32,12 +36,26 @@ images: ## build both container images (needs a Docker engine)
 # but for the static checks of the deploy files, single-threaded file
 # checks whose Kubernetes and compose libraries would otherwise be compiled
 # a second time. On a cold build cache that is minutes.
-STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest)
+STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest observabilitytest)
 RACE_PACKAGES = $(filter-out $(STATIC_CHECKS),$(shell $(GO) list $(PACKAGES)))
+# Likewise the embedded store's own packages, without -race: FerretDB and
+# its pure-Go SQLite are the longest compilation of all, and the test
+# binaries reach the store as a process of its own built without -race
+# (pkg/testkit/mongoproc), as make run builds it; so all share one.
+EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo deploy/devstack)
+STATIC_CHECKS += $(EMBEDDED_STORE)
+# The tests get a $TMPDIR of their own, so the embedded store processes
+# they start (pkg/testkit/mongoproc) are theirs alone; none may still run
+# EMBEDDED_EXIT_WAIT seconds after the tests.
+EMBEDDED_EXIT_WAIT := 10
 
-test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests (with -race but for the static deploy checks)
-	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES)
-	$(GO) test -count=1 -timeout 5m $(STATIC_CHECKS)
+test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests (with -race but for the static deploy checks and the embedded store); fails if an embedded store process outlives them
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
+	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES) && \
+	$(GO) test -count=1 -timeout 5m $(STATIC_CHECKS) || exit; \
+	{ set +x; } 2>/dev/null; \
+	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
+	echo "embedded store processes still running $(EMBEDDED_EXIT_WAIT)s after the tests:"; pgrep -af "/embeddedmongo -dir $$tmp/"; exit 1
 
 tidy-check: ## fail when a module's go.mod or go.sum is not what go mod tidy makes
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done

@@ -12,7 +12,7 @@ import (
 
 	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/mongodb"
-	"github.com/acme/platform/pkg/testkit/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/mongoproc"
 )
 
 // stack is the store and the two services the HTTP measures run against.
@@ -66,7 +66,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		if err != nil {
 			return nil, err
 		}
-		db, err := embeddedmongo.Start(ctx, embeddedmongo.Options{Dir: dir, Addr: addr, Logger: quietLogger()})
+		db, err := mongoproc.Start(ctx, mongoproc.Options{Dir: dir, Addr: addr})
 		if err != nil {
 			return nil, fmt.Errorf("start embedded store: %w", err)
 		}
@@ -76,7 +76,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 			_ = db.Stop(stopCtx)
 		})
 		s.uri = db.URI()
-		s.store = "embedded FerretDB 1.24 on SQLite in the bench process (the store of make run), behind its command-serialising proxy"
+		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
 	s.client, err = mongodb.Connect(s.uri, 5*time.Second)
 	if err != nil {

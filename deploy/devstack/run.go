@@ -64,7 +64,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return fmt.Errorf("start embedded store (is %s in use?): %w", cfg.mongoAddr, err)
+		err = fmt.Errorf("start embedded store: %w", err)
+		if isAddrInUse(err.Error()) {
+			err = fmt.Errorf("%w\n%s", err, portsHint)
+		}
+		return err
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -106,8 +110,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
-	procs := []*exec.Cmd{service(account, accountEnv, logs), service(conversations, conversationsEnv, logs)}
-	for _, p := range procs {
+	lasts := []*lastLine{{}, {}}
+	procs := []*exec.Cmd{service(account, accountEnv, logs, lasts[0]), service(conversations, conversationsEnv, logs, lasts[1])}
+	for i, p := range procs {
+		last := lasts[i]
 		if err := p.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", p.Path, err)
 		}
@@ -116,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			defer wg.Done()
 			if err := p.Wait(); err != nil && ctx.Err() == nil {
 				select {
-				case errc <- fmt.Errorf("%s exited: %w (see %s)", filepath.Base(p.Path), err, logs.Name()):
+				case errc <- exitError(filepath.Base(p.Path), err, last.String(), logs.Name()):
 				default:
 				}
 			}
@@ -171,12 +177,36 @@ func seedOnce(ctx context.Context, dataDir, account, provisionFile string, env [
 	return nil
 }
 
-func service(bin string, env []string, logs io.Writer) *exec.Cmd {
+// service is a service process; its output goes to the shared log file
+// and to a lastLine that keeps its last words.
+func service(bin string, env []string, logs io.Writer, last *lastLine) *exec.Cmd {
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Stdout = io.MultiWriter(logs, last)
+	cmd.Stderr = cmd.Stdout
 	return cmd
 }
+
+// portsHint says how to move the stack off ports another program holds.
+const portsHint = `another program is using one of the ports; stop it, or choose other ports, e.g.
+  make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080 --account-ops-addr 127.0.0.1:19090 --conversations-addr 127.0.0.1:18081 --conversations-ops-addr 127.0.0.1:19091 --mongo-addr 127.0.0.1:27118'
+(./bin/devstack --help lists every address; the README's curl lines then need the new ports)`
+
+// exitError says which service stopped, with the last line it wrote (the
+// reason, as its main prints it) and, when that is a port in use, how to
+// choose other ports.
+func exitError(name string, err error, lastLine, logFile string) error {
+	msg := fmt.Sprintf("%s exited: %v", name, err)
+	if lastLine != "" {
+		msg += "\n  " + lastLine
+	}
+	if isAddrInUse(lastLine) {
+		msg += "\n" + portsHint
+	}
+	return fmt.Errorf("%s\n(full log: %s)", msg, logFile)
+}
+
+func isAddrInUse(s string) bool { return strings.Contains(s, "address already in use") }
 
 func waitReady(ctx context.Context, url string, timeout time.Duration, errc <-chan error) error {
 	deadline := time.Now().Add(timeout)

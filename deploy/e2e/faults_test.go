@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/testkit/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/mongoproc"
 	"github.com/acme/platform/pkg/token"
 )
 
@@ -202,13 +202,11 @@ func newStackOnServer(t *testing.T, uri string) *stack {
 	return s
 }
 
-// startEmbeddedDB starts an embedded server on dir and addr; the test
-// stops it (again) when it ends.
-func startEmbeddedDB(t *testing.T, dir, addr string) *embeddedmongo.Server {
+// startEmbeddedDB starts a private embedded server process on dir and
+// addr; the test stops it (again) when it ends.
+func startEmbeddedDB(t *testing.T, dir, addr string) *mongoproc.Process {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	db, err := embeddedmongo.Start(ctx, embeddedmongo.Options{Dir: dir, Addr: addr})
+	db, err := mongoproc.Start(t.Context(), mongoproc.Options{Dir: dir, Addr: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,11 +131,52 @@ func NotFound(detail string) *Problem {
 	return New(http.StatusNotFound, CodeNotFound, detail)
 }
 
-// Unavailable is the 503 for a dependency that cannot be reached right now.
-func Unavailable(retryAfter time.Duration) *Problem {
-	p := New(http.StatusServiceUnavailable, CodeUnavailable, "A dependency of this service is unreachable; retry later.")
+// The Retry-After of each cause of a 503, one value per cause
+// (docs/errors.md): about the time after which a retry may succeed.
+const (
+	// RetryAfterDatabase: MongoDB is unreachable; the driver keeps
+	// selecting a server in the background, and an outage that ends
+	// within seconds is over by the retry.
+	RetryAfterDatabase = 5 * time.Second
+	// RetryAfterKeys: no signing key set yet (conversations before the
+	// first JWKS fetch from the account service, which is retried on
+	// that scale).
+	RetryAfterKeys = 5 * time.Second
+	// RetryAfterStarting: the process is initialising (indexes, keys);
+	// that takes a fraction of a second once the database answers.
+	RetryAfterStarting = 2 * time.Second
+	// RetryAfterBusy: every password-hashing slot is taken; one hash
+	// takes tens of milliseconds, so a slot frees up well within it.
+	RetryAfterBusy = time.Second
+)
+
+// unavailable is a 503 with the Retry-After of its cause.
+func unavailable(detail string, retryAfter time.Duration) *Problem {
+	p := New(http.StatusServiceUnavailable, CodeUnavailable, detail)
 	p.RetryAfter = retryAfter
 	return p
+}
+
+// DatabaseUnavailable is the 503 for an unreachable database.
+func DatabaseUnavailable() *Problem {
+	return unavailable("The database is unreachable; retry later.", RetryAfterDatabase)
+}
+
+// KeysUnavailable is the 503 while no signing key set is at hand to verify
+// or sign tokens with.
+func KeysUnavailable() *Problem {
+	return unavailable("The signing keys are not available yet; retry later.", RetryAfterKeys)
+}
+
+// Starting is the 503 of a process that has not finished initialising.
+func Starting() *Problem {
+	return unavailable("The service is starting; retry shortly.", RetryAfterStarting)
+}
+
+// Busy is the 503 when the service is at its capacity for expensive work
+// (password hashing).
+func Busy() *Problem {
+	return unavailable("The service is at capacity; retry shortly.", RetryAfterBusy)
 }
 
 // TooManyRequests is a 429 with Retry-After.
@@ -151,9 +192,10 @@ func Internal() *Problem {
 	return New(http.StatusInternalServerError, CodeInternal, "An unexpected error occurred.")
 }
 
-// ErrUnavailable marks an error caused by a dependency that cannot be reached
-// right now (the database, a key endpoint). From turns it into a 503 with
-// Retry-After instead of a 500, so that clients and load balancers retry.
+// ErrUnavailable marks an error caused by the database being unreachable
+// right now (pkg/mongodb classifies driver errors with it). From turns it
+// into a 503 with Retry-After instead of a 500, so that clients and load
+// balancers retry, and service start-up retries it (pkg/servicecmd).
 var ErrUnavailable = errors.New("dependency unavailable")
 
 // From returns the problem to send for err: err itself when it is (or wraps)
@@ -173,7 +215,7 @@ func From(err error) *Problem {
 		return Validation(fields...)
 	}
 	if errors.Is(err, ErrUnavailable) {
-		return Unavailable(5 * time.Second)
+		return DatabaseUnavailable()
 	}
 	return Internal()
 }

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 )
 
@@ -47,6 +50,21 @@ func PrintUsage(w io.Writer, prefix string, spec any) error {
 	return tw.Flush()
 }
 
+// CheckTokenSettings checks the token settings both services share: the
+// issuer is an absolute http(s) URL (the tokens' iss, and where clients
+// find the discovery document), and the audience lists at least one name
+// and no blank one. prefix names the variables in the message.
+func CheckTokenSettings(prefix, issuer string, audience []string) error {
+	u, err := url.Parse(issuer)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("configuration: %sISSUER %q must be an absolute http(s) URL (the issuer)", prefix, issuer)
+	}
+	if len(audience) == 0 || slices.ContainsFunc(audience, func(a string) bool { return strings.TrimSpace(a) == "" }) {
+		return fmt.Errorf("configuration: %sAUDIENCE must list at least one audience and no blank one", prefix)
+	}
+	return nil
+}
+
 // NewLogger returns a JSON logger at level (debug, info, warn, error;
 // anything else means info).
 func NewLogger(w io.Writer, level string) *slog.Logger {
@@ -56,14 +74,6 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
-
-// Permanent marks an Init error that retrying cannot fix (a bad key file,
-// say): Run stops with it instead of retrying.
-func Permanent(err error) error { return permanentError{err} }
-
-type permanentError struct{ error }
-
-func (e permanentError) Unwrap() error { return e.error }
 
 // Service describes one service process.
 type Service struct {
@@ -81,10 +91,15 @@ type Service struct {
 	Checks map[string]web.Check
 	// Profiling serves net/http/pprof on the operations listener.
 	Profiling bool
-	// Init builds the API handler. Run retries it with backoff (0.5 s
-	// doubling to 10 s) until it succeeds, returns a Permanent error, or
-	// ctx ends; meanwhile the API answers 503 and /readyz is not ready, so
-	// dependencies that start later than the service cause no crash loop.
+	// Init builds the API handler from what lives in the database
+	// (indexes, keys); validate the configuration before Run, so that a
+	// mistake in it ends the process before it listens. Run retries Init
+	// with backoff (0.5 s doubling to 10 s) while it fails because the
+	// database is unreachable (an error wrapping problem.ErrUnavailable, as
+	// pkg/mongodb classifies driver errors), so that a database that starts
+	// later than the service causes no crash loop; meanwhile the API
+	// answers 503 and /readyz is not ready. Any other error ends Run at
+	// once: retrying cannot fix it.
 	Init func(ctx context.Context) (http.Handler, error)
 }
 
@@ -101,7 +116,7 @@ func (s Service) Run(ctx context.Context) error {
 		return err
 	}
 
-	api := &web.Pending{}
+	api := web.NewPending(web.Config{Logger: s.Logger, Metrics: s.Registry})
 	checks := map[string]web.Check{"initialised": func(context.Context) error {
 		if !api.IsReady() {
 			return errors.New("initialising")
@@ -150,11 +165,10 @@ func (s Service) initialise(ctx context.Context) (http.Handler, error) {
 		if err == nil {
 			return h, nil
 		}
-		var permanent permanentError
-		if errors.As(err, &permanent) {
-			return nil, fmt.Errorf("initialise %s: %w", s.Name, permanent.error)
+		if !errors.Is(err, problem.ErrUnavailable) {
+			return nil, fmt.Errorf("initialise %s: %w", s.Name, err)
 		}
-		s.Logger.Warn("initialisation failed; retrying", "error", err.Error(), "retry_in", backoff.String())
+		s.Logger.Warn("database unreachable during initialisation; retrying", "error", err.Error(), "retry_in", backoff.String())
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)

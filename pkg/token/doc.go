@@ -35,5 +35,5 @@
 // bad: a 401) or [ErrKeysUnavailable] (no key set could be fetched yet: a
 // 503). Keys come from a [KeySetProvider]: [KeyringKeySet] for a service
 // verifying its own tokens, [RemoteKeySet] for a service that fetches the
-// issuer's JWKS over HTTP through jwk.Cache.
+// issuer's JWKS over HTTP through httprc, the cache jwk.Cache runs on.
 package token

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
 )
 
 // The account service: generate (or load) a key, mint a token set at
@@ -141,7 +142,7 @@ func ExampleMiddleware() {
 		Issuer: "https://account.example.com", Audience: []string{"acme-platform"},
 	})
 
-	e := echo.New()
+	e := web.New(web.Config{}) // writes the problems the middleware returns
 	e.GET("/definitions", func(c *echo.Context) error {
 		claims, _ := token.ClaimsFromContext(c.Request().Context())
 		return c.String(http.StatusOK, claims.AccountID)

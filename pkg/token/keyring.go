@@ -191,7 +191,7 @@ func JWKSHandler(p KeyringProvider) http.Handler {
 		}
 		k := p.Keyring()
 		if k == nil {
-			_ = problem.Write(w, problem.Unavailable(5*time.Second))
+			_ = problem.Write(w, problem.KeysUnavailable())
 			return
 		}
 		h := w.Header()

@@ -4,37 +4,32 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
 	"github.com/acme/platform/pkg/problem"
 )
 
-// keysRetryAfter is the Retry-After of the 503 sent while no key set has
-// been fetched: about the time the next background fetch takes to come.
-const keysRetryAfter = 5 * time.Second
-
 // Middleware authenticates every request with a bearer token verified by v.
 //
 // On success the *Claims are stored in the request's context.Context (read
 // them with ClaimsFromContext, from echo or plain net/http code) and next
-// runs. On failure the middleware writes the response itself and returns
-// nil, so that the answer does not depend on the application's error
-// handler: a 401 application/problem+json with code invalid_token and
-// WWW-Authenticate: Bearer error="invalid_token" (RFC 6750), or a 503 with
-// Retry-After when no key set has been fetched yet.
+// runs. On failure it returns the *problem.Problem to answer with, for the
+// application's error handling to write like any other (pkg/web): a 401
+// with code invalid_token and WWW-Authenticate: Bearer
+// error="invalid_token" (RFC 6750), or a 503 with Retry-After when no key
+// set has been fetched yet.
 func Middleware(v *Verifier) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
 			req := c.Request()
 			raw, ok := bearerToken(req.Header.Get("Authorization"))
 			if !ok {
-				return writeProblem(c, problem.InvalidToken("missing bearer token"))
+				return problem.InvalidToken("missing bearer token")
 			}
 			claims, err := v.Verify(req.Context(), raw)
 			if err != nil {
-				return writeProblem(c, problemFor(err))
+				return problemFor(err)
 			}
 			c.SetRequest(req.WithContext(WithClaims(req.Context(), claims)))
 			return next(c)
@@ -45,7 +40,7 @@ func Middleware(v *Verifier) echo.MiddlewareFunc {
 // problemFor maps a Verify error to its response.
 func problemFor(err error) *problem.Problem {
 	if errors.Is(err, ErrKeysUnavailable) {
-		return problem.Unavailable(keysRetryAfter)
+		return problem.KeysUnavailable()
 	}
 	var te *TokenError
 	if errors.As(err, &te) {
@@ -54,14 +49,6 @@ func problemFor(err error) *problem.Problem {
 	// Verify only returns the two kinds above; anything else is still a
 	// token that was not accepted.
 	return problem.InvalidToken("invalid token")
-}
-
-func writeProblem(c *echo.Context, p *problem.Problem) error {
-	// A write error means the client is gone: nobody is left to answer,
-	// and returning it would make echo's error handler write a second
-	// response.
-	_ = problem.Write(c.Response(), p)
-	return nil
 }
 
 // bearerToken extracts the token of an "Authorization: Bearer <token>"

@@ -10,16 +10,13 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
 )
 
-// newEchoApp serves GET /me behind the middleware. Its error handler
-// answers 418 to everything, so a test sees it if the middleware ever
-// leaves an answer to the application's error handler.
+// newEchoApp serves GET /me behind the middleware, in the services' Echo
+// (pkg/web), which writes the problems the middleware returns.
 func newEchoApp(v *token.Verifier) *echo.Echo {
-	e := echo.New()
-	e.HTTPErrorHandler = func(c *echo.Context, err error) {
-		_ = c.String(http.StatusTeapot, "app error handler: "+err.Error())
-	}
+	e := web.New(web.Config{})
 	e.GET("/me", func(c *echo.Context) error {
 		claims, ok := token.ClaimsFromContext(c.Request().Context())
 		if !ok {

@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lestrrat-go/httprc/v3"
 	"github.com/lestrrat-go/httprc/v3/errsink"
 	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Defaults of RemoteOptions.
@@ -45,21 +45,23 @@ type RemoteOptions struct {
 	// Logger receives fetch failures, at most one line per
 	// RefreshInterval (default slog.Default()).
 	Logger *slog.Logger
+	// Metrics, when set, receives the key set's metrics (remote_metrics.go):
+	// fetches by result, the time of the last good one, the keys held.
+	// One RemoteKeySet per registry.
+	Metrics prometheus.Registerer
 }
 
-// RemoteKeySet is a KeySetRefresher over a JWKS URL, backed by jwk.Cache
-// (httprc): the set is fetched and refreshed in the background, and the
-// last good set is kept when the endpoint fails or returns garbage.
+// RemoteKeySet is a KeySetRefresher over a JWKS URL, backed by httprc
+// (what jwk.Cache runs on): the set is fetched and refreshed in the
+// background, and the last good set is kept when the endpoint fails,
+// returns garbage or a set without keys.
 type RemoteKeySet struct {
-	url      string
-	cache    *jwk.Cache
-	resource *httprc.ResourceBase[jwk.Set]
-	// lastGood is the last fetched set that held keys. jwk.Cache stores
-	// any set that parses, also an empty one, which would make every token
-	// unverifiable until the endpoint recovers.
-	lastGood   atomic.Pointer[jwk.Set]
+	url        string
+	ctrl       httprc.Controller
+	resource   *httprc.ResourceBase[jwk.Set]
 	minRefresh time.Duration
 	failures   *failureLog
+	metrics    *remoteMetrics // nil without RemoteOptions.Metrics
 	now        func() time.Time
 
 	// ctx lives until Shutdown; on-demand refetches run under it, not
@@ -111,6 +113,9 @@ func NewRemoteKeySet(ctx context.Context, jwksURL string, opts RemoteOptions) (*
 			now:    time.Now,
 		},
 	}
+	if opts.Metrics != nil {
+		r.metrics = newRemoteMetrics()
+	}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 
 	// One worker: there is one URL, and it keeps at most one request in
@@ -118,38 +123,71 @@ func NewRemoteKeySet(ctx context.Context, jwksURL string, opts RemoteOptions) (*
 	// error sink; nothing else would ever report them.
 	client := httprc.NewClient(
 		httprc.WithWorkers(1),
-		httprc.WithErrorSink(errsink.NewFunc(r.failures.put)),
+		httprc.WithErrorSink(errsink.NewFunc(r.fetchFailed)),
 	)
-	cache, err := jwk.NewCache(r.ctx, client)
+	ctrl, err := client.Start(r.ctx)
 	if err != nil {
 		r.cancel()
 		return nil, fmt.Errorf("new remote key set: start cache: %w", err)
 	}
-	r.cache = cache
+	r.ctrl = ctrl
 
-	regOpts := []jwk.RegisterOption{
-		jwk.WithWaitReady(false),
-		jwk.WithMinInterval(opts.MinRefreshInterval),
-		jwk.WithMaxInterval(opts.RefreshInterval),
-	}
+	// What jwk.Cache.Register does, with a transformer of our own: it is
+	// the one place that sees every fetch that succeeds.
+	httpClient := jwk.DefaultHTTPClient()
 	if opts.HTTPClient != nil {
-		regOpts = append(regOpts, jwk.WithHTTPClient(jwk.WrapHTTPClientDefaults(opts.HTTPClient)))
+		httpClient = jwk.WrapHTTPClientDefaults(opts.HTTPClient)
 	}
-	if err := cache.Register(r.ctx, jwksURL, regOpts...); err != nil {
-		_ = r.Close()
-		return nil, fmt.Errorf("new remote key set: register %s: %w", u.Redacted(), err)
-	}
-	// The resource is looked up once: reading it is an atomic load, while
-	// every call on the cache is a round trip through its controller
-	// goroutine.
-	res, err := cache.LookupResource(r.ctx, jwksURL)
+	res, err := httprc.NewResource[jwk.Set](jwksURL, keySetTransformer{r},
+		httprc.WithMinInterval(opts.MinRefreshInterval),
+		httprc.WithMaxInterval(opts.RefreshInterval),
+		httprc.WithHTTPClient(httpClient),
+	)
 	if err != nil {
 		_ = r.Close()
 		return nil, fmt.Errorf("new remote key set: %w", err)
 	}
+	if err := ctrl.Add(r.ctx, res, httprc.WithWaitReady(false)); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("new remote key set: register %s: %w", u.Redacted(), err)
+	}
+	// Reading the resource is an atomic load, while every call on the
+	// controller is a round trip through its goroutine.
 	r.resource = res
+	if opts.Metrics != nil {
+		if err := r.metrics.register(opts.Metrics); err != nil {
+			_ = r.Close()
+			return nil, fmt.Errorf("new remote key set: %w", err)
+		}
+	}
 	go r.fetchUntilReady()
 	return r, nil
+}
+
+// keySetTransformer parses a fetched JWKS as jwk.Cache does, and refuses
+// a set without keys (a misconfigured deploy, a proxy's placeholder),
+// which would otherwise replace the last good set and make every token
+// unverifiable until the endpoint recovers. A refused set is a failed
+// fetch: logged, counted, and the last good set stays.
+type keySetTransformer struct{ r *RemoteKeySet }
+
+func (t keySetTransformer) Transform(ctx context.Context, res *http.Response) (jwk.Set, error) {
+	set, err := jwk.Transformer{}.Transform(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	if set.Len() == 0 {
+		return nil, errors.New("the JWKS holds no keys")
+	}
+	t.r.metrics.fetchSucceeded(t.r.now(), set.Len())
+	return set, nil
+}
+
+// fetchFailed counts and logs (at most once per RefreshInterval) a fetch
+// that brought no key set.
+func (r *RemoteKeySet) fetchFailed(ctx context.Context, err error) {
+	r.metrics.fetchFailed()
+	r.failures.put(ctx, err)
 }
 
 // fetchUntilReady retries the first fetch with a short backoff (0.25 s,
@@ -170,8 +208,8 @@ func (r *RemoteKeySet) fetchUntilReady() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, refetchTimeout)
-		if _, err := r.cache.Refresh(ctx, r.url); err != nil && r.ctx.Err() == nil {
-			r.failures.put(ctx, err)
+		if err := r.ctrl.Refresh(ctx, r.url); err != nil && r.ctx.Err() == nil {
+			r.fetchFailed(ctx, err)
 		}
 		cancel()
 		backoff = min(backoff*2, r.minRefresh)
@@ -181,14 +219,8 @@ func (r *RemoteKeySet) fetchUntilReady() {
 // KeySet returns the last key set fetched, or ErrKeysUnavailable when none
 // has been fetched yet. It never waits for the network.
 func (r *RemoteKeySet) KeySet(context.Context) (jwk.Set, error) {
-	if set := r.resource.Resource(); set != nil && set.Len() > 0 {
-		if last := r.lastGood.Load(); last == nil || *last != set {
-			r.lastGood.Store(&set)
-		}
+	if set := r.resource.Resource(); set != nil {
 		return set, nil
-	}
-	if last := r.lastGood.Load(); last != nil {
-		return *last, nil
 	}
 	return nil, fmt.Errorf("JWKS %s not fetched yet: %w", r.failures.url, ErrKeysUnavailable)
 }
@@ -239,18 +271,18 @@ func (r *RemoteKeySet) refetch(done chan struct{}) {
 	defer cancel()
 	// A failed synchronous refresh is not sent to the error sink by
 	// httprc, so it is logged here. The cache keeps the last good set.
-	if _, err := r.cache.Refresh(ctx, r.url); err != nil && r.ctx.Err() == nil {
-		r.failures.put(ctx, err)
+	if err := r.ctrl.Refresh(ctx, r.url); err != nil && r.ctx.Err() == nil {
+		r.fetchFailed(ctx, err)
 	}
 }
 
 // Shutdown stops the cache's goroutines and waits for them until ctx ends.
 func (r *RemoteKeySet) Shutdown(ctx context.Context) error {
 	r.cancel()
-	if r.cache == nil {
+	if r.ctrl == nil {
 		return nil
 	}
-	if err := r.cache.Shutdown(ctx); err != nil {
+	if err := r.ctrl.ShutdownContext(ctx); err != nil {
 		return fmt.Errorf("shut down JWKS cache: %w", err)
 	}
 	return nil

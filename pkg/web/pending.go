@@ -3,17 +3,35 @@ package web
 import (
 	"net/http"
 	"sync/atomic"
-	"time"
+
+	"github.com/labstack/echo/v5"
 
 	"github.com/acme/platform/pkg/problem"
 )
 
-// Pending is a handler that answers 503 problem+json (with Retry-After)
-// until Ready hands it the real handler. It lets a service open its
-// listeners at once, report not-ready, and finish initialising (indexes,
-// keys) in the background while its database is still coming up.
+// RouteStarting is the route label of the answers Pending gives before the
+// service is ready.
+const RouteStarting = "starting"
+
+// Pending is a handler that answers 503 problem+json (with the start-up
+// Retry-After) until Ready hands it the real handler. It lets a service open
+// its listeners at once, report not-ready, and finish initialising (indexes,
+// keys) in the background while its database is still coming up. Its
+// answers get a request id, an access log line and a metric like any other.
 type Pending struct {
-	h atomic.Pointer[http.Handler]
+	h        atomic.Pointer[http.Handler]
+	starting http.Handler
+}
+
+// NewPending returns a Pending that logs and measures with cfg (share the
+// registry with the real handler: both record into the same series).
+func NewPending(cfg Config) *Pending {
+	e := New(cfg)
+	e.RouteNotFound("/*", func(c *echo.Context) error {
+		c.SetPath(RouteStarting)
+		return problem.Starting()
+	})
+	return &Pending{starting: e}
 }
 
 // Ready switches to the real handler. It is safe to call while serving.
@@ -27,5 +45,5 @@ func (p *Pending) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(*h).ServeHTTP(w, r)
 		return
 	}
-	_ = problem.Write(w, problem.Unavailable(2*time.Second))
+	p.starting.ServeHTTP(w, r)
 }

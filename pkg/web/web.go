@@ -16,34 +16,37 @@ import (
 type Config struct {
 	// Logger receives access logs and the causes of 5xx answers.
 	Logger *slog.Logger
-	// Metrics, when set, receives per-route request metrics.
+	// Metrics, when set, receives per-route request metrics. Several
+	// instances of one process may share it: they record into one series.
 	Metrics prometheus.Registerer
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
 	// believed (see ClientIP). Empty: the TCP peer is the client.
 	TrustedProxies []netip.Prefix
 }
 
-// New returns an Echo instance with the shared middleware chain: request id,
-// panic recovery, access log and metrics, and the problem+json error handler.
-// Routes are added by the caller.
+// New returns an Echo instance whose every response passes through one
+// observer (see observe.go): it gets a request id, a handler's error or
+// panic becomes the problem+json the client receives, and the access log
+// line and the metric record the status actually written. Routes are added
+// by the caller.
 func New(cfg Config) *echo.Echo {
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	obs := newObserver(logger, cfg.Metrics)
 	e := echo.NewWithConfig(echo.Config{
-		Logger:           logger,
-		HTTPErrorHandler: ErrorHandler(logger),
+		Logger: logger,
+		// The observer answers every error itself and returns nil, so
+		// Echo's error handler is reached by nothing it wraps; it still
+		// decides statuses the same way, should a middleware ever be put
+		// in front of the observer.
+		HTTPErrorHandler: func(c *echo.Context, err error) { obs.respond(c, err) },
 		// Only the direct peer and the configured proxies are trusted:
 		// X-Forwarded-For from anyone could otherwise spoof the address
 		// that logs and throttling rely on.
 		IPExtractor: ClientIP(cfg.TrustedProxies),
 	})
-	e.Use(RequestID())
-	if cfg.Metrics != nil {
-		e.Use(newMetrics(cfg.Metrics).middleware)
-	}
-	e.Use(AccessLog(logger))
-	e.Use(Recover(logger))
+	e.Use(RequestID(), obs.middleware)
 	return e
 }

@@ -1,11 +1,13 @@
 package account
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"time"
@@ -13,22 +15,46 @@ import (
 
 // Login throttling (contract section 6): failed logins are counted per
 // account name + username and per client address, in the database so that
-// every replica sees the same counters. A key that reaches its limit within
-// the window is locked: while locked, a login is refused (429 with
+// every replica sees the same counters. A key whose window holds its limit
+// of failures is locked: while locked, a login is refused (429 with
 // Retry-After) before any password work, whatever the password.
 //
-// The user counter counts an attempt when it starts (LoginThrottle.Begin),
-// not when its password turns out wrong, so that a burst of parallel
-// guesses at one account cannot overrun the limit while the first of them
-// are still being verified. A success resets it (which also lifts a lock
-// that the burst of a legitimate user set); an attempt whose password was
-// never checked (hashing at capacity, a database error) is taken back.
+// The user counter takes a place in the window for each attempt when it
+// starts (LoginThrottle.Begin), so that a burst of parallel guesses at one
+// account cannot overrun the limit while the first of them are still being
+// verified: at most MaxFailures passwords of one user are checked per
+// window. The place is settled by the outcome: a failure keeps it, as a
+// confirmed failure; a success resets the counter (freeing every place); an
+// attempt whose password was never checked gives it back. Only confirmed
+// failures lock the key: a window full of attempts still in flight is not
+// a lock, so the next login waits a moment for them (QueueWait) and then,
+// if they have still not finished, is refused with the short
+// SaturatedRetryAfter. An attempt that never reports (its replica died)
+// holds its place for AttemptLease at most, and then counts as failed.
 //
 // The address counter counts failures only, when they happen: many users
 // may share an address, and their successful logins, however many at
 // once, must never lock it. Parallel failures from one address can overrun
 // its limit by the number of passwords being verified at that moment,
 // which the hashing concurrency limit bounds.
+
+// AttemptLease is how long an attempt in flight holds its place in the
+// user's window. It is far longer than an attempt takes (a hash waits at
+// most a couple of seconds for a slot, then takes tens of milliseconds; the
+// updates that settle it are bounded by settleTimeout): an attempt that
+// has not reported by then is presumed dead with its replica, and counts
+// as a failure (fail closed: it may have checked its password).
+const AttemptLease = 10 * time.Second
+
+// DefaultQueueWait is how long a login waits, by default, for a place in a
+// user's window that attempts still in flight fill (LoginThrottle.QueueWait).
+const DefaultQueueWait = 2 * time.Second
+
+// SaturatedRetryAfter is the Retry-After of a login refused because the
+// user's window stayed full of attempts in flight for all of QueueWait:
+// about the time attempts take to finish, after which their successes have
+// freed the window or their failures have locked it.
+const SaturatedRetryAfter = 2 * time.Second
 
 // StrikeMemory is how long a key remembers its last lockout: a key locked
 // again within StrikeMemory of the end of its previous lockout is locked for
@@ -37,7 +63,9 @@ const StrikeMemory = 24 * time.Hour
 
 // ThrottleLimit is the rule for one kind of key.
 type ThrottleLimit struct {
-	// MaxFailures attempts within Window lock the key; 0 disables the limit.
+	// MaxFailures failures within Window lock the key, and no more than
+	// MaxFailures attempts of a window are let through while their outcome
+	// is unknown; 0 disables the limit.
 	MaxFailures int
 	// Window starts at the first counted attempt; when it has passed, the
 	// count starts again from zero.
@@ -106,15 +134,37 @@ func (p ThrottlePolicy) Validate() error {
 
 // ThrottleState is a key's counter as stored.
 type ThrottleState struct {
-	// Failures is the number of attempts counted in the window that ends at
+	// Window identifies the key's current window (opaque; a new window
+	// gets a new one). An attempt reports its outcome with the Window it
+	// was counted in, so that a report that comes after the window was
+	// reset or replaced changes nothing.
+	Window string
+	// Failures is the number of failed attempts in the window that ends at
 	// WindowEnd (stale once WindowEnd has passed).
 	Failures  int
 	WindowEnd time.Time
+	// Pending is the number of attempts of the window still in flight:
+	// their places are taken, their outcome not reported yet. They hold
+	// their places until PendingUntil (the lease of the latest of them); an
+	// attempt still pending then counts as failed.
+	Pending      int
+	PendingUntil time.Time
 	// LockedUntil is the end of the key's latest lock (in the past when the
 	// key is not locked now; zero when it never was).
 	LockedUntil time.Time
 	// Lockouts counts the locks in a row (see StrikeMemory).
 	Lockouts int
+}
+
+// Locked reports whether the key is locked at now.
+func (s ThrottleState) Locked(now time.Time) bool { return s.LockedUntil.After(now) }
+
+// Saturated reports whether, at now, the key's window is full under limit
+// with attempts still in flight among them (and not locked): a new attempt
+// has to wait for their outcome.
+func (s ThrottleState) Saturated(now time.Time, limit ThrottleLimit) bool {
+	return !s.Locked(now) && s.WindowEnd.After(now) && s.Pending > 0 && s.PendingUntil.After(now) &&
+		s.Failures+s.Pending >= limit.MaxFailures
 }
 
 // LoginThrottleStore keeps the counters. Every method is one or a few
@@ -124,14 +174,31 @@ type ThrottleState struct {
 type LoginThrottleStore interface {
 	// TakeLoginAttempt counts one attempt of key at now under limit. It
 	// refuses (allowed false, nothing counted) while the key is locked at
-	// now, or when the window already holds limit.MaxFailures attempts. The
-	// attempt that reaches MaxFailures is allowed and locks the key, until
-	// limit.NextLock. The returned state is the key's after the call.
-	TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit ThrottleLimit) (allowed bool, st ThrottleState, err error)
-	// RefundLoginAttempt takes one counted attempt back, if the window that
-	// was open at now still is. A lock already set stays.
-	RefundLoginAttempt(ctx context.Context, key string, now time.Time) error
-	// ResetLoginThrottle forgets key: its count, lock and lockout history.
+	// now, or while the window already holds limit.MaxFailures attempts
+	// (failed or pending). The returned state is the key's after the call.
+	//
+	// With a positive lease the attempt is pending until now+lease: its
+	// outcome is to be reported with FailLoginAttempt, RefundLoginAttempt
+	// or ResetLoginThrottle, and st.Window. One still pending when the
+	// lease of the window's latest pending attempt ends counts as failed.
+	// With lease 0 the attempt is counted as a failure at once (the
+	// address counter counts failures only).
+	//
+	// The key is locked, until limit.NextLock, when its window holds
+	// limit.MaxFailures failures — never while some of them are pending.
+	TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit ThrottleLimit, lease time.Duration) (allowed bool, st ThrottleState, err error)
+	// FailLoginAttempt reports that a pending attempt of window failed,
+	// locking the key (until limit.NextLock) when that makes the window
+	// hold limit.MaxFailures failures. A report for a window that is no
+	// longer key's current one, or that has no pending attempt left (its
+	// lease ended), changes nothing.
+	FailLoginAttempt(ctx context.Context, key, window string, now time.Time, limit ThrottleLimit) error
+	// RefundLoginAttempt takes back a pending attempt of window: its
+	// password was never checked. Like FailLoginAttempt, it changes nothing
+	// once the window is gone or has no pending attempt left.
+	RefundLoginAttempt(ctx context.Context, key, window string) error
+	// ResetLoginThrottle forgets key: its count, pending attempts, lock and
+	// lockout history.
 	ResetLoginThrottle(ctx context.Context, key string) error
 	// LoginThrottleState returns key's stored state; the zero state for an
 	// unknown key.
@@ -175,19 +242,34 @@ type LoginThrottle struct {
 	Policy ThrottlePolicy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// QueueWait bounds how long Begin waits for a place in a user's window
+	// that attempts still in flight fill; 0 means DefaultQueueWait.
+	QueueWait time.Duration
 }
 
 // settleTimeout bounds the updates made after the password check, which
 // run even when the client has gone away.
 const settleTimeout = 5 * time.Second
 
+// The waits between two looks at a window full of attempts in flight:
+// short at first (an attempt takes milliseconds to tens of milliseconds),
+// then no more often than maxQueuePoll, each with some jitter so that the
+// waiting logins do not all look at once.
+const (
+	firstQueuePoll = 5 * time.Millisecond
+	maxQueuePoll   = 100 * time.Millisecond
+)
+
 // Begin is called before any password work. While the client's address or
 // the account name + username is locked it returns the time to wait
-// (retryAfter > 0, at least one second) and counts nothing. Otherwise it
-// counts the attempt against the user and returns it, to be settled with
-// exactly one of Failed, Succeeded or Abandon. An error means the counters
-// could not be read or written: the caller must refuse the login (fail
-// closed).
+// (retryAfter > 0, at least one second) and counts nothing. While the
+// user's window is full of attempts still in flight it waits for them (up
+// to QueueWait): their successes free the window, their failures lock it.
+// If it is still full after that, retryAfter is SaturatedRetryAfter.
+// Otherwise it takes a place for the attempt in the user's window and
+// returns the attempt, to be settled with exactly one of Failed, Succeeded
+// or Abandon. An error means the counters could not be read or written:
+// the caller must refuse the login (fail closed).
 func (t *LoginThrottle) Begin(ctx context.Context, accountName, username, clientIP string) (a *LoginAttempt, retryAfter time.Duration, err error) {
 	if t == nil {
 		return nil, 0, nil
@@ -201,27 +283,67 @@ func (t *LoginThrottle) Begin(ctx context.Context, accountName, username, client
 		if err != nil {
 			return nil, 0, fmt.Errorf("login throttle: %w", err)
 		}
-		if st.LockedUntil.After(now) {
+		if st.Locked(now) {
 			return nil, waitFor(st, now), nil
 		}
 	}
 	if t.Policy.User.Enabled() {
 		user := UserThrottleKey(accountName, username)
-		allowed, st, err := t.Store.TakeLoginAttempt(ctx, user, now, t.Policy.User)
-		if err != nil {
-			return nil, 0, fmt.Errorf("login throttle: %w", err)
+		window, retryAfter, err := t.takePlace(ctx, user)
+		if err != nil || retryAfter > 0 {
+			return nil, retryAfter, err
 		}
-		if !allowed {
-			return nil, waitFor(st, now), nil
-		}
-		a.user, a.taken = user, now
+		a.user, a.window = user, window
 	}
 	return a, 0, nil
 }
 
+// takePlace takes a place for an attempt in key's window and returns the
+// window; or the time to wait when the key is locked, or when its window
+// stays full of attempts in flight for all of QueueWait. While it is
+// full, the counter is only read (one cheap lookup per poll), not updated.
+func (t *LoginThrottle) takePlace(ctx context.Context, key string) (window string, retryAfter time.Duration, err error) {
+	limit := t.Policy.User
+	deadline := time.NewTimer(cmp.Or(t.QueueWait, DefaultQueueWait))
+	defer deadline.Stop()
+	poll := firstQueuePoll
+	for {
+		now := t.now()
+		allowed, st, err := t.Store.TakeLoginAttempt(ctx, key, now, limit, AttemptLease)
+		if err != nil {
+			return "", 0, fmt.Errorf("login throttle: %w", err)
+		}
+		if allowed {
+			return st.Window, 0, nil
+		}
+		if st.Locked(now) {
+			return "", waitFor(st, now), nil
+		}
+		// Full of attempts in flight (or, rarely, contended for every
+		// round): wait until that changes, or QueueWait has passed.
+		for {
+			select {
+			case <-deadline.C:
+				return "", SaturatedRetryAfter, nil
+			case <-ctx.Done():
+				// The client has gone: no one reads the answer.
+				return "", SaturatedRetryAfter, nil
+			case <-time.After(poll/2 + rand.N(poll)):
+			}
+			poll = min(2*poll, maxQueuePoll)
+			st, err := t.Store.LoginThrottleState(ctx, key)
+			if err != nil {
+				return "", 0, fmt.Errorf("login throttle: %w", err)
+			}
+			if !st.Saturated(t.now(), limit) {
+				break
+			}
+		}
+	}
+}
+
 // waitFor is the Retry-After of a refusal: until the lock ends, at least a
-// second (a lock that another attempt is setting right now may not be
-// visible yet).
+// second.
 func waitFor(st ThrottleState, now time.Time) time.Duration {
 	return max(st.LockedUntil.Sub(now), time.Second)
 }
@@ -238,8 +360,8 @@ func (t *LoginThrottle) now() time.Time {
 type LoginAttempt struct {
 	throttle *LoginThrottle
 	ip       string
-	user     string    // the user key, when counted
-	taken    time.Time // when the user counter counted it
+	user     string // the user key, when the attempt has a place in its window
+	window   string // the user's window it has its place in
 }
 
 // settleContext outlives the request: a client that hangs up after its
@@ -248,22 +370,33 @@ func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 }
 
-// Failed records a wrong password: the address counts a failure (the user
-// counted the attempt in Begin already).
+// Failed records a wrong password: the user's attempt becomes a confirmed
+// failure (which locks the user when it is the last one the window
+// allows), and the address counts a failure.
 func (a *LoginAttempt) Failed(ctx context.Context) error {
-	if a == nil || !a.throttle.Policy.IP.Enabled() {
+	if a == nil {
 		return nil
 	}
 	ctx, cancel := settleContext(ctx)
 	defer cancel()
-	// Not allowed means locked already: nothing more to count.
-	if _, _, err := a.throttle.Store.TakeLoginAttempt(ctx, a.ip, a.throttle.now(), a.throttle.Policy.IP); err != nil {
-		return fmt.Errorf("login throttle: %w", err)
+	th := a.throttle
+	if a.user != "" {
+		if err := th.Store.FailLoginAttempt(ctx, a.user, a.window, th.now(), th.Policy.User); err != nil {
+			return fmt.Errorf("login throttle: %w", err)
+		}
+	}
+	if th.Policy.IP.Enabled() {
+		// Not allowed means locked already: nothing more to count.
+		if _, _, err := th.Store.TakeLoginAttempt(ctx, a.ip, th.now(), th.Policy.IP, 0); err != nil {
+			return fmt.Errorf("login throttle: %w", err)
+		}
 	}
 	return nil
 }
 
-// Succeeded resets the user's counter, lock and lockout history.
+// Succeeded resets the user's counter, lock and lockout history. That
+// frees the places of the user's other attempts in flight too: their
+// outcomes are forgotten with the rest.
 func (a *LoginAttempt) Succeeded(ctx context.Context) error {
 	if a == nil || a.user == "" {
 		return nil
@@ -276,15 +409,15 @@ func (a *LoginAttempt) Succeeded(ctx context.Context) error {
 	return nil
 }
 
-// Abandon takes the attempt back from the user counter: its password was
-// never checked (hashing at capacity, a database error), so it told the
-// caller nothing. A refund that fails leaves the attempt counted (fail
-// closed), and so does one after the attempt locked the key.
+// Abandon gives the attempt's place back: its password was never checked
+// (hashing at capacity, a database error), so it told the caller nothing.
+// A refund that fails leaves the place taken until AttemptLease ends, when
+// it counts as failed (fail closed).
 func (a *LoginAttempt) Abandon(ctx context.Context) {
 	if a == nil || a.user == "" {
 		return
 	}
 	ctx, cancel := settleContext(ctx)
 	defer cancel()
-	_ = a.throttle.Store.RefundLoginAttempt(ctx, a.user, a.taken)
+	_ = a.throttle.Store.RefundLoginAttempt(ctx, a.user, a.window)
 }

@@ -3,6 +3,8 @@ package account_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -96,12 +98,30 @@ func TestThrottleKeys(t *testing.T) {
 }
 
 // fakeThrottleStore records calls; locked and fail name keys that are
-// locked (until when) or whose updates fail.
+// locked (until when) or whose updates fail; busy names keys whose window
+// is full of attempts in flight for that many more looks (takes or reads).
 type fakeThrottleStore struct {
 	account.LoginThrottleStore
 	calls  []string
 	locked map[string]time.Time
 	fail   map[string]bool
+	busy   map[string]int
+}
+
+// saturated is the state of a key full of attempts in flight at now.
+func saturated(now time.Time) account.ThrottleState {
+	return account.ThrottleState{Window: "w1", Pending: 5, PendingUntil: now.Add(account.AttemptLease), WindowEnd: now.Add(time.Minute)}
+}
+
+func (f *fakeThrottleStore) state(key string) (account.ThrottleState, bool) {
+	if until, ok := f.locked[key]; ok {
+		return account.ThrottleState{LockedUntil: until}, true
+	}
+	if f.busy[key] > 0 {
+		f.busy[key]--
+		return saturated(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), true
+	}
+	return account.ThrottleState{}, false
 }
 
 func (f *fakeThrottleStore) LoginThrottleState(_ context.Context, key string) (account.ThrottleState, error) {
@@ -109,22 +129,28 @@ func (f *fakeThrottleStore) LoginThrottleState(_ context.Context, key string) (a
 	if f.fail[key] {
 		return account.ThrottleState{}, errors.New("database down")
 	}
-	return account.ThrottleState{LockedUntil: f.locked[key]}, nil
+	st, _ := f.state(key)
+	return st, nil
 }
 
-func (f *fakeThrottleStore) TakeLoginAttempt(_ context.Context, key string, _ time.Time, _ account.ThrottleLimit) (bool, account.ThrottleState, error) {
-	f.calls = append(f.calls, "take "+key)
+func (f *fakeThrottleStore) TakeLoginAttempt(_ context.Context, key string, _ time.Time, _ account.ThrottleLimit, lease time.Duration) (bool, account.ThrottleState, error) {
+	f.calls = append(f.calls, fmt.Sprintf("take %s %v", key, lease))
 	if f.fail[key] {
 		return false, account.ThrottleState{}, errors.New("database down")
 	}
-	if until, ok := f.locked[key]; ok {
-		return false, account.ThrottleState{LockedUntil: until}, nil
+	if st, refused := f.state(key); refused {
+		return false, st, nil
 	}
-	return true, account.ThrottleState{Failures: 1}, nil
+	return true, account.ThrottleState{Window: "w1", Pending: 1}, nil
 }
 
-func (f *fakeThrottleStore) RefundLoginAttempt(_ context.Context, key string, _ time.Time) error {
-	f.calls = append(f.calls, "refund "+key)
+func (f *fakeThrottleStore) FailLoginAttempt(_ context.Context, key, window string, _ time.Time, _ account.ThrottleLimit) error {
+	f.calls = append(f.calls, "fail "+key+" "+window)
+	return nil
+}
+
+func (f *fakeThrottleStore) RefundLoginAttempt(_ context.Context, key, window string) error {
+	f.calls = append(f.calls, "refund "+key+" "+window)
 	return nil
 }
 
@@ -137,6 +163,7 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	ip, user := account.IPThrottleKey("192.0.2.1"), account.UserThrottleKey("acme", "alice")
+	takeIP, takeUser := "take "+ip+" 0s", "take "+user+" "+account.AttemptLease.String()
 	newThrottle := func(f *fakeThrottleStore) *account.LoginThrottle {
 		return &account.LoginThrottle{Store: f, Policy: account.DefaultThrottlePolicy, Now: func() time.Time { return now }}
 	}
@@ -151,23 +178,24 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 		f.calls = nil
 	}
 
-	// Allowed: the address is read, the user counts the attempt.
+	// Allowed: the address is read, the user's window gives the attempt a
+	// place (with a lease), which the outcome settles.
 	f := &fakeThrottleStore{}
 	a, wait, err := begin(newThrottle(f))
 	if err != nil || wait != 0 || a == nil {
 		t.Fatalf("allowed: %v, %v, %v", a, wait, err)
 	}
-	check("begin", f, "read "+ip, "take "+user)
+	check("begin", f, "read "+ip, takeUser)
 	if err := a.Failed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	check("failed", f, "take "+ip)
+	check("failed", f, "fail "+user+" w1", takeIP)
 	if err := a.Succeeded(ctx); err != nil {
 		t.Fatal(err)
 	}
 	check("succeeded", f, "reset "+user)
 	a.Abandon(ctx)
-	check("abandoned", f, "refund "+user)
+	check("abandoned", f, "refund "+user+" w1")
 
 	// A locked address leaves the user counter alone.
 	f = &fakeThrottleStore{locked: map[string]time.Time{ip: now.Add(90 * time.Second)}}
@@ -188,6 +216,29 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 		t.Errorf("user locked: %v, %v, %v; want a wait of 1s", a, wait, err)
 	}
 
+	// A user window full of attempts in flight: the login waits, reading
+	// the counter only, and takes its place once there is one...
+	f = &fakeThrottleStore{busy: map[string]int{user: 3}}
+	if a, wait, err := begin(newThrottle(f)); a == nil || wait != 0 || err != nil {
+		t.Errorf("window full for a moment: %v, %v, %v; want allowed", a, wait, err)
+	}
+	check("window full for a moment", f, "read "+ip, takeUser, "read "+user, "read "+user, "read "+user, takeUser)
+	// ...or, when it stays full for all of QueueWait, is refused with the
+	// short Retry-After (not a lock).
+	f = &fakeThrottleStore{busy: map[string]int{user: math.MaxInt}}
+	th := newThrottle(f)
+	th.QueueWait = 20 * time.Millisecond
+	if a, wait, err := begin(th); a != nil || wait != account.SaturatedRetryAfter || err != nil {
+		t.Errorf("window full: %v, %v, %v; want a wait of %v", a, wait, err, account.SaturatedRetryAfter)
+	}
+	// The same when the client goes away while waiting.
+	f = &fakeThrottleStore{busy: map[string]int{user: math.MaxInt}}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if a, wait, err := newThrottle(f).Begin(gone, "acme", "alice", "192.0.2.1"); a != nil || wait != account.SaturatedRetryAfter || err != nil {
+		t.Errorf("client gone while waiting: %v, %v, %v; want a wait of %v", a, wait, err, account.SaturatedRetryAfter)
+	}
+
 	// A store error refuses the login (fail closed).
 	for _, key := range []string{ip, user} {
 		f = &fakeThrottleStore{fail: map[string]bool{key: true}}
@@ -196,7 +247,7 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 		}
 	}
 	f = &fakeThrottleStore{fail: map[string]bool{ip: true}}
-	th := newThrottle(f)
+	th = newThrottle(f)
 	th.Policy.IP.MaxFailures = 0 // the address is not even read
 	if a, _, err = begin(th); err != nil {
 		t.Fatal(err)
@@ -204,9 +255,10 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 	if err := a.Failed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	check("address limit disabled", f, "take "+user)
+	check("address limit disabled", f, takeUser, "fail "+user+" w1")
 
-	// No user limit: nothing to reset or refund.
+	// No user limit: nothing to reset or refund, and a failure counts
+	// for the address only.
 	f = &fakeThrottleStore{}
 	th = newThrottle(f)
 	th.Policy.User.MaxFailures = 0
@@ -215,7 +267,10 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 	}
 	_ = a.Succeeded(ctx)
 	a.Abandon(ctx)
-	check("user limit disabled", f, "read "+ip)
+	if err := a.Failed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("user limit disabled", f, "read "+ip, takeIP)
 
 	// No throttle: nothing to do, and settling a nil attempt is a no-op.
 	var none *account.LoginThrottle
@@ -227,4 +282,29 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Abandon(ctx)
+}
+
+func TestThrottleStateSaturated(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	limit := account.DefaultThrottlePolicy.User
+	full := saturated(now)
+	for _, tc := range []struct {
+		name string
+		edit func(*account.ThrottleState)
+		want bool
+	}{
+		{"full of attempts in flight", func(*account.ThrottleState) {}, true},
+		{"full of failures and attempts in flight", func(s *account.ThrottleState) { s.Failures, s.Pending = 4, 1 }, true},
+		{"room left", func(s *account.ThrottleState) { s.Pending = 4 }, false},
+		{"full of failures", func(s *account.ThrottleState) { s.Failures, s.Pending = 5, 0 }, false},
+		{"leases ended", func(s *account.ThrottleState) { s.PendingUntil = now }, false},
+		{"window over", func(s *account.ThrottleState) { s.WindowEnd = now }, false},
+		{"locked", func(s *account.ThrottleState) { s.LockedUntil = now.Add(time.Second) }, false},
+	} {
+		st := full
+		tc.edit(&st)
+		if got := st.Saturated(now, limit); got != tc.want {
+			t.Errorf("%s: Saturated = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

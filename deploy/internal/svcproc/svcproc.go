@@ -33,8 +33,9 @@ type Process struct {
 	Ready   time.Duration
 	OpsAddr string
 
-	exited chan struct{} // closed when Wait has returned
-	err    error         // Wait's result, set before exited is closed
+	started time.Time
+	exited  chan struct{} // closed when Wait has returned
+	err     error         // Wait's result, set before exited is closed
 }
 
 // Start runs bin with env added to this process's environment and returns
@@ -42,42 +43,62 @@ type Process struct {
 // Ready is not rounded up much. It kills the process and fails when it
 // exits first, when timeout passes or when ctx ends.
 func Start(ctx context.Context, bin string, env []string, opsAddr string, timeout time.Duration) (*Process, error) {
+	p, err := Launch(bin, env, opsAddr)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.WaitReady(ctx, timeout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Launch runs bin with env added to this process's environment, without
+// waiting for it to be ready (see WaitReady).
+func Launch(bin string, env []string, opsAddr string) (*Process, error) {
 	p := &Process{Cmd: exec.Command(bin), Logs: &bytes.Buffer{}, Done: make(chan error, 1), OpsAddr: opsAddr, exited: make(chan struct{})}
 	p.Cmd.Env = append(os.Environ(), env...)
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Logs, p.Logs
-	name := filepath.Base(bin)
-	started := time.Now()
+	p.started = time.Now()
 	if err := p.Cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, fmt.Errorf("start %s: %w", filepath.Base(bin), err)
 	}
 	go func() {
 		p.err = p.Cmd.Wait()
 		close(p.exited)
 		p.Done <- p.err
 	}()
+	return p, nil
+}
+
+// WaitReady returns once GET http://OpsAddr/readyz answers 200 and sets
+// Ready. It kills the process and fails when it exits first, when timeout
+// (from the launch) passes or when ctx ends.
+func (p *Process) WaitReady(ctx context.Context, timeout time.Duration) error {
+	name, started := filepath.Base(p.Cmd.Path), p.started
 	client := &http.Client{Timeout: time.Second}
 	deadline := started.Add(timeout)
 	for {
-		resp, err := client.Get("http://" + opsAddr + "/readyz")
+		resp, err := client.Get("http://" + p.OpsAddr + "/readyz")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				p.Ready = time.Since(started)
-				return p, nil
+				return nil
 			}
 		}
 		select {
 		case <-p.exited:
-			return nil, fmt.Errorf("%s exited before ready: %v; logs:\n%s", name, p.err, p.Logs)
+			return fmt.Errorf("%s exited before ready: %v; logs:\n%s", name, p.err, p.Logs)
 		case <-ctx.Done():
 			p.Kill()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(2 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			p.Kill()
-			return nil, fmt.Errorf("%s not ready after %s; logs:\n%s", name, timeout, p.Logs)
+			return fmt.Errorf("%s not ready after %s; logs:\n%s", name, timeout, p.Logs)
 		}
 	}
 }

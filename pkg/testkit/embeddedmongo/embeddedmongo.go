@@ -4,15 +4,20 @@
 //
 // It exists because developer machines (and some CI runners) have neither
 // MongoDB nor a Docker engine, yet store tests and the local dev stack need
-// a real wire-protocol server that the official driver can talk to. It is meant for
-// tests (through package mongotest) and for the local dev stack only; never
-// import it from a production binary: it pulls in FerretDB, SQLite (pure Go,
-// modernc.org/sqlite) and their dependencies.
+// a real wire-protocol server that the official driver can talk to. It is
+// meant for tests and for the local dev stack only; never import it from a
+// production binary: it pulls in FerretDB, SQLite (pure Go,
+// modernc.org/sqlite) and their dependencies, whose compilation and linking
+// dominate a build. For that reason tests do not import it either: they run
+// it as a process of its own, the embeddedmongo command
+// (pkg/testkit/cmd/embeddedmongo, built without -race), through package
+// mongoproc (package mongotest does that for them). The dev stack (make
+// run), built once without -race, runs it in-process.
 //
 // Data lives in Options.Dir, one SQLite file per database, so a server can be
 // stopped and started again on the same folder and finds its data again; this
-// is how tests simulate a database outage. Only one server may use a folder
-// at a time.
+// is how tests simulate a database outage (mongoproc.Start and
+// Process.Stop). Only one server may use a folder at a time.
 //
 // # Commands are serialised
 //
@@ -26,9 +31,10 @@
 //
 // So the server executes one command at a time. FerretDB listens on a
 // private loopback port; URI and Addr are those of a small wire-protocol
-// proxy in front of it, which forwards each client connection over a
-// connection of its own to FerretDB and holds one server-wide lock from the
-// moment a request has been read in full until its reply has been forwarded.
+// proxy in front of it (pkg/testkit/internal/wireproxy), which forwards
+// each client connection over a connection of its own to FerretDB and
+// holds one server-wide lock from the moment a request has been read in
+// full until its reply has been forwarded.
 // Every command therefore runs alone, which makes each single-document
 // write atomic like on MongoDB (even a multi-document updateMany runs
 // without interleaving, which MongoDB does not promise: do not rely on it).
@@ -69,6 +75,8 @@ import (
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/acme/platform/pkg/testkit/internal/wireproxy"
 )
 
 // DefaultAddr is the listen address used when Options.Addr is empty: a free
@@ -100,7 +108,7 @@ type Server struct {
 	uri  string
 	addr string // the proxy's, which clients use
 
-	proxy       *proxy
+	proxy       *wireproxy.Proxy
 	backendAddr string // FerretDB's own listener, behind the proxy
 
 	cancel context.CancelFunc // stops FerretDB's Run
@@ -192,15 +200,15 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{
 		uri:         (&url.URL{Scheme: "mongodb", Host: ln.Addr().String(), Path: "/"}).String(),
 		addr:        ln.Addr().String(),
-		proxy:       newProxy(ln, u.Host),
+		proxy:       wireproxy.New(ln, u.Host),
 		backendAddr: u.Host,
 		cancel:      cancel,
 		done:        done,
 	}
-	s.proxy.serve()
+	s.proxy.Serve()
 
 	if err := s.waitReady(ctx); err != nil {
-		<-s.proxy.close()
+		<-s.proxy.Close()
 		cancel()
 		<-done
 		return nil, fmt.Errorf("embeddedmongo: server on %s did not become ready: %w", s.addr, err)
@@ -243,6 +251,11 @@ func (s *Server) URI() string { return s.uri }
 // to restart on the same address after Stop.
 func (s *Server) Addr() string { return s.addr }
 
+// Idle reports whether no client is connected and, if so, since when: the
+// moment the last client connection closed, or the start. The embeddedmongo
+// command uses it to exit once its clients have gone.
+func (s *Server) Idle() (idle bool, since time.Time) { return s.proxy.Idle() }
+
 // Stop closes the listener and all client connections, waits for FerretDB
 // to shut down and closes the SQLite files, so that Start on the same Dir
 // and Addr works again. It returns ctx's error if the shutdown outlasts ctx
@@ -254,7 +267,7 @@ func (s *Server) Addr() string { return s.addr }
 func (s *Server) Stop(ctx context.Context) error {
 	// Closing the proxy closes FerretDB's connections too, so FerretDB
 	// need not wait for them (it gives open connections up to 3s).
-	proxyDone := s.proxy.close()
+	proxyDone := s.proxy.Close()
 	s.cancel()
 	for _, ch := range []<-chan struct{}{proxyDone, s.done} {
 		select {

@@ -231,3 +231,36 @@ func TestConcurrentUpdatesAreAtomic(t *testing.T) {
 		t.Errorf("counter = %d after %d concurrent $inc, want %d", doc.N, incs, incs)
 	}
 }
+
+// TestIdle: the server knows whether a client is connected and since when
+// none is, which is what the embeddedmongo command exits on.
+func TestIdle(t *testing.T) {
+	s := start(t, embeddedmongo.Options{Dir: t.TempDir()})
+	c, err := mongo.Connect(options.Client().ApplyURI(s.URI()))
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	if err := c.Ping(t.Context(), nil); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if idle, _ := s.Idle(); idle {
+		t.Error("Idle() = true with a client connected")
+	}
+	disconnected := time.Now()
+	if err := c.Disconnect(t.Context()); err != nil {
+		t.Fatalf("Disconnect: %v", err)
+	}
+	// The server notices the closed connections a moment later.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		idle, since := s.Idle()
+		if idle {
+			if since.Before(disconnected) {
+				t.Errorf("idle since %v, before the client disconnected at %v", since, disconnected)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Idle() still false 10s after the client disconnected")
+		}
+	}
+}

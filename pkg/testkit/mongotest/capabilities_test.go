@@ -20,7 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/testkit/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/mongoproc"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 )
 
@@ -870,10 +870,11 @@ func TestEmbeddedLacksChangeStreams(t *testing.T) {
 // outage: with a 2s server selection timeout, calls fail after about 2s.
 func TestPingAfterStopFailsFast(t *testing.T) {
 	ctx := t.Context()
-	s, err := embeddedmongo.Start(ctx, embeddedmongo.Options{Dir: t.TempDir()})
+	s, err := mongoproc.Start(ctx, mongoproc.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	const selection = 2 * time.Second
 	c, err := mongo.Connect(options.Client().ApplyURI(s.URI()).SetServerSelectionTimeout(selection))
 	if err != nil {

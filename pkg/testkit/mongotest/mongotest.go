@@ -2,8 +2,8 @@
 // server shared by the whole test binary.
 //
 // Every package whose tests use it must route TestMain through Main, so the
-// shared server is stopped (and a container removed) once all tests ran; New
-// fails the test when Main is missing:
+// shared server is released (and a container removed) once all tests ran;
+// New fails the test when Main is missing:
 //
 //	func TestMain(m *testing.M) { mongotest.Main(m) }
 //
@@ -11,13 +11,17 @@
 //
 //	db := mongotest.New(t) // uniquely named, dropped when the test ends
 //
-// The server is started lazily by the first test that asks for it, the
+// The server is obtained lazily by the first test that asks for it, the
 // first of these that works:
 //  1. the server at $MONGODB_URI, when set (CI, or your own mongod);
 //  2. a mongo:8 container, when a Docker engine answers (if the container
 //     cannot start, the embedded server is used and the test log says why);
-//  3. an in-process FerretDB on SQLite (package embeddedmongo) in a
-//     temporary folder; this is what runs on machines without either.
+//  3. the embedded FerretDB on SQLite (package embeddedmongo), run as a
+//     process of its own and shared by all test binaries of the run
+//     (package mongoproc): built once without -race, started by the first
+//     test binary that needs it, reached over the wire like a real MongoDB,
+//     and gone a few seconds after the last one has finished. This is what
+//     runs on machines without either; test binaries never link FerretDB.
 //
 // When no server can be obtained, the test fails: it never skips, because a
 // skipped store test looks like a passing one.
@@ -50,7 +54,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/testkit/embeddedmongo"
+	"github.com/acme/platform/pkg/testkit/mongoproc"
 )
 
 // EnvURI names the environment variable that points the tests at an
@@ -71,9 +75,11 @@ const (
 	dockerPingTimeout = 2 * time.Second
 	// containerMaxWait covers pulling the image on first use.
 	containerMaxWait = 3 * time.Minute
-	// startTimeout bounds reaching $MONGODB_URI or starting the embedded
-	// server.
+	// startTimeout bounds reaching a server.
 	startTimeout = time.Minute
+	// embeddedStartTimeout bounds obtaining the embedded server, which
+	// includes building its command: minutes on a cold build cache.
+	embeddedStartTimeout = 10 * time.Minute
 	// serverSelectionTimeout makes operations fail in seconds, not the
 	// driver's default 30s, when the server has gone away.
 	serverSelectionTimeout = 10 * time.Second
@@ -87,8 +93,8 @@ type server struct {
 	client *mongo.Client
 	// desc says which server this is, for the test log.
 	desc string
-	// stop releases what start acquired (container, embedded server,
-	// temporary folder); nil for $MONGODB_URI.
+	// stop releases what start acquired (a container, a lease on the
+	// embedded server); nil for $MONGODB_URI.
 	stop func(context.Context) error
 }
 
@@ -100,8 +106,9 @@ var (
 	startErr  error
 )
 
-// Main runs the tests of m, then stops the shared server if one was started,
-// and exits. Call it from TestMain; a failure to clean up fails the binary.
+// Main runs the tests of m, then stops or releases the shared server if one
+// was obtained, and exits. Call it from TestMain; a failure to clean up
+// fails the binary.
 func Main(m *testing.M) {
 	mainCalled.Store(true)
 	code := m.Run()
@@ -198,14 +205,16 @@ func start() (*server, error) {
 	return s, nil
 }
 
-// shutdown disconnects the client and stops the shared server, if any.
+// shutdown disconnects the client and stops or releases the shared
+// server, if any.
 func shutdown() error {
 	if shared == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	// Disconnect first: the embedded server waits for open connections.
+	// Disconnect first, then release the embedded server: it exits
+	// once no client is connected.
 	err := shared.client.Disconnect(ctx)
 	if err != nil {
 		err = fmt.Errorf("disconnecting from %s: %w", shared.desc, err)
@@ -304,34 +313,20 @@ func containerAddr(hostPort string) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-// startEmbedded starts an embedded server on a temporary folder, removed
-// when the server stops.
+// startEmbedded leases the embedded server shared by the run's test
+// binaries, starting it if none runs.
 func startEmbedded() (*server, error) {
-	dir, err := os.MkdirTemp("", "mongotest-")
-	if err != nil {
-		return nil, fmt.Errorf("creating data folder: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), embeddedStartTimeout)
 	defer cancel()
-	es, err := embeddedmongo.Start(ctx, embeddedmongo.Options{Dir: dir})
+	lease, err := mongoproc.Acquire(ctx, "")
 	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
+		return nil, err
 	}
-	stop := func(ctx context.Context) error {
-		if err := es.Stop(ctx); err != nil {
-			// Keep the folder: the server may still be using it.
-			return err
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("removing data folder: %w", err)
-		}
-		return nil
-	}
-	s, err := connect(es.URI(), "embedded FerretDB at "+es.URI())
+	s, err := connect(lease.URI(), fmt.Sprintf("embedded FerretDB at %s (process %d, shared by the run's test binaries)", lease.URI(), lease.PID()))
 	if err != nil {
-		return nil, errors.Join(err, stop(ctx))
+		return nil, errors.Join(err, lease.Release())
 	}
-	s.stop = stop
+	s.stop = func(context.Context) error { return lease.Release() }
 	return s, nil
 }
 

@@ -19,10 +19,6 @@ import (
 // and logout bodies, which hold one token).
 const maxLoginBody = 16 << 10
 
-// problemRetry is the Retry-After of a 503 caused by load or an
-// unavailable dependency.
-const problemRetry = time.Second
-
 type loginRequest struct {
 	Username    string `json:"username"`
 	Password    string `json:"password"`
@@ -83,7 +79,7 @@ func handleLogin(auth account.Authenticator, throttle *account.LoginThrottle, se
 			// The password was not checked: the attempt does not count.
 			attempt.Abandon(ctx)
 			if errors.Is(err, password.ErrBusy) {
-				return problem.Unavailable(problemRetry)
+				return problem.Busy()
 			}
 			return err
 		}

@@ -10,9 +10,10 @@ import (
 // addRoutes is the one list of every route of the API.
 func addRoutes(e *echo.Echo, d Deps) {
 	bearer := token.Middleware(d.Verifier)
+	counts := newAuthMetrics(d.Metrics)
 
-	e.POST("/login", handleLogin(d.Authenticator, d.Throttle, d.Sessions, d.Issuer))
-	e.POST("/token/refresh", handleRefresh(d.RefreshVerifier, d.Authenticator.Users, d.Sessions, d.Issuer))
+	e.POST("/login", handleLogin(d.Authenticator, d.Throttle, d.Sessions, d.Issuer), counts.countLogins)
+	e.POST("/token/refresh", handleRefresh(d.RefreshVerifier, d.Authenticator.Users, d.Sessions, d.Issuer), counts.countRefreshes)
 	e.POST("/logout", handleLogout(d.RefreshVerifier, d.Sessions))
 
 	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer)

@@ -43,19 +43,59 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 // countingHasher counts the password verifications, to prove that a
-// refused login costs none.
+// refused login costs none. With a gate, each verification first announces
+// itself on gate.entered, then waits until gate.open is closed, or until
+// its request is cancelled (then it fails, and announces that on
+// gate.left): attempts held in flight for as long as a test needs.
 type countingHasher struct {
 	account.PasswordHasher
 	verifications atomic.Int64
+	gate          *gate
+}
+
+type gate struct {
+	entered chan struct{}
+	left    chan struct{}
+	open    chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{entered: make(chan struct{}, 100), left: make(chan struct{}, 100), open: make(chan struct{})}
+}
+
+// await returns once n signals have come on c.
+func await(c chan struct{}, n int) {
+	for range n {
+		<-c
+	}
+}
+
+func (h *countingHasher) pass(ctx context.Context) error {
+	h.verifications.Add(1)
+	if h.gate == nil {
+		return nil
+	}
+	h.gate.entered <- struct{}{}
+	select {
+	case <-h.gate.open:
+		return nil
+	case <-ctx.Done():
+		h.gate.left <- struct{}{}
+		return ctx.Err()
+	}
 }
 
 func (h *countingHasher) Verify(ctx context.Context, hash, pw string) (bool, error) {
-	h.verifications.Add(1)
+	if err := h.pass(ctx); err != nil {
+		return false, err
+	}
 	return h.PasswordHasher.Verify(ctx, hash, pw)
 }
 
 func (h *countingHasher) VerifyDummy(ctx context.Context, pw string) error {
-	h.verifications.Add(1)
+	if err := h.pass(ctx); err != nil {
+		return err
+	}
 	return h.PasswordHasher.VerifyDummy(ctx, pw)
 }
 
@@ -66,10 +106,12 @@ type throttledAPI struct {
 }
 
 type throttleSetup struct {
-	policy  account.ThrottlePolicy
-	proxies []string // ACCOUNT_TRUSTED_PROXIES
-	hasher  *password.Hasher
-	users   []string // in account acme; the password is "<name>-password"
+	policy    account.ThrottlePolicy
+	queueWait time.Duration // LoginThrottle.QueueWait
+	proxies   []string      // ACCOUNT_TRUSTED_PROXIES
+	hasher    *password.Hasher
+	gate      *gate
+	users     []string // in account acme; the password is "<name>-password"
 }
 
 // newThrottledAPI is the account service with a login throttle on a fresh
@@ -85,7 +127,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 	if hasher == nil {
 		hasher = cheapHasher(t)
 	}
-	counting := &countingHasher{PasswordHasher: hasher}
+	counting := &countingHasher{PasswordHasher: hasher, gate: setup.gate}
 	kit := newTokenKit(t, "ES256")
 	proxies, err := web.ParseTrustedProxies(setup.proxies)
 	if err != nil {
@@ -100,7 +142,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		Verifier:       kit.verifier,
 		Keys:           kit.keys,
 		IssuerURL:      issuerURL,
-		Throttle:       &account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now},
+		Throttle:       &account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, QueueWait: setup.queueWait},
 		TrustedProxies: proxies,
 	}))
 	t.Cleanup(srv.Close)
@@ -222,7 +264,7 @@ func TestLoginThrottleSuccessResetsTheUserCounter(t *testing.T) {
 			t.Fatalf("round %d: user counter after a success: %+v, want none", round, st)
 		}
 	}
-	// The address counts the failures only (successes are taken back).
+	// The address counts the failures only.
 	if st := a.state(account.IPThrottleKey("127.0.0.1")); st.Failures != 6 {
 		t.Fatalf("address counter %+v, want 6 failures", st)
 	}
@@ -333,8 +375,9 @@ func TestLoginBurstIsBoundedInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One user logs in 200 times at once, its limit raised so that every
-	// login reaches the hasher (the user counter counts attempts when they
-	// start; with the default of 5, 195 would be refused before hashing).
+	// login reaches the hasher (with the default of 5, no more than 5
+	// attempts of one user are in flight at once: the others would wait in
+	// the throttle, not at the hasher).
 	// One user rather than many keeps the embedded test server, which
 	// runs one command at a time and scans collections, out of the way.
 	policy := account.DefaultThrottlePolicy

@@ -129,7 +129,7 @@ func handleLogout(refreshTokens *token.Verifier, sessions account.SessionStore) 
 // tokenProblem maps a verification error of a token sent in a body.
 func tokenProblem(err error) error {
 	if errors.Is(err, token.ErrKeysUnavailable) {
-		return problem.Unavailable(problemRetry)
+		return problem.KeysUnavailable()
 	}
 	var te *token.TokenError
 	if errors.As(err, &te) {

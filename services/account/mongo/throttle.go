@@ -15,35 +15,69 @@ import (
 
 // throttleDoc is one login throttle counter. Every field is always
 // present (locked_until is year 1 when the key was never locked), so that
-// filters need no $exists.
+// filters need no $exists (but the one that finds a counter written by the
+// previous version: adoptLegacyCounter).
+//
+// attempts counts the window's attempts that have a place: its failures
+// and its pending attempts (those still in flight). pending_until is the
+// end of the lease of the latest pending attempt: once it has passed, every
+// attempt still pending counts as failed. window identifies the window, so
+// that an outcome reported after the window was reset or replaced changes
+// nothing.
 //
 // The rules, each applied by one conditional single-document update:
-//   - count: while the window is open, not locked and below the limit,
-//     $inc count;
+//   - count: while the window is open, not locked, below the limit and its
+//     pending attempts (if any) within their lease, $inc attempts (and
+//     pending, for an attempt in flight);
 //   - new window: when the window has passed and the key is not locked,
-//     $set count 1 and a new window_end (an upsert: this also creates the
+//     $set attempts 1 and a new window (an upsert: this also creates the
 //     counter);
-//   - lock: when count reached the limit in an open window, $set
-//     locked_until and close the window (window_end = now), so that the
-//     first attempt after the lock starts a new window. The window_end
-//     condition lets exactly one of concurrent lockers through.
+//   - fail: while the window has pending attempts, $inc pending -1 (the
+//     attempt stays counted, as a failure); refund: the same and $inc
+//     attempts -1;
+//   - expire: when the leases of pending attempts have ended, $set
+//     pending 0 (conditional on the values read, so that it applies once);
+//   - lock: when the window holds the limit of attempts and none pending
+//     (or only expired ones), $set locked_until and close the window
+//     (window_end = now), so that the first attempt after the lock starts
+//     a new window. The window_end condition lets exactly one of
+//     concurrent lockers through.
 //
 // expires_at only grows ($max): it is when the document stops mattering,
 // for PurgeLoginThrottle (the embedded development server has no TTL
 // indexes).
 type throttleDoc struct {
-	ID          string    `bson:"_id"`
-	Count       int       `bson:"count"`
-	WindowEnd   time.Time `bson:"window_end"`
-	LockedUntil time.Time `bson:"locked_until"`
-	Lockouts    int       `bson:"lockouts"`
-	ExpiresAt   time.Time `bson:"expires_at"`
+	ID           string    `bson:"_id"`
+	Window       string    `bson:"window"`
+	Attempts     int       `bson:"attempts"`
+	WindowEnd    time.Time `bson:"window_end"`
+	Pending      int       `bson:"pending"`
+	PendingUntil time.Time `bson:"pending_until"`
+	LockedUntil  time.Time `bson:"locked_until"`
+	Lockouts     int       `bson:"lockouts"`
+	ExpiresAt    time.Time `bson:"expires_at"`
+	// LegacyCount is the count of attempts of a counter written before
+	// windows had ids and pending attempts (it has no window field).
+	LegacyCount int `bson:"count,omitempty"`
 }
 
 func (d throttleDoc) domain() account.ThrottleState {
 	return account.ThrottleState{
-		Failures: d.Count, WindowEnd: d.WindowEnd.UTC(), LockedUntil: d.LockedUntil.UTC(), Lockouts: d.Lockouts,
+		Window: d.Window, Failures: d.Attempts - d.Pending, WindowEnd: d.WindowEnd.UTC(),
+		Pending: d.Pending, PendingUntil: d.PendingUntil.UTC(),
+		LockedUntil: d.LockedUntil.UTC(), Lockouts: d.Lockouts,
 	}
+}
+
+// full reports whether the window open at now holds limit attempts.
+func (d throttleDoc) full(now time.Time, limit account.ThrottleLimit) bool {
+	return d.WindowEnd.After(now) && d.Attempts >= limit.MaxFailures
+}
+
+// settled reports whether every attempt of the window has an outcome at
+// now: none pending, or only pending ones whose leases have ended.
+func (d throttleDoc) settled(now time.Time) bool {
+	return d.Pending == 0 || !d.PendingUntil.After(now)
 }
 
 // throttleRounds bounds the retries of TakeLoginAttempt when concurrent
@@ -51,15 +85,22 @@ func (d throttleDoc) domain() account.ThrottleState {
 // for some attempt, so more than two are rare.
 const throttleRounds = 5
 
+// dbTime is a time as the database keeps it (milliseconds, UTC), so that
+// conditions on times read back compare equal.
+func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
 // TakeLoginAttempt implements account.LoginThrottleStore. The common case
 // (an open window) is one update; the first attempt of a window two; a
 // refused attempt three (the updates that could not apply, then a read).
-func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit account.ThrottleLimit) (bool, account.ThrottleState, error) {
+func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit account.ThrottleLimit, lease time.Duration) (bool, account.ThrottleState, error) {
 	if !limit.Enabled() {
 		return true, account.ThrottleState{}, nil
 	}
-	now = now.UTC().Truncate(time.Millisecond)
-	after := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	now = dbTime(now)
+	pending, pendingUntil := 0, now
+	if lease > 0 {
+		pending, pendingUntil = 1, dbTime(now.Add(lease))
+	}
 	for range throttleRounds {
 		// Count in the open window.
 		var doc throttleDoc
@@ -68,10 +109,17 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 				{Key: "_id", Value: key},
 				{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
 				{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
-				{Key: "count", Value: bson.D{{Key: "$lt", Value: limit.MaxFailures}}},
+				{Key: "attempts", Value: bson.D{{Key: "$lt", Value: limit.MaxFailures}}},
+				{Key: "$or", Value: bson.A{
+					bson.D{{Key: "pending", Value: 0}},
+					bson.D{{Key: "pending_until", Value: bson.D{{Key: "$gt", Value: now}}}},
+				}},
 			},
-			bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}},
-			after).Decode(&doc)
+			bson.D{
+				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}, {Key: "pending", Value: pending}}},
+				{Key: "$max", Value: bson.D{{Key: "pending_until", Value: pendingUntil}}},
+			},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
 		if err == nil {
 			return s.allowAttempt(ctx, doc, now, limit)
 		}
@@ -80,7 +128,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 		}
 
 		// Start a new window (or the first).
-		windowEnd := now.Add(limit.Window)
+		windowEnd := dbTime(now.Add(limit.Window))
 		err = s.throttle.FindOneAndUpdate(ctx,
 			bson.D{
 				{Key: "_id", Value: key},
@@ -88,7 +136,10 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 				{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
 			},
 			bson.D{
-				{Key: "$set", Value: bson.D{{Key: "count", Value: 1}, {Key: "window_end", Value: windowEnd}}},
+				{Key: "$set", Value: bson.D{
+					{Key: "window", Value: newID("win")}, {Key: "window_end", Value: windowEnd},
+					{Key: "attempts", Value: 1}, {Key: "pending", Value: pending}, {Key: "pending_until", Value: pendingUntil},
+				}},
 				{Key: "$max", Value: bson.D{{Key: "expires_at", Value: windowEnd}}},
 				{Key: "$setOnInsert", Value: bson.D{{Key: "locked_until", Value: time.Time{}}, {Key: "lockouts", Value: 0}}},
 			},
@@ -101,36 +152,52 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 		}
 
 		// The document exists and neither rule applied: it is locked, or
-		// its window is full, or another attempt has just opened a new
-		// window (then go round again).
+		// its window is full, or the leases of its pending attempts have
+		// ended, or another attempt has just opened a new window (then go
+		// round again).
 		if err := s.throttle.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
 			if errors.Is(err, mongo.ErrNoDocuments) {
 				continue // reset by a success meanwhile
 			}
 			return false, account.ThrottleState{}, mongodb.Wrap(err, "read login throttle")
 		}
-		if doc.LockedUntil.After(now) {
+		switch {
+		case doc.LockedUntil.After(now):
 			return false, doc.domain(), nil
-		}
-		if doc.WindowEnd.After(now) && doc.Count >= limit.MaxFailures {
-			// Full but not locked yet: the attempt that filled it has not
-			// set the lock (or died before it could). Set it here.
+		case doc.Window == "":
+			if err := s.adoptLegacyCounter(ctx, doc); err != nil {
+				return false, account.ThrottleState{}, err
+			}
+		case doc.full(now, limit) && doc.settled(now):
+			// Full of failures but not locked yet: the attempt that
+			// failed last has not set the lock (or died before it could),
+			// or attempts died pending. Set it here.
 			doc, err = s.lockThrottle(ctx, doc, now, limit)
 			if err != nil {
 				return false, account.ThrottleState{}, err
 			}
 			return false, doc.domain(), nil
+		case doc.full(now, limit):
+			// Full of attempts in flight: wait for their outcome.
+			return false, doc.domain(), nil
+		case doc.WindowEnd.After(now) && doc.Pending > 0 && !doc.PendingUntil.After(now):
+			// Attempts died pending in a window with room left: they
+			// count as failures from now on; then go round again.
+			if err := s.expirePending(ctx, doc); err != nil {
+				return false, account.ThrottleState{}, err
+			}
 		}
 	}
 	// Contention on one key for every round: refuse this attempt for a
-	// moment (429, Retry-After 1 s) rather than fail the request.
+	// moment rather than fail the request (the caller waits and retries).
 	return false, account.ThrottleState{}, nil
 }
 
 // allowAttempt returns the state after a counted attempt, locking the key
-// when the attempt reached the limit.
+// when the attempt (a failure already: the address counter) filled the
+// window with failures.
 func (s *Store) allowAttempt(ctx context.Context, doc throttleDoc, now time.Time, limit account.ThrottleLimit) (bool, account.ThrottleState, error) {
-	if doc.Count >= limit.MaxFailures {
+	if doc.full(now, limit) && doc.settled(now) {
 		var err error
 		if doc, err = s.lockThrottle(ctx, doc, now, limit); err != nil {
 			return false, account.ThrottleState{}, err
@@ -139,20 +206,28 @@ func (s *Store) allowAttempt(ctx context.Context, doc throttleDoc, now time.Time
 	return true, doc.domain(), nil
 }
 
-// lockThrottle locks a key whose window is full. Of concurrent callers
-// only the first update matches (it closes the window); the others read
-// the document it left.
+// lockThrottle locks a key whose window is full of failures. Of concurrent
+// callers only the first update matches (it closes the window); the others
+// read the document it left.
 func (s *Store) lockThrottle(ctx context.Context, doc throttleDoc, now time.Time, limit account.ThrottleLimit) (throttleDoc, error) {
 	until, lockouts := limit.NextLock(doc.domain(), now)
-	until = until.UTC().Truncate(time.Millisecond)
+	until = dbTime(until)
 	err := s.throttle.FindOneAndUpdate(ctx,
 		bson.D{
 			{Key: "_id", Value: doc.ID},
+			{Key: "window", Value: doc.Window},
 			{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
-			{Key: "count", Value: bson.D{{Key: "$gte", Value: limit.MaxFailures}}},
+			{Key: "attempts", Value: bson.D{{Key: "$gte", Value: limit.MaxFailures}}},
+			{Key: "$or", Value: bson.A{
+				bson.D{{Key: "pending", Value: 0}},
+				bson.D{{Key: "pending_until", Value: bson.D{{Key: "$lte", Value: now}}}},
+			}},
 		},
 		bson.D{
-			{Key: "$set", Value: bson.D{{Key: "locked_until", Value: until}, {Key: "lockouts", Value: lockouts}, {Key: "window_end", Value: now}}},
+			{Key: "$set", Value: bson.D{
+				{Key: "locked_until", Value: until}, {Key: "lockouts", Value: lockouts},
+				{Key: "window_end", Value: now}, {Key: "pending", Value: 0},
+			}},
 			{Key: "$max", Value: bson.D{{Key: "expires_at", Value: until.Add(account.StrikeMemory)}}},
 		},
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
@@ -168,15 +243,74 @@ func (s *Store) lockThrottle(ctx context.Context, doc throttleDoc, now time.Time
 	return doc, nil
 }
 
+// expirePending turns the pending attempts of doc, whose leases have
+// ended, into failures. The update is conditional on the document as read,
+// so that it applies once however many callers race, and not at all after
+// anything else changed the window.
+func (s *Store) expirePending(ctx context.Context, doc throttleDoc) error {
+	_, err := s.throttle.UpdateOne(ctx,
+		bson.D{
+			{Key: "_id", Value: doc.ID},
+			{Key: "window", Value: doc.Window},
+			{Key: "attempts", Value: doc.Attempts},
+			{Key: "pending", Value: doc.Pending},
+			{Key: "pending_until", Value: doc.PendingUntil},
+		},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "pending", Value: 0}}}})
+	return mongodb.Wrap(err, "expire pending login attempts")
+}
+
+// adoptLegacyCounter gives a counter written by the previous version (no
+// window id, attempts counted in "count", none known to be pending) a
+// window id, its attempts counted as failures: the rules above then apply
+// to it. It is needed only for a counter whose window was open and not
+// locked when the new version started, and once per counter.
+func (s *Store) adoptLegacyCounter(ctx context.Context, doc throttleDoc) error {
+	_, err := s.throttle.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: doc.ID}, {Key: "window", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{
+			{Key: "$set", Value: bson.D{
+				{Key: "window", Value: newID("win")}, {Key: "attempts", Value: doc.LegacyCount},
+				{Key: "pending", Value: 0}, {Key: "pending_until", Value: time.Time{}},
+			}},
+			{Key: "$unset", Value: bson.D{{Key: "count", Value: ""}}},
+		})
+	return mongodb.Wrap(err, "adopt login throttle counter")
+}
+
+// FailLoginAttempt implements account.LoginThrottleStore.
+func (s *Store) FailLoginAttempt(ctx context.Context, key, window string, now time.Time, limit account.ThrottleLimit) error {
+	now = dbTime(now)
+	var doc throttleDoc
+	err := s.throttle.FindOneAndUpdate(ctx,
+		bson.D{
+			{Key: "_id", Value: key},
+			{Key: "window", Value: window},
+			{Key: "pending", Value: bson.D{{Key: "$gt", Value: 0}}},
+		},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pending", Value: -1}}}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil // reset, replaced, or its lease ended: counted already
+	}
+	if err != nil {
+		return mongodb.Wrap(err, "count failed login attempt")
+	}
+	if limit.Enabled() && doc.full(now, limit) && doc.settled(now) {
+		_, err = s.lockThrottle(ctx, doc, now, limit)
+	}
+	return err
+}
+
 // RefundLoginAttempt implements account.LoginThrottleStore.
-func (s *Store) RefundLoginAttempt(ctx context.Context, key string, now time.Time) error {
+func (s *Store) RefundLoginAttempt(ctx context.Context, key, window string) error {
 	_, err := s.throttle.UpdateOne(ctx,
 		bson.D{
 			{Key: "_id", Value: key},
-			{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now.UTC().Truncate(time.Millisecond)}}},
-			{Key: "count", Value: bson.D{{Key: "$gt", Value: 0}}},
+			{Key: "window", Value: window},
+			{Key: "pending", Value: bson.D{{Key: "$gt", Value: 0}}},
 		},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: -1}}}})
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}, {Key: "pending", Value: -1}}}})
 	return mongodb.Wrap(err, "refund login attempt")
 }
 

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/argon2"
 )
 
@@ -47,6 +48,7 @@ type Hasher struct {
 	slots     chan struct{}
 	queueWait time.Duration
 	dummy     string
+	metrics   *metrics // nil without Options.Metrics
 }
 
 // Options configures New.
@@ -56,6 +58,9 @@ type Options struct {
 	Concurrency int
 	// QueueWait bounds how long a call waits for a slot; default 2s.
 	QueueWait time.Duration
+	// Metrics, when set, receives the hashing queue's metrics (metrics.go),
+	// for alerts on saturation.
+	Metrics prometheus.Registerer
 }
 
 // New returns a Hasher.
@@ -79,6 +84,11 @@ func New(opts Options) (*Hasher, error) {
 		return nil, err
 	}
 	h.dummy = dummy
+	if opts.Metrics != nil {
+		if h.metrics, err = newMetrics(opts.Metrics, h.slots); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
 }
 
@@ -119,9 +129,13 @@ func (h *Hasher) VerifyDummy(ctx context.Context, password string) error {
 func (h *Hasher) acquire(ctx context.Context) (release func(), err error) {
 	select {
 	case h.slots <- struct{}{}:
+		h.metrics.slotTaken(0)
 		return func() { <-h.slots }, nil
 	default:
 	}
+	h.metrics.queued()
+	queuedAt := time.Now()
+	defer func() { h.metrics.dequeued(time.Since(queuedAt), err) }()
 	timer := time.NewTimer(h.queueWait)
 	defer timer.Stop()
 	select {

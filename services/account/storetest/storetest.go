@@ -44,7 +44,12 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ThrottleLockoutGrows", testThrottleLockoutGrows},
 		{"ThrottleResetAndRefund", testThrottleResetAndRefund},
 		{"ThrottleKeysAreIndependent", testThrottleKeysAreIndependent},
+		{"ThrottleLocksOnlyOnConfirmedFailures", testThrottleLocksOnlyOnFailures},
+		{"ThrottleResetFreesTheWindow", testThrottleResetFreesTheWindow},
+		{"ThrottleAttemptsInFlightPastTheirLeaseCountAsFailed", testThrottleLeaseEnds},
 		{"ThrottleConcurrentAttemptsCountExactly", testThrottleConcurrentAttempts},
+		{"ThrottleConcurrentAttemptsInFlightNeverExceedTheLimit", testThrottleConcurrentAttemptsInFlight},
+		{"ThrottleConcurrentSuccessesNeverLock", testThrottleConcurrentSuccessesNeverLock},
 		{"ThrottlePurge", testThrottlePurge},
 	}
 	for _, tc := range tests {

@@ -57,8 +57,12 @@ func loadConfig() (config, error) {
 	return cfg, cfg.validate()
 }
 
-// validate checks what envconfig cannot: the key rotation timings.
+// validate checks what envconfig cannot: the token settings, the key
+// rotation timings and the login throttle.
 func (c config) validate() error {
+	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
+		return err
+	}
 	switch {
 	case c.KeyRotationPeriod < 0 || c.KeyPublishAhead < 0 || c.KeyCheckInterval <= 0:
 		return errors.New("configuration: ACCOUNT_KEY_ROTATION_PERIOD and ACCOUNT_KEY_PUBLISH_AHEAD must not be negative, ACCOUNT_KEY_CHECK_INTERVAL must be positive")

@@ -345,7 +345,8 @@ func TestKeyFilesServeAndEmptyMeansNone(t *testing.T) {
 }
 
 func TestKeyRotationSettingsAreChecked(t *testing.T) {
-	base := config{KeyRotationPeriod: 720 * time.Hour, KeyPublishAhead: 10 * time.Minute, KeyCheckInterval: time.Minute}
+	base := config{Issuer: "http://localhost:8080", Audience: []string{"acme-platform"},
+		KeyRotationPeriod: 720 * time.Hour, KeyPublishAhead: 10 * time.Minute, KeyCheckInterval: time.Minute}
 	for name, tc := range map[string]struct {
 		edit func(*config)
 		ok   bool
@@ -370,5 +371,56 @@ func TestKeyRotationSettingsAreChecked(t *testing.T) {
 	t.Setenv("ACCOUNT_KEY_PUBLISH_AHEAD", "1000h")
 	if _, err := runCmd(t, ""); err == nil || !strings.Contains(err.Error(), "ACCOUNT_KEY_PUBLISH_AHEAD") {
 		t.Fatalf("publish-ahead over the period: err = %v", err)
+	}
+}
+
+// A configuration mistake ends serve at once with a message naming it,
+// before anything listens and whether or not MongoDB answers: the API
+// port is taken here, so an error about it would mean serve had started
+// listening first, and the database is unreachable, so retrying would
+// never end.
+func TestServeChecksTheWholeConfigurationBeforeListening(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "k.jwk")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"generate-key"}, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(keyFile, out.Bytes(), 0o600)
+	garbage := filepath.Join(dir, "garbage.pem")
+	os.WriteFile(garbage, []byte("not a key"), 0o600)
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"missing key file", map[string]string{"ACCOUNT_KEY_FILES": filepath.Join(dir, "missing.jwk")}, "missing.jwk"},
+		{"key file that is no key", map[string]string{"ACCOUNT_KEY_FILES": garbage}, "garbage.pem"},
+		{"active key id of no file", map[string]string{"ACCOUNT_KEY_FILES": keyFile, "ACCOUNT_ACTIVE_KEY_ID": "nope"}, "ACCOUNT_ACTIVE_KEY_ID"},
+		{"trusted proxy that is no address", map[string]string{"ACCOUNT_TRUSTED_PROXIES": "proxy.internal"}, "ACCOUNT_TRUSTED_PROXIES"},
+		{"symmetric signing algorithm", map[string]string{"ACCOUNT_SIGNING_ALG": "HS256"}, "HS256"},
+		{"issuer that is no URL", map[string]string{"ACCOUNT_ISSUER": "account service"}, "issuer"},
+		{"duration that is no duration", map[string]string{"ACCOUNT_TOKEN_TTL": "soon"}, "TOKEN_TTL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("ACCOUNT_MONGODB_URI", "mongodb://127.0.0.1:1/?connectTimeoutMS=200")
+			t.Setenv("ACCOUNT_HTTP_ADDR", taken.Addr().String())
+			t.Setenv("ACCOUNT_OPS_ADDR", "127.0.0.1:0")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := run(ctx, nil, strings.NewReader(""), io.Discard, io.Discard)
+			if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "address already in use") {
+				t.Fatalf("err = %v (ctx %v), want one naming %q, before listening", err, ctx.Err(), tc.want)
+			}
+		})
 	}
 }

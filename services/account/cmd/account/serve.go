@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,9 +25,13 @@ import (
 )
 
 // serve runs the service until ctx is cancelled (SIGTERM, Ctrl-C), then
-// drains in-flight requests and closes the database connection. Indexes and
-// signing keys are set up in the background, retried while MongoDB is
-// unreachable (servicecmd.Service).
+// drains in-flight requests and closes the database connection.
+//
+// Everything the configuration decides (key files, trusted proxies, token
+// settings, the handler itself) is built before anything listens, so a
+// mistake in it ends the process at once with its message. Only what
+// lives in MongoDB (indexes, generated signing keys) is set up in the
+// background, retried while MongoDB is unreachable (servicecmd.Service).
 func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
@@ -37,6 +40,22 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
+	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+
+	registry := servicecmd.NewRegistry()
+	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency, Metrics: registry})
+	if err != nil {
+		return err
+	}
+	keys, syncKeys, err := newKeyring(cfg, store, logger)
+	if err != nil {
+		return err
+	}
+	handler, err := newAPIHandler(cfg, logger, registry, store, hasher, keys)
+	if err != nil {
+		return err
+	}
+
 	// Background work (purges, key rotation) ends with the service's
 	// context; wait for it before disconnecting.
 	// serve cancels it itself on return, also when Run fails early, so
@@ -45,16 +64,8 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer background.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	store := mongo.New(client.Database(cfg.MongoDBDatabase))
 	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions) })
 	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle) })
-
-	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency})
-	if err != nil {
-		return err
-	}
-
-	registry := servicecmd.NewRegistry()
 
 	return servicecmd.Service{
 		Name:      "account",
@@ -72,21 +83,20 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			if err := store.EnsureIndexes(ctx); err != nil {
 				return nil, err
 			}
-			keys, rotate, err := loadKeyring(ctx, cfg, store, logger)
-			if err != nil {
-				return nil, err
+			if syncKeys != nil {
+				if err := syncKeys.Sync(ctx); err != nil {
+					return nil, err
+				}
+				background.Go(func() { syncKeys.Run(ctx) })
 			}
 			logger.Info("signing keys loaded", "kid", keys.Keyring().KeyID(), "issuer", cfg.Issuer)
-			h, err := newAPIHandler(cfg, logger, registry, store, hasher, keys)
-			if err == nil && rotate != nil {
-				background.Go(func() { rotate(ctx) })
-			}
-			return h, err
+			return handler, nil
 		},
 	}.Run(ctx)
 }
 
-// newAPIHandler wires the API once the keys are known.
+// newAPIHandler wires the API. It reads nothing from the database, so it
+// runs before the service listens and fails only on configuration.
 func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Registerer, store *mongo.Store,
 	hasher *password.Hasher, keys token.KeyringProvider) (http.Handler, error) {
 	issuer, err := token.NewIssuer(token.IssuerConfig{
@@ -97,14 +107,14 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		RefreshTTL: cfg.RefreshTTL,
 	})
 	if err != nil {
-		return nil, servicecmd.Permanent(err)
+		return nil, err
 	}
 	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{
 		Issuer:   cfg.Issuer,
 		Audience: cfg.Audience,
 	})
 	if err != nil {
-		return nil, servicecmd.Permanent(err)
+		return nil, err
 	}
 	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{
 		Issuer:   cfg.Issuer,
@@ -112,11 +122,11 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		Uses:     []token.Use{token.UseRefresh},
 	})
 	if err != nil {
-		return nil, servicecmd.Permanent(err)
+		return nil, err
 	}
 	proxies, err := trustedProxies(cfg)
 	if err != nil {
-		return nil, servicecmd.Permanent(err)
+		return nil, err
 	}
 	return accounthttp.NewHandler(accounthttp.Deps{
 		Logger:          logger,
@@ -134,16 +144,17 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 	}), nil
 }
 
-// loadKeyring builds the signing keys: from the configured files (a mounted
+// newKeyring builds the signing keys: from the configured files (a mounted
 // Secret) when there are any, static; else the keys generated and kept in
 // MongoDB, so that replicas agree and restarts invalidate nothing. Those
-// rotate: rotate keeps them up to date until its context ends (nil for
-// key files).
-func loadKeyring(ctx context.Context, cfg config, store account.SigningKeyStore, logger *slog.Logger) (token.KeyringProvider, func(context.Context), error) {
+// are returned as generated too: Sync loads them (in the background, from
+// the database) and Run keeps them up to date. Nothing here reads the
+// database.
+func newKeyring(cfg config, store account.SigningKeyStore, logger *slog.Logger) (token.KeyringProvider, *signing.Manager, error) {
 	if files := nonEmpty(cfg.KeyFiles); len(files) > 0 {
 		ring, err := keyringFromFiles(files, cfg.ActiveKeyID)
 		if err != nil {
-			return nil, nil, servicecmd.Permanent(err)
+			return nil, nil, err
 		}
 		return token.StaticKeyring(ring), nil, nil
 	}
@@ -157,15 +168,9 @@ func loadKeyring(ctx context.Context, cfg config, store account.SigningKeyStore,
 		Logger:        logger,
 	})
 	if err != nil {
-		return nil, nil, servicecmd.Permanent(err)
-	}
-	if err := keys.Sync(ctx); err != nil {
-		if errors.Is(err, signing.ErrStoredKey) {
-			return nil, nil, servicecmd.Permanent(err)
-		}
 		return nil, nil, err
 	}
-	return keys, keys.Run, nil
+	return keys, keys, nil
 }
 
 // keyRetention is how long a generated key stays published after it stopped

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"time"
 
 	"github.com/acme/platform/pkg/servicecmd"
@@ -33,6 +34,20 @@ type config struct {
 
 func loadConfig() (config, error) {
 	var cfg config
-	err := servicecmd.LoadConfig(envPrefix, &cfg)
-	return cfg, err
+	if err := servicecmd.LoadConfig(envPrefix, &cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.validate()
+}
+
+// validate checks what envconfig cannot. The cursor secret and the JWKS
+// URL are checked where they are used, before the service listens.
+func (c config) validate() error {
+	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
+		return err
+	}
+	if c.DefaultPageSize < 1 || c.MaxPageSize < c.DefaultPageSize {
+		return errors.New("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")
+	}
+	return nil
 }

@@ -63,12 +63,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if healthcheck {
 		return servicecmd.HealthCheck(ctx, cfg.OpsAddr)
 	}
-	if cfg.DefaultPageSize < 1 || cfg.MaxPageSize < cfg.DefaultPageSize {
-		return fmt.Errorf("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")
-	}
-	if cfg.CursorSecret != "" && len(cfg.CursorSecret) < cursor.MinKeyLen {
-		return fmt.Errorf("configuration: CONVERSATIONS_CURSOR_SECRET must be at least %d bytes", cursor.MinKeyLen)
-	}
 	return serve(ctx, cfg, stderr)
 }
 
@@ -86,10 +80,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer disconnect()
 	store := mongo.New(client.Database(cfg.MongoDBDatabase))
 
+	registry := servicecmd.NewRegistry()
 	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
 		RefreshInterval:    cfg.JWKSRefreshInterval,
 		MinRefreshInterval: cfg.JWKSMinRefreshInterval,
 		Logger:             logger,
+		Metrics:            registry,
 	})
 	if err != nil {
 		return err
@@ -100,7 +96,13 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 
-	registry := servicecmd.NewRegistry()
+	// A configured cursor secret is checked before anything listens.
+	var configuredCursors *cursor.Codec
+	if cfg.CursorSecret != "" {
+		if configuredCursors, err = cursor.New([]byte(cfg.CursorSecret)); err != nil {
+			return fmt.Errorf("configuration: CONVERSATIONS_CURSOR_SECRET: %w", err)
+		}
+	}
 
 	return servicecmd.Service{
 		Name:      "conversations",
@@ -124,16 +126,17 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			if err := store.EnsureIndexes(ctx); err != nil {
 				return nil, err
 			}
-			secret := cfg.CursorSecret
-			if secret == "" {
-				secret, err = store.LoadOrCreateSecret(ctx, "cursor_key", newCursorSecret)
+			cursors := configuredCursors
+			if cursors == nil {
+				// No secret configured: the one stored in MongoDB, made by
+				// the first replica that starts.
+				secret, err := store.LoadOrCreateSecret(ctx, "cursor_key", newCursorSecret)
 				if err != nil {
 					return nil, err
 				}
-			}
-			cursors, err := cursor.New([]byte(secret))
-			if err != nil {
-				return nil, servicecmd.Permanent(err)
+				if cursors, err = cursor.New([]byte(secret)); err != nil {
+					return nil, fmt.Errorf("stored cursor secret: %w", err)
+				}
 			}
 			return conversationshttp.NewHandler(conversationshttp.Deps{
 				Logger:          logger,

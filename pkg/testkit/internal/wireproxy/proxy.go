@@ -1,4 +1,9 @@
-package embeddedmongo
+// Package wireproxy forwards MongoDB wire-protocol connections to a backend
+// server and lets one command at a time through, which makes FerretDB's
+// single-document updates atomic; package embeddedmongo explains why and
+// what it costs. It does not import FerretDB, so its tests run with -race
+// while the embedded server's own packages are built without.
+package wireproxy
 
 import (
 	"bufio"
@@ -45,7 +50,7 @@ const keepBufferCap = 1 << 20
 // castagnoli is the CRC-32C table of OP_MSG checksums.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// proxy forwards MongoDB wire protocol connections to a backend server
+// Proxy forwards MongoDB wire protocol connections to a backend server
 // (FerretDB) and lets one command at a time through: see the package doc.
 //
 // Each accepted client connection gets its own backend connection and one
@@ -58,7 +63,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Since the reply is written to the client under the lock, a client that
 // sends a request and then stops reading would hold up everybody once its
 // reply outgrows the socket buffers; drivers read their replies at once.
-type proxy struct {
+type Proxy struct {
 	ln      net.Listener
 	backend string // FerretDB's host:port
 
@@ -69,23 +74,35 @@ type proxy struct {
 	connMu sync.Mutex
 	conns  map[net.Conn]struct{} // open client and backend connections
 	closed bool
+	// clients counts the open client connections; idleSince is when the
+	// last of them closed (or the proxy's creation): see idle.
+	clients   int
+	idleSince time.Time
 
 	wg   sync.WaitGroup // the accept loop and the connection goroutines
 	done chan struct{}  // closed when all of wg has returned
 	once sync.Once
 }
 
-// newProxy returns a proxy from ln to backend; call serve to start it.
-func newProxy(ln net.Listener, backend string) *proxy {
-	return &proxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+// New returns a proxy from ln to backend; call Serve to start it.
+func New(ln net.Listener, backend string) *Proxy {
+	return &Proxy{ln: ln, backend: backend, conns: map[net.Conn]struct{}{}, idleSince: time.Now(), done: make(chan struct{})}
 }
 
-// serve starts accepting connections in the background, until close.
-func (p *proxy) serve() {
+// Idle reports whether no client connection is open and, if so, since
+// when: the moment the last one closed, or New.
+func (p *Proxy) Idle() (bool, time.Time) {
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	return p.clients == 0, p.idleSince
+}
+
+// Serve starts accepting connections in the background, until Close.
+func (p *Proxy) Serve() {
 	p.wg.Go(p.acceptLoop)
 }
 
-func (p *proxy) acceptLoop() {
+func (p *Proxy) acceptLoop() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -100,13 +117,17 @@ func (p *proxy) acceptLoop() {
 		if !p.track(c) {
 			return
 		}
-		p.wg.Go(func() { p.handle(c) })
+		p.countClient(+1)
+		p.wg.Go(func() {
+			defer p.countClient(-1)
+			p.handle(c)
+		})
 	}
 }
 
 // track records c as open, so close can close it; it closes c and reports
 // false if the proxy is already closed.
-func (p *proxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn) bool {
 	p.connMu.Lock()
 	defer p.connMu.Unlock()
 	if p.closed {
@@ -117,18 +138,28 @@ func (p *proxy) track(c net.Conn) bool {
 	return true
 }
 
+// countClient adds delta to the number of open client connections.
+func (p *Proxy) countClient(delta int) {
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	p.clients += delta
+	if p.clients == 0 {
+		p.idleSince = time.Now()
+	}
+}
+
 // release closes c and forgets it.
-func (p *proxy) release(c net.Conn) {
+func (p *Proxy) release(c net.Conn) {
 	_ = c.Close()
 	p.connMu.Lock()
 	delete(p.conns, c)
 	p.connMu.Unlock()
 }
 
-// close stops accepting, closes all connections (so blocked reads and
+// Close stops accepting, closes all connections (so blocked reads and
 // writes fail at once) and returns a channel closed once every goroutine of
 // the proxy has returned. It may be called more than once.
-func (p *proxy) close() <-chan struct{} {
+func (p *Proxy) Close() <-chan struct{} {
 	p.once.Do(func() {
 		_ = p.ln.Close()
 		p.connMu.Lock()
@@ -146,7 +177,7 @@ func (p *proxy) close() <-chan struct{} {
 }
 
 // handle serves one client connection until either side closes or fails.
-func (p *proxy) handle(client net.Conn) {
+func (p *Proxy) handle(client net.Conn) {
 	defer p.release(client)
 	backend, err := net.DialTimeout("tcp", p.backend, backendDialTimeout)
 	if err != nil {
@@ -177,7 +208,7 @@ func (p *proxy) handle(client net.Conn) {
 // roundTrip forwards req, a whole message from client, to backend and the
 // reply or replies it calls for back to client, holding p.mu until the
 // first reply has been forwarded. It returns a buffer for reuse.
-func (p *proxy) roundTrip(req []byte, client, backend net.Conn, br *bufio.Reader) ([]byte, error) {
+func (p *Proxy) roundTrip(req []byte, client, backend net.Conn, br *bufio.Reader) ([]byte, error) {
 	p.mu.Lock()
 	locked := true
 	defer func() {

@@ -1,0 +1,119 @@
+package http
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/platform/pkg/web"
+)
+
+// Outcomes of a login or a token refresh, the values of the outcome label.
+// Each follows from the status the client receives (web.ProblemFor), so
+// the counters, the responses and the HTTP metric always agree.
+const (
+	outcomeSuccess            = "success"
+	outcomeInvalidCredentials = "invalid_credentials" // login: 401
+	outcomeRejected           = "rejected"            // refresh: 401, the token is invalid, expired, revoked or reused
+	outcomeThrottled          = "throttled"           // login: 429, the user or the address is locked
+	outcomeUnavailable        = "unavailable"         // 503: hashing at capacity, the database unreachable
+	outcomeInvalidRequest     = "invalid_request"     // any other 4xx: a malformed body
+	outcomeError              = "error"               // any other 5xx
+)
+
+// authMetrics count logins and token refreshes by outcome: the signal for
+// brute-force attempts (invalid_credentials, throttled) that the HTTP
+// metric spreads over statuses. A nil *authMetrics counts nothing.
+type authMetrics struct {
+	logins    *prometheus.CounterVec
+	refreshes *prometheus.CounterVec
+}
+
+// newAuthMetrics returns nil for a nil reg. Like pkg/web's request metric,
+// the counters may be shared by several handlers of one process; any other
+// clash of names is a programming error, and panics.
+func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
+	if reg == nil {
+		return nil
+	}
+	m := &authMetrics{
+		logins: registerCounterVec(reg, prometheus.CounterOpts{
+			Name: "account_login_attempts_total",
+			Help: "POST /login requests by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
+		}, outcomeSuccess, outcomeInvalidCredentials, outcomeThrottled, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
+		refreshes: registerCounterVec(reg, prometheus.CounterOpts{
+			Name: "account_token_refreshes_total",
+			Help: "POST /token/refresh requests by outcome: success, rejected (401), unavailable (503), invalid_request, error.",
+		}, outcomeSuccess, outcomeRejected, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
+	}
+	return m
+}
+
+// registerCounterVec registers a counter with an outcome label whose every
+// value exists from the start at 0, so that rates and ratios over them are
+// 0 rather than absent before the first occurrence.
+func registerCounterVec(reg prometheus.Registerer, opts prometheus.CounterOpts, outcomes ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(opts, []string{"outcome"})
+	if err := reg.Register(c); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		existing, ok := c, false
+		if errors.As(err, &already) {
+			existing, ok = already.ExistingCollector.(*prometheus.CounterVec)
+		}
+		if !ok {
+			panic(fmt.Errorf("register %s: %w", opts.Name, err))
+		}
+		c = existing
+	}
+	for _, o := range outcomes {
+		c.WithLabelValues(o)
+	}
+	return c
+}
+
+// countLogins is the route middleware of POST /login.
+func (m *authMetrics) countLogins(next echo.HandlerFunc) echo.HandlerFunc {
+	if m == nil {
+		return next
+	}
+	return func(c *echo.Context) error {
+		err := next(c)
+		m.logins.WithLabelValues(outcome(err, outcomeInvalidCredentials)).Inc()
+		return err
+	}
+}
+
+// countRefreshes is the route middleware of POST /token/refresh.
+func (m *authMetrics) countRefreshes(next echo.HandlerFunc) echo.HandlerFunc {
+	if m == nil {
+		return next
+	}
+	return func(c *echo.Context) error {
+		err := next(c)
+		m.refreshes.WithLabelValues(outcome(err, outcomeRejected)).Inc()
+		return err
+	}
+}
+
+// outcome names the answer a handler's error becomes; unauthorized is the
+// name of a 401 on that route.
+func outcome(err error, unauthorized string) string {
+	if err == nil {
+		return outcomeSuccess
+	}
+	switch status := web.ProblemFor(err).Status; {
+	case status == http.StatusUnauthorized:
+		return unauthorized
+	case status == http.StatusTooManyRequests:
+		return outcomeThrottled
+	case status == http.StatusServiceUnavailable:
+		return outcomeUnavailable
+	case status >= http.StatusInternalServerError:
+		return outcomeError
+	default:
+		return outcomeInvalidRequest
+	}
+}
