@@ -44,6 +44,12 @@ RACE_PACKAGES = $(filter-out $(STATIC_CHECKS),$(shell $(GO) list $(PACKAGES)))
 # (pkg/testkit/mongoproc), as make run builds it; so all share one.
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo deploy/devstack)
 STATIC_CHECKS += $(EMBEDDED_STORE)
+# The service binaries are built once for every test that runs them
+# (SERVICE_BINARIES, see deploy/internal/svcproc): on a cold cache each
+# would otherwise compile them, at the same time. They are built with go
+# build's defaults, like the static checks and the embedded store, so that
+# the standard library and the dependencies they share compile once, not
+# in the third flag set of "make build" (static, -trimpath).
 # The tests get a $TMPDIR of their own, so the embedded store processes
 # they start (pkg/testkit/mongoproc) are theirs alone; none may still run
 # EMBEDDED_EXIT_WAIT seconds after the tests.
@@ -51,6 +57,8 @@ EMBEDDED_EXIT_WAIT := 10
 
 test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests (with -race but for the static deploy checks and the embedded store); fails if an embedded store process outlives them
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
+	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
+	export SERVICE_BINARIES=$$tmp/bin && \
 	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES) && \
 	$(GO) test -count=1 -timeout 5m $(STATIC_CHECKS) || exit; \
 	{ set +x; } 2>/dev/null; \

@@ -106,10 +106,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			defer os.RemoveAll(dir)
 			fmt.Fprintln(stderr, "building the service binaries…")
-			if err := buildBinaries(ctx, dir); err != nil {
+			if bin, err = svcproc.Binaries(ctx, dir, "account", "conversations"); err != nil {
 				return err
 			}
-			bin = dir
 		}
 		fmt.Fprintln(stderr, "starting the store and both services…")
 		s, err := newStack(ctx, o, bin)

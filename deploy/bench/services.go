@@ -21,20 +21,6 @@ import (
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// buildBinaries builds both services into dir, as "make build" does (and
-// as deploy/e2e does, so that the two share compiled packages).
-func buildBinaries(ctx context.Context, dir string) error {
-	for _, svc := range []string{"account", "conversations"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, svc),
-			"github.com/acme/platform/services/"+svc+"/cmd/"+svc)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %w\n%s", svc, err, out)
-		}
-	}
-	return nil
-}
-
 // cpuProfile fetches a CPU profile of the running service p from its
 // operations listener (OPS_PPROF) for d, into path.
 func cpuProfile(ctx context.Context, p *svcproc.Process, d time.Duration, path string) error {

@@ -33,25 +33,17 @@ var (
 	buildErr  error
 )
 
-// binaries builds both service binaries once per test run.
+// binaries builds both service binaries once per test run (or takes the
+// prebuilt ones of make test: svcproc.Binaries).
 func binaries(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "e2e-bin")
-		if buildErr != nil {
+		dir, err := os.MkdirTemp("", "e2e-bin")
+		if err != nil {
+			buildErr = err
 			return
 		}
-		for _, svc := range []string{"account", "conversations"} {
-			// Built as "make build" does (and deploy/bench, which then
-			// shares the compiled packages): static, without cgo.
-			cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(binDir, svc),
-				"github.com/acme/platform/services/"+svc+"/cmd/"+svc)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", svc, err, out)
-				return
-			}
-		}
+		binDir, buildErr = svcproc.Binaries(context.Background(), dir, "account", "conversations")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

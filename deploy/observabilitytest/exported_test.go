@@ -68,8 +68,8 @@ type stack struct {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	bin := t.TempDir()
-	if err := svcproc.Build(t.Context(), bin, services...); err != nil {
+	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), services...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	addr := func() string {

@@ -101,7 +101,7 @@ func TestConversationsYieldsAPageErrorOnce(t *testing.T) {
 			if r.URL.Query().Get("cursor") == "" {
 				return false
 			}
-			_ = problem.Write(w, problem.Unavailable(7*time.Second))
+			_ = problem.Write(w, problem.DatabaseUnavailable())
 			return true
 		}
 	})
@@ -119,7 +119,7 @@ func TestConversationsYieldsAPageErrorOnce(t *testing.T) {
 		t.Fatalf("got %v and errors %v, want the first page and one error", got, errs)
 	}
 	var e *client.Error
-	if !errors.As(errs[0], &e) || e.Code != client.CodeUnavailable || e.RetryAfter != 7*time.Second {
+	if !errors.As(errs[0], &e) || e.Code != client.CodeUnavailable || e.RetryAfter != problem.RetryAfterDatabase {
 		t.Fatalf("error = %v", errs[0])
 	}
 	if n := f.count("GET /v1/conversations"); n != 2 {

@@ -57,11 +57,11 @@ func TestProblemParsing(t *testing.T) {
 		},
 		{
 			name:    "503 with Retry-After in seconds",
-			respond: func(w http.ResponseWriter, r *http.Request) { _ = problem.Write(w, problem.Unavailable(7*time.Second)) },
+			respond: func(w http.ResponseWriter, r *http.Request) { _ = problem.Write(w, problem.DatabaseUnavailable()) },
 			want: client.Error{Status: 503, Code: "service_unavailable", Type: "urn:problem-type:service_unavailable",
-				Title: "Service Unavailable", Detail: "A dependency of this service is unreachable; retry later.", RetryAfter: 7 * time.Second},
+				Title: "Service Unavailable", Detail: "The database is unreachable; retry later.", RetryAfter: problem.RetryAfterDatabase},
 			is:      client.ErrUnavailable,
-			message: "client: GET /definitions: 503 service_unavailable: A dependency of this service is unreachable; retry later. [retry after 7s] [request id req-3]",
+			message: "client: GET /definitions: 503 service_unavailable: The database is unreachable; retry later. [retry after 5s] [request id req-3]",
 		},
 		{
 			name: "429 with Retry-After as an HTTP date",

@@ -293,7 +293,7 @@ func TestRefresh(t *testing.T) {
 				if r.URL.Path != "/token/refresh" {
 					return false
 				}
-				_ = problem.Write(w, problem.Unavailable(5*time.Second))
+				_ = problem.Write(w, problem.DatabaseUnavailable())
 				return true
 			}
 		})
@@ -395,7 +395,7 @@ func TestRefusedRefreshTokenIsNotOfferedAgain(t *testing.T) {
 			if r.URL.Path != "/login" {
 				return false
 			}
-			_ = problem.Write(w, problem.Unavailable(time.Second))
+			_ = problem.Write(w, problem.Busy())
 			return true
 		}
 	})
