@@ -20,15 +20,15 @@ import (
 // behind: the status the client gets, the level of its access log line
 // and the route label of its metric.
 type exchange struct {
-	name                  string
-	service               string // "account", "conversations" or "starting"
-	method, path, ctype   string
-	body, bearer          string
-	status                int
-	route, level          string
-	requestID             string // set when sent
-	gotStatus             int
-	gotRetryAfter, gotLog string
+	name                string
+	service             string // "account", "conversations" or "starting"
+	method, path, ctype string
+	body, bearer        string
+	status              int
+	route, level        string
+	requestID           string // set when sent
+	gotStatus           int
+	gotRetryAfter       string
 }
 
 // TestClientLogAndMetricsAgree sends every kind of failure to the real
