@@ -62,7 +62,7 @@ func newObserver(logger *slog.Logger, reg prometheus.Registerer) *observer {
 func (o *observer) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		start := time.Now()
-		err, stack := callRecovering(next, c)
+		stack, err := callRecovering(next, c)
 		status := o.respond(c, err)
 		o.record(c, status, time.Since(start), err, stack)
 		return nil
@@ -71,16 +71,16 @@ func (o *observer) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 // callRecovering runs next and turns a panic into an error, with the stack,
 // so that one bad request can never take the process down.
-func callRecovering(next echo.HandlerFunc, c *echo.Context) (err error, stack []byte) {
+func callRecovering(next echo.HandlerFunc, c *echo.Context) (stack []byte, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v) // net/http's way to abort a response on purpose
 			}
-			err, stack = fmt.Errorf("panic: %v", v), debug.Stack()
+			stack, err = debug.Stack(), fmt.Errorf("panic: %v", v)
 		}
 	}()
-	return next(c), nil
+	return nil, next(c)
 }
 
 // respond writes err as problem+json unless the response is already on
