@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -36,25 +35,13 @@ func newObserver(logger *slog.Logger, reg prometheus.Registerer) *observer {
 	if reg == nil {
 		return o
 	}
-	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	// Every Echo instance of a process (the API, and the start-up answer
+	// before it: Pending) records into the same series.
+	o.duration = RegisterShared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "http_request_duration_seconds",
 		Help:    "Duration of HTTP requests by route pattern, method and the status written to the client.",
 		Buckets: prometheus.DefBuckets,
-	}, []string{"route", "method", "status"})
-	// Every Echo instance of a process (the API, and the start-up answer
-	// before it: Pending) records into the same series.
-	if err := reg.Register(duration); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if !errors.As(err, &already) {
-			panic(fmt.Errorf("register HTTP metrics: %w", err))
-		}
-		existing, ok := already.ExistingCollector.(*prometheus.HistogramVec)
-		if !ok {
-			panic(fmt.Errorf("register HTTP metrics: %w", err))
-		}
-		duration = existing
-	}
-	o.duration = duration
+	}, []string{"route", "method", "status"}))
 	return o
 }
 

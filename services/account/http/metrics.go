@@ -1,8 +1,6 @@
 package http
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
@@ -56,18 +54,7 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 // value exists from the start at 0, so that rates and ratios over them are
 // 0 rather than absent before the first occurrence.
 func registerCounterVec(reg prometheus.Registerer, opts prometheus.CounterOpts, outcomes ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(opts, []string{"outcome"})
-	if err := reg.Register(c); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		existing, ok := c, false
-		if errors.As(err, &already) {
-			existing, ok = already.ExistingCollector.(*prometheus.CounterVec)
-		}
-		if !ok {
-			panic(fmt.Errorf("register %s: %w", opts.Name, err))
-		}
-		c = existing
-	}
+	c := web.RegisterShared(reg, prometheus.NewCounterVec(opts, []string{"outcome"}))
 	for _, o := range outcomes {
 		c.WithLabelValues(o)
 	}
