@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test lint tidy-check fmt-check vet build images bench bench-go fuzz clean help
+.PHONY: run test test-clients lint tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,39 +31,63 @@ images: ## build both container images (needs a Docker engine)
 	docker build -f services/account/Dockerfile --build-arg VERSION=$(VERSION) -t acme/account:$(VERSION) -t acme/account:dev .
 	docker build -f services/conversations/Dockerfile --build-arg VERSION=$(VERSION) -t acme/conversations:$(VERSION) -t acme/conversations:dev .
 
-# Every package is vetted and tested with the same build flags, so that
-# vet and the tests share one compilation of each dependency: with -race,
-# but for the static checks of the deploy files, single-threaded file
-# checks whose Kubernetes and compose libraries would otherwise be compiled
-# a second time. On a cold build cache that is minutes.
-STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest observabilitytest)
-RACE_PACKAGES = $(filter-out $(STATIC_CHECKS),$(shell $(GO) list $(PACKAGES)))
-# Likewise the embedded store's own packages, without -race: FerretDB and
-# its pure-Go SQLite are the longest compilation of all, and the test
-# binaries reach the store as a process of its own built without -race
-# (pkg/testkit/mongoproc), as make run builds it; so all share one.
-EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo deploy/devstack)
-STATIC_CHECKS += $(EMBEDDED_STORE)
+# Every go command run through make uses -trimpath, the test builds and the
+# embedded store that mongoproc builds among them (it inherits GOFLAGS): the
+# build cache then does not depend on the checkout's folder, so a fresh
+# clone elsewhere reuses the cache a previous clone filled.
+export GOFLAGS += -trimpath
+
+# make test runs two sets of packages at the same time, each vetted and
+# tested with one set of build flags, so that vet and the tests share one
+# compilation of each dependency:
+#  - RACE_PACKAGES, with -race: every package whose tests run our code in
+#    their own process.
+#  - OTHER_PACKAGES, without -race: the tests that run the service binaries
+#    as processes (the binaries, built first, are what -race would have to
+#    instrument), the single-threaded static checks of the deploy files
+#    (whose Kubernetes, compose and Prometheus libraries would otherwise be
+#    compiled twice), the client libraries' suites, and the embedded store's
+#    own packages: FerretDB and its pure-Go SQLite are the longest
+#    compilation of all, and the test binaries reach the store as a process
+#    of its own built without -race (pkg/testkit/mongoproc), as make run
+#    builds it, so all share one compilation.
+# On a cold build cache the two sets compile side by side, which keeps both
+# cores busy; warm, their tests overlap.
+BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,e2e bench observabilitytest clientstest devstack)
+STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest)
+EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
+OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)
+RACE_PACKAGES = $(filter-out $(OTHER_PACKAGES),$(shell $(GO) list $(PACKAGES)))
+CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
+# Test binaries run at once per set; most of their time is spent waiting on
+# the embedded store or on a service process, so more than the two cores.
+TEST_PARALLEL ?= 4
 # The service binaries are built once for every test that runs them
 # (SERVICE_BINARIES, see deploy/internal/svcproc): on a cold cache each
-# would otherwise compile them, at the same time. They are built with go
-# build's defaults, like the static checks and the embedded store, so that
-# the standard library and the dependencies they share compile once, not
-# in the third flag set of "make build" (static, -trimpath).
+# would otherwise compile them, at the same time.
 # The tests get a $TMPDIR of their own, so the embedded store processes
 # they start (pkg/testkit/mongoproc) are theirs alone; none may still run
 # EMBEDDED_EXIT_WAIT seconds after the tests.
 EMBEDDED_EXIT_WAIT := 10
 
-test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests (with -race but for the static deploy checks and the embedded store); fails if an embedded store process outlives them
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
-	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
-	export SERVICE_BINARIES=$$tmp/bin && \
-	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES) && \
-	$(GO) test -count=1 -timeout 5m $(STATIC_CHECKS) || exit; \
-	{ set +x; } 2>/dev/null; \
+test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them (see OTHER_PACKAGES for those without -race); fails if an embedded store process outlives them
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
+	( set -x && $(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
+	  SERVICE_BINARIES=$$tmp/bin $(GO) test -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
+	( set -x && $(GO) test -race -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(RACE_PACKAGES) ); race=$$?; \
+	wait $$other; rc=$$?; cat $$tmp/other.log; \
+	[ $$race -eq 0 ] && [ $$rc -eq 0 ] || exit 1; \
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
 	echo "embedded store processes still running $(EMBEDDED_EXIT_WAIT)s after the tests:"; pgrep -af "/embeddedmongo -dir $$tmp/"; exit 1
+
+# Each client library's own suite (node --test, unittest, PHPUnit) against
+# the real binaries on a fresh database (deploy/clientstest); a missing
+# toolchain fails with its package; SKIP_CLIENTS=php,python leaves clients out.
+# make test runs them too.
+test-clients: ## run only the JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
+	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
+	SERVICE_BINARIES=$$tmp/bin $(GO) test -count=1 -timeout 15m $(CLIENT_TESTS)
 
 tidy-check: ## fail when a module's go.mod or go.sum is not what go mod tidy makes
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
@@ -73,7 +97,7 @@ fmt-check: ## fail when a file is not gofmt-formatted
 
 vet: ## go vet every module (with the test build flags; see test)
 	$(GO) vet -race $(RACE_PACKAGES)
-	$(GO) vet $(STATIC_CHECKS)
+	$(GO) vet $(OTHER_PACKAGES)
 
 lint: fmt-check vet ## gofmt, go vet and staticcheck
 	$(GO) run $(STATICCHECK) $(PACKAGES)

@@ -46,6 +46,8 @@ require (
 	github.com/SAP/go-hdb v1.10.1 // indirect
 	github.com/acme/platform/clients/go v0.0.0
 	github.com/acme/platform/pkg/testkit v0.0.0
+	github.com/acme/platform/services/account v0.0.0
+	github.com/acme/platform/services/conversations v0.0.0
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
@@ -179,3 +181,7 @@ replace github.com/acme/platform/pkg => ../pkg
 replace github.com/acme/platform/pkg/testkit => ../pkg/testkit
 
 replace github.com/acme/platform/clients/go => ../clients/go
+
+replace github.com/acme/platform/services/account => ../services/account
+
+replace github.com/acme/platform/services/conversations => ../services/conversations

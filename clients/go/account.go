@@ -29,7 +29,7 @@ func (c *Client) ListDefinitions(ctx context.Context) ([]Definition, error) {
 		return nil, err
 	}
 	defs := []Definition{}
-	if _, err := c.call(ctx, http.MethodGet, u, nil, &defs); err != nil {
+	if _, err := c.call(ctx, request{method: http.MethodGet, url: u}, nil, &defs); err != nil {
 		return nil, err
 	}
 	if defs == nil { // a null body

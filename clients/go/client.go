@@ -67,20 +67,26 @@ type Config struct {
 	// HTTPClient sends the requests; nil means a client with a timeout of
 	// DefaultTimeout.
 	HTTPClient *http.Client
-	// Credentials of the user to log in as. Required.
+	// Credentials of the user to log in as. Give either Credentials or
+	// ClientCredentials, not both.
 	Credentials Credentials
+	// ClientCredentials of the service client to act as (the OAuth 2.0
+	// client-credentials grant, for backends that call the services on
+	// their own behalf). Give either Credentials or ClientCredentials.
+	ClientCredentials ClientCredentials
 	// Now is the clock that decides when tokens need renewing; nil means
 	// time.Now.
 	Now func() time.Time
 }
 
-// Client calls the account and conversations services as one user. It is
-// safe for concurrent use.
+// Client calls the account and conversations services as one user, or as
+// one service client. It is safe for concurrent use.
 type Client struct {
 	accountURL *url.URL
 	convURL    *url.URL // nil when not configured
 	http       *http.Client
 	creds      Credentials
+	client     ClientCredentials // ClientID is "" in user mode
 	now        func() time.Time
 
 	mu     sync.Mutex
@@ -103,15 +109,11 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.Credentials.AccountName == "":
-		return nil, errors.New("client: Config.Credentials.AccountName is required")
-	case cfg.Credentials.Username == "":
-		return nil, errors.New("client: Config.Credentials.Username is required")
-	case cfg.Credentials.Password == "":
-		return nil, errors.New("client: Config.Credentials.Password is required")
+	if err := checkCredentials(cfg.Credentials, cfg.ClientCredentials); err != nil {
+		return nil, err
 	}
-	c := &Client{accountURL: acc, convURL: conv, http: cfg.HTTPClient, creds: cfg.Credentials, now: cfg.Now}
+	c := &Client{accountURL: acc, convURL: conv, http: cfg.HTTPClient, creds: cfg.Credentials, client: cfg.ClientCredentials, now: cfg.Now}
+	c.client.Scopes = append([]string(nil), cfg.ClientCredentials.Scopes...)
 	if c.http == nil {
 		c.http = &http.Client{Timeout: DefaultTimeout}
 	}
@@ -119,6 +121,41 @@ func New(cfg Config) (*Client, error) {
 		c.now = time.Now
 	}
 	return c, nil
+}
+
+// checkCredentials requires exactly one complete set of credentials. The
+// errors name the missing field, never a value.
+func checkCredentials(user Credentials, svc ClientCredentials) error {
+	userSet := user != (Credentials{})
+	svcSet := svc.ClientID != "" || svc.ClientSecret != "" || len(svc.Scopes) > 0
+	switch {
+	case userSet && svcSet:
+		return errors.New("client: give either Config.Credentials or Config.ClientCredentials, not both")
+	case !userSet && !svcSet:
+		return errors.New("client: Config.Credentials (of a user) or Config.ClientCredentials (of a service client) is required")
+	case svcSet:
+		switch {
+		case svc.ClientID == "":
+			return errors.New("client: Config.ClientCredentials.ClientID is required")
+		case svc.ClientSecret == "":
+			return errors.New("client: Config.ClientCredentials.ClientSecret is required")
+		}
+		for _, s := range svc.Scopes {
+			if !validScope(s) {
+				return fmt.Errorf("client: Config.ClientCredentials.Scopes: %q is not a scope token (RFC 6749 section 3.3)", s)
+			}
+		}
+		return nil
+	}
+	switch {
+	case user.AccountName == "":
+		return errors.New("client: Config.Credentials.AccountName is required")
+	case user.Username == "":
+		return errors.New("client: Config.Credentials.Username is required")
+	case user.Password == "":
+		return errors.New("client: Config.Credentials.Password is required")
+	}
+	return nil
 }
 
 // parseBaseURL checks a configured base URL and drops its trailing slash; an
@@ -156,32 +193,51 @@ func endpoint(base *url.URL, escapedPath string) (*url.URL, error) {
 	return u, nil
 }
 
-// request is one HTTP exchange with a JSON body (or none).
+// request is one HTTP exchange with a body (or none).
 type request struct {
 	method string
 	url    *url.URL
-	body   []byte // JSON; nil for none
+	body   []byte // nil for none
+	// contentType of body; "" means application/json.
+	contentType string
+	// header holds further request header fields (If-Match,
+	// Idempotency-Key, a Basic Authorization).
+	header http.Header
 	bearer string
 	// secrets are removed from any text of an error built from the
 	// response, in case a server echoes them.
 	secrets []string
+	// oauth: the endpoint answers errors in the form of RFC 6749 section
+	// 5.2 rather than as problems.
+	oauth bool
 }
 
 // exchange sends r and reads the response body (at most MaxBodyBytes). A
-// status outside 2xx gives an *Error.
+// status outside 2xx gives an *Error (an *OAuthError for an RFC 6749 error
+// body).
 func (c *Client) exchange(ctx context.Context, r request) (http.Header, []byte, error) {
 	var body io.Reader = http.NoBody
 	if r.body != nil {
+		// A *bytes.Reader lets net/http set GetBody, so the transport may
+		// replay the request on a connection that turns out to be dead:
+		// only idempotent ones, i.e. also POSTs with an Idempotency-Key.
 		body = bytes.NewReader(r.body)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, r.url.String(), body)
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: %s %s: %w", r.method, r.url.Path, err)
 	}
+	for k, v := range r.header {
+		req.Header[k] = v
+	}
 	req.Header.Set("Accept", "application/json, application/problem+json")
 	req.Header.Set("User-Agent", userAgent)
 	if r.body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
 	}
 	if r.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+r.bearer)
@@ -218,15 +274,16 @@ func (c *Client) exchange(ctx context.Context, r request) (http.Header, []byte, 
 // exceeds MaxBodyBytes.
 var ErrBodyTooLarge = fmt.Errorf("response body exceeds %d bytes", MaxBodyBytes)
 
-// call sends an authenticated request with in (unless nil) as the JSON body,
-// decodes the JSON response into out (unless nil) and returns the response
-// headers. On a 401 invalid_token it renews the session once and retries once.
-func (c *Client) call(ctx context.Context, method string, u *url.URL, in, out any) (http.Header, error) {
-	var body []byte
+// call sends the authenticated request r with in (unless nil) encoded as
+// its JSON body, decodes the JSON response into out (unless nil) and returns
+// the response headers. On a 401 invalid_token it renews the session once
+// and retries once, with the same body and header fields (so the same
+// Idempotency-Key).
+func (c *Client) call(ctx context.Context, r request, in, out any) (http.Header, error) {
 	if in != nil {
 		var err error
-		if body, err = json.Marshal(in); err != nil {
-			return nil, fmt.Errorf("client: %s %s: encode request: %w", method, u.Path, err)
+		if r.body, err = json.Marshal(in); err != nil {
+			return nil, fmt.Errorf("client: %s %s: encode request: %w", r.method, r.url.Path, err)
 		}
 	}
 	for retried := false; ; retried = true {
@@ -234,7 +291,8 @@ func (c *Client) call(ctx context.Context, method string, u *url.URL, in, out an
 		if err != nil {
 			return nil, err
 		}
-		h, data, err := c.exchange(ctx, request{method: method, url: u, body: body, bearer: bearer, secrets: []string{bearer}})
+		r.bearer, r.secrets = bearer, []string{bearer}
+		h, data, err := c.exchange(ctx, r)
 		var e *Error
 		if !retried && errors.As(err, &e) && e.Status == http.StatusUnauthorized && e.Code == CodeInvalidToken {
 			c.invalidate(gen)
@@ -245,7 +303,7 @@ func (c *Client) call(ctx context.Context, method string, u *url.URL, in, out an
 		}
 		if out != nil {
 			if err := json.Unmarshal(data, out); err != nil {
-				return nil, fmt.Errorf("client: %s %s: decode response: %w", method, u.Path, err)
+				return nil, fmt.Errorf("client: %s %s: decode response: %w", r.method, r.url.Path, err)
 			}
 		}
 		return h, nil

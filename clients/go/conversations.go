@@ -19,33 +19,52 @@ const (
 	StatusClosed  = "closed"
 )
 
-// Conversation is a conversation of the caller's account in which the caller
-// is a participant.
+// Conversation is a conversation of the caller's account: one in which the
+// user is a participant, or any conversation of the account for a service
+// client with the scope conversations:read.
 type Conversation struct {
 	ID      string `json:"id"`
 	Subject string `json:"subject"`
 	// Status is StatusOpen, StatusSnoozed or StatusClosed.
 	Status string `json:"status"`
-	// Participants are user ids (the sub claim of their tokens), the
-	// caller's among them.
+	// Participants are user ids (the sub claim of their tokens).
 	Participants []string  `json:"participants"`
 	CreatedAt    time.Time `json:"createdAt"`
 	UpdatedAt    time.Time `json:"updatedAt"`
 	// LastMessageAt is nil when the conversation has no message.
 	LastMessageAt *time.Time `json:"lastMessageAt"`
+
+	// ETag is the entity tag of the response the conversation was read
+	// from (CreateConversation, GetConversation, PatchConversation), ""
+	// for one from a listing, whose items carry none. PatchConversation
+	// sends it as If-Match, so that a change made by someone else since
+	// this value was read is not silently overwritten.
+	ETag string `json:"-"`
 }
 
 // NewConversation holds the writable members of a conversation. Every one is
 // optional: the zero value creates an open conversation without a subject
-// whose only participant is the caller.
+// whose only participant is the caller (a service client must name the
+// participants).
 type NewConversation struct {
 	Subject string `json:"subject,omitempty"`
 	// Status is the initial status; StatusOpen when empty.
 	Status string `json:"status,omitempty"`
-	// Participants are user ids of the caller's account; the caller is
+	// Participants are user ids of the caller's account; a user caller is
 	// added by the service when missing.
 	Participants  []string   `json:"participants,omitempty"`
 	LastMessageAt *time.Time `json:"lastMessageAt,omitempty"`
+}
+
+// ConversationPatch is a change of a conversation (a JSON merge patch, RFC
+// 7396): the members set are changed, the others kept.
+type ConversationPatch struct {
+	// Subject, when not nil, is the new subject; a pointer to "" clears
+	// it.
+	Subject *string `json:"subject,omitempty"`
+	// Status, when not empty, is the new status: StatusOpen, StatusSnoozed
+	// or StatusClosed.
+	Status string `json:"status,omitempty"`
 }
 
 // ListOptions filter and size a listing of conversations.
@@ -55,6 +74,10 @@ type ListOptions struct {
 	// Status lists only the conversations with this status; empty means
 	// every status.
 	Status string
+	// UpdatedAfter, when not zero, lists only the conversations changed
+	// (updatedAt) after this instant: to sync changes, pass the UpdatedAt
+	// of the newest conversation seen so far.
+	UpdatedAfter time.Time
 }
 
 // Page is one page of conversations.
@@ -72,89 +95,175 @@ func (c *Client) conversationsBase() (*url.URL, error) {
 	return c.convURL, nil
 }
 
-// CreateConversation creates a conversation (POST /v1/conversations) and
-// returns it as stored.
-func (c *Client) CreateConversation(ctx context.Context, nc NewConversation) (Conversation, error) {
+// conversationsURL is the URL of the conversations service with the path
+// built from escaped segments: conversationsURL("v1", "conversations", id).
+func (c *Client) conversationsURL(op string, segments ...string) (*url.URL, error) {
 	base, err := c.conversationsBase()
 	if err != nil {
-		return Conversation{}, err
+		return nil, err
 	}
-	u, err := endpoint(base, "/v1/conversations")
+	var b strings.Builder
+	for _, s := range segments {
+		if s == "" {
+			return nil, fmt.Errorf("client: %s: empty id", op)
+		}
+		b.WriteString("/")
+		b.WriteString(url.PathEscape(s))
+	}
+	return endpoint(base, b.String())
+}
+
+// idempotencyHeader is the Idempotency-Key header of a create call: the
+// caller's key, or a new one. It is chosen once per call, so the client's
+// own retry (after a 401, or the transport's replay on a dead connection)
+// sends the same key and cannot create twice.
+func idempotencyHeader(o callOptions) http.Header {
+	key := o.idempotencyKey
+	if !o.hasKey {
+		key = NewIdempotencyKey()
+	}
+	return http.Header{"Idempotency-Key": {key}}
+}
+
+// CreateConversation creates a conversation (POST /v1/conversations) and
+// returns it as stored. It sends an Idempotency-Key, generated unless given
+// with WithIdempotencyKey, so a retried request creates one conversation.
+func (c *Client) CreateConversation(ctx context.Context, nc NewConversation, opts ...CallOption) (Conversation, error) {
+	o, err := collectOptions("CreateConversation", opts, true, false)
 	if err != nil {
 		return Conversation{}, err
 	}
-	var conv Conversation
-	_, err = c.call(ctx, http.MethodPost, u, nc, &conv)
-	return conv, err
+	u, err := c.conversationsURL("CreateConversation", "v1", "conversations")
+	if err != nil {
+		return Conversation{}, err
+	}
+	return c.conversation(ctx, request{method: http.MethodPost, url: u, header: idempotencyHeader(o)}, nc)
 }
 
 // GetConversation returns one conversation of the caller
-// (GET /v1/conversations/{id}); an *Error with code not_found
+// (GET /v1/conversations/{id}), with its ETag; an *Error with code not_found
 // (ErrNotFound) when there is none with this id among them.
 func (c *Client) GetConversation(ctx context.Context, id string) (Conversation, error) {
-	base, err := c.conversationsBase()
+	u, err := c.conversationsURL("GetConversation", "v1", "conversations", id)
 	if err != nil {
 		return Conversation{}, err
 	}
-	if id == "" {
-		return Conversation{}, errors.New("client: GetConversation: empty id")
+	return c.conversation(ctx, request{method: http.MethodGet, url: u}, nil)
+}
+
+// PatchConversation changes the subject or the status of conv
+// (PATCH /v1/conversations/{conv.ID}, application/merge-patch+json) on
+// condition that it is unchanged since conv was read: it sends conv.ETag as
+// If-Match. It returns the conversation as changed, with its new ETag. When
+// someone changed the conversation in the meantime (a message, a participant
+// or another PATCH), the service changes nothing and the error is an *Error
+// with the status 412 and the code precondition_failed
+// (errors.Is(err, ErrPreconditionFailed)): get the conversation again, decide
+// again, and patch the fresh value.
+//
+// conv must carry an ETag: a conversation from a listing has none, so get it
+// with GetConversation first. (An ETag of "*" matches any state: the change
+// then overwrites whatever is there, which is rarely what an editor wants.)
+func (c *Client) PatchConversation(ctx context.Context, conv Conversation, patch ConversationPatch) (Conversation, error) {
+	if conv.ETag == "" {
+		return Conversation{}, errors.New("client: PatchConversation: the conversation has no ETag (listings carry none): get it with GetConversation first")
 	}
-	u, err := endpoint(base, "/v1/conversations/"+url.PathEscape(id))
+	if err := checkETag(conv.ETag); err != nil {
+		return Conversation{}, fmt.Errorf("client: PatchConversation: %w", err)
+	}
+	u, err := c.conversationsURL("PatchConversation", "v1", "conversations", conv.ID)
 	if err != nil {
 		return Conversation{}, err
 	}
+	return c.conversation(ctx, request{
+		method: http.MethodPatch, url: u, contentType: "application/merge-patch+json",
+		header: http.Header{"If-Match": {conv.ETag}},
+	}, patch)
+}
+
+// conversation sends r (with in as its body) and reads the conversation and
+// its ETag from the response.
+func (c *Client) conversation(ctx context.Context, r request, in any) (Conversation, error) {
 	var conv Conversation
-	_, err = c.call(ctx, http.MethodGet, u, nil, &conv)
-	return conv, err
+	h, err := c.call(ctx, r, in, &conv)
+	if err != nil {
+		return Conversation{}, err
+	}
+	conv.ETag = h.Get("ETag")
+	return conv, nil
+}
+
+// AddParticipant adds the user userID to the conversation
+// (PUT /v1/conversations/{id}/participants/{userId}); adding a participant
+// again changes nothing. A conversation holds at most 100 participants: the
+// 101st is an *Error with the code too_many_participants
+// (ErrTooManyParticipants). It returns the conversation's entity tag after
+// the call: a change gives it a new one, so a Conversation value held for a
+// later PatchConversation needs it (conv.ETag = etag). WithIfMatch makes the
+// change conditional.
+func (c *Client) AddParticipant(ctx context.Context, conversationID, userID string, opts ...CallOption) (etag string, err error) {
+	return c.participant(ctx, "AddParticipant", http.MethodPut, conversationID, userID, opts)
+}
+
+// RemoveParticipant removes the user userID from the conversation
+// (DELETE /v1/conversations/{id}/participants/{userId}); a user may remove
+// themselves (leave), and removing one who is no participant changes
+// nothing. Removing the last participant is an *Error with the code
+// last_participant (ErrLastParticipant). It returns the conversation's entity
+// tag after the call, like AddParticipant. WithIfMatch makes the change
+// conditional.
+func (c *Client) RemoveParticipant(ctx context.Context, conversationID, userID string, opts ...CallOption) (etag string, err error) {
+	return c.participant(ctx, "RemoveParticipant", http.MethodDelete, conversationID, userID, opts)
+}
+
+func (c *Client) participant(ctx context.Context, op, method, conversationID, userID string, opts []CallOption) (string, error) {
+	o, err := collectOptions(op, opts, false, true)
+	if err != nil {
+		return "", err
+	}
+	u, err := c.conversationsURL(op, "v1", "conversations", conversationID, "participants", userID)
+	if err != nil {
+		return "", err
+	}
+	r := request{method: method, url: u}
+	if o.hasIfMatch {
+		r.header = http.Header{"If-Match": {o.ifMatch}}
+	}
+	h, err := c.call(ctx, r, nil, nil)
+	if err != nil {
+		return "", err
+	}
+	return h.Get("ETag"), nil
 }
 
 // ListConversationsPage returns one page of the caller's conversations
 // (GET /v1/conversations), newest activity first. With cursorURL "" it is the
 // first page, filtered and sized by opts; otherwise cursorURL is the NextURL
 // of the previous page (or the target of its Link header), which is requested
-// unchanged: it keeps the limit and status of the first page, and opts is
+// unchanged: it keeps the limit and filters of the first page, and opts is
 // ignored.
 func (c *Client) ListConversationsPage(ctx context.Context, opts ListOptions, cursorURL string) (Page, error) {
-	base, err := c.conversationsBase()
+	list, err := c.conversationsURL("ListConversationsPage", "v1", "conversations")
 	if err != nil {
 		return Page{}, err
 	}
-	list, err := endpoint(base, "/v1/conversations")
-	if err != nil {
-		return Page{}, err
+	q := url.Values{}
+	if opts.Limit != 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
 	}
-	u := list
-	if cursorURL == "" {
-		q := url.Values{}
-		if opts.Limit != 0 {
-			q.Set("limit", strconv.Itoa(opts.Limit))
-		}
-		if opts.Status != "" {
-			q.Set("status", opts.Status)
-		}
-		u.RawQuery = q.Encode()
-	} else if u, err = resolveLink(base, list, cursorURL); err != nil {
-		return Page{}, err
+	if opts.Status != "" {
+		q.Set("status", opts.Status)
 	}
-
+	if !opts.UpdatedAfter.IsZero() {
+		q.Set("updatedAfter", opts.UpdatedAfter.UTC().Format(time.RFC3339Nano))
+	}
 	var page Page
-	h, err := c.call(ctx, http.MethodGet, u, nil, &page.Conversations)
+	page.NextURL, err = c.listPage(ctx, list, q, cursorURL, &page.Conversations)
 	if err != nil {
 		return Page{}, err
 	}
 	if page.Conversations == nil {
 		page.Conversations = []Conversation{}
-	}
-	next, err := nextLink(h.Values("Link"))
-	if err != nil {
-		return Page{}, fmt.Errorf("client: GET %s: %w", u.Path, err)
-	}
-	if next != "" {
-		nu, err := resolveLink(base, u, next)
-		if err != nil {
-			return Page{}, fmt.Errorf("client: GET %s: %w", u.Path, err)
-		}
-		page.NextURL = nu.String()
 	}
 	return page, nil
 }
@@ -172,29 +281,72 @@ func (c *Client) ListConversationsPage(ctx context.Context, opts ListOptions, cu
 //		...
 //	}
 func (c *Client) Conversations(ctx context.Context, opts ListOptions) iter.Seq2[Conversation, error] {
-	return func(yield func(Conversation, error) bool) {
+	return paginate("/v1/conversations", func(next string) ([]Conversation, string, error) {
+		page, err := c.ListConversationsPage(ctx, opts, next)
+		return page.Conversations, page.NextURL, err
+	})
+}
+
+// listPage requests one page of the listing at list: with query when
+// cursorURL is "", at cursorURL otherwise. It decodes the JSON array into
+// out and returns the absolute URL of the next page ("" on the last).
+func (c *Client) listPage(ctx context.Context, list *url.URL, query url.Values, cursorURL string, out any) (string, error) {
+	base, err := c.conversationsBase()
+	if err != nil {
+		return "", err
+	}
+	u := list
+	if cursorURL == "" {
+		u.RawQuery = query.Encode()
+	} else if u, err = resolveLink(base, list, cursorURL); err != nil {
+		return "", err
+	}
+	h, err := c.call(ctx, request{method: http.MethodGet, url: u}, nil, out)
+	if err != nil {
+		return "", err
+	}
+	next, err := nextLink(h.Values("Link"))
+	if err != nil {
+		return "", fmt.Errorf("client: GET %s: %w", u.Path, err)
+	}
+	if next == "" {
+		return "", nil
+	}
+	nu, err := resolveLink(base, u, next)
+	if err != nil {
+		return "", fmt.Errorf("client: GET %s: %w", u.Path, err)
+	}
+	return nu.String(), nil
+}
+
+// paginate iterates over the items of the pages that page returns, from the
+// first (next "") to the one without a next URL. A failure is yielded once
+// and ends the iteration, as does a next URL that repeats an earlier one.
+func paginate[T any](path string, page func(next string) ([]T, string, error)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
 		next := ""
 		seen := map[string]bool{}
 		for {
-			page, err := c.ListConversationsPage(ctx, opts, next)
+			items, nextURL, err := page(next)
 			if err != nil {
-				yield(Conversation{}, err)
+				yield(zero, err)
 				return
 			}
-			for _, conv := range page.Conversations {
-				if !yield(conv, nil) {
+			for _, item := range items {
+				if !yield(item, nil) {
 					return
 				}
 			}
-			if page.NextURL == "" {
+			if nextURL == "" {
 				return
 			}
-			if seen[page.NextURL] {
-				yield(Conversation{}, fmt.Errorf("client: GET /v1/conversations: the next link repeats an earlier page"))
+			if seen[nextURL] {
+				yield(zero, fmt.Errorf("client: GET %s: the next link repeats an earlier page", path))
 				return
 			}
-			seen[page.NextURL] = true
-			next = page.NextURL
+			seen[nextURL] = true
+			next = nextURL
 		}
 	}
 }

@@ -1,5 +1,6 @@
 // Package client is the Go client of the account and conversations services,
-// for backends that call them on behalf of one user.
+// for backends that call them on behalf of one user, or on their own behalf
+// as a service client.
 //
 // A [Client] holds the credentials of one user, logs in at the account
 // service and sends the id token of the session as the bearer token of every
@@ -15,6 +16,29 @@
 //	for conv, err := range c.Conversations(ctx, client.ListOptions{Limit: 50}) { ... }
 //
 // A Client is safe for concurrent use; create one per user and keep it.
+//
+// # Service clients
+//
+// A backend acting on its own behalf uses the client id and secret an
+// operator created for it instead ([ClientCredentials]; no user, no
+// password):
+//
+//	c, err := client.New(client.Config{
+//		AccountURL:        "http://localhost:8080",
+//		ConversationsURL:  "http://localhost:8081",
+//		ClientCredentials: client.ClientCredentials{ClientID: id, ClientSecret: secret},
+//	})
+//
+// The client then obtains access tokens with the OAuth 2.0 client-credentials
+// grant (POST /oauth2/token, form-encoded, the client authenticated with HTTP
+// Basic: client_secret_basic), optionally narrowed to
+// ClientCredentials.Scopes, and renews them before they expire as it renews a
+// user's session (there is no refresh token: it asks again). The token
+// endpoint answers errors in the form of RFC 6749 section 5.2; they become an
+// [*OAuthError] (IsCode(err, CodeInvalidClient), errors.Is(err,
+// ErrInvalidScope)). A call the token's scopes do not allow is an *Error with
+// the code insufficient_scope. A service client sees every conversation of
+// its account, not only those it takes part in.
 //
 // # Session
 //
@@ -32,17 +56,60 @@
 //
 // When a service nevertheless rejects the token (401 invalid_token: a key
 // rotation, a revoked session, a clock far off), the client renews once and
-// retries the call once. No other call is retried: a 503 or 429 is returned
-// as an [*Error] whose RetryAfter says when to try again.
+// retries the call once. No other call is retried by the client: a 503 or
+// 429 is returned as an [*Error] whose RetryAfter says when to try again.
+// (net/http replays a request on a kept-alive connection the server closed
+// before answering only when it is idempotent: a GET, or a POST with an
+// Idempotency-Key, see below.)
 //
 // # Paging
 //
 // [Client.Conversations] iterates over every conversation of the caller,
 // following the RFC 8288 Link header with rel="next" page after page;
 // [Client.ListConversationsPage] returns one page at a time for callers that
-// keep the position themselves. A next link is taken relative to the
-// configured ConversationsURL, and the client never follows one to another
-// origin (it would send the bearer token there).
+// keep the position themselves. [Client.Messages] and
+// [Client.ListMessagesPage] do the same for the messages of a conversation,
+// newest first. A next link is taken relative to the configured
+// ConversationsURL, and the client never follows one to another origin (it
+// would send the bearer token there). ListOptions.UpdatedAfter lists only the
+// conversations changed since an instant, for clients that sync.
+//
+// # Messages and the lifecycle of a conversation
+//
+// [Client.PostMessage] posts a message (which reopens a snoozed conversation,
+// and is refused with ErrConversationClosed by a closed one),
+// [Client.GetMessage] reads one. [Client.PatchConversation] changes the
+// subject or the status with a JSON merge patch, and
+// [Client.AddParticipant] and [Client.RemoveParticipant] change the
+// participants one at a time.
+//
+// Changes are optimistic: every conversation the client reads from a single
+// resource (create, get, patch) carries the entity tag of that response in
+// Conversation.ETag, and PatchConversation sends it as If-Match. The tag
+// travels with the value, not inside the Client, so that each caller changes
+// the state it saw: when someone else changed the conversation since, the
+// service refuses with 412 and the code precondition_failed
+// (errors.Is(err, ErrPreconditionFailed)) and nothing changes; get it again
+// and retry. Listings carry no tags, so PatchConversation of a listed value
+// asks for a GetConversation first. The participant calls return the
+// conversation's new tag and take [WithIfMatch] to be conditional too.
+//
+//	conv, err := c.GetConversation(ctx, id)
+//	...
+//	conv, err = c.PatchConversation(ctx, conv, client.ConversationPatch{Status: client.StatusClosed})
+//	if errors.Is(err, client.ErrPreconditionFailed) { ... someone else was faster: get it again ... }
+//
+// # Idempotency
+//
+// [Client.CreateConversation] and [Client.PostMessage] send an
+// Idempotency-Key, which the service remembers for 24 hours: a request it
+// has seen with that key and body gets the first response again and creates
+// nothing. The client generates a key per call, so its own retries (after a
+// 401, and the transport's replay of a request whose connection died) cannot
+// create twice. A caller that retries a call itself, say after a timeout
+// whose outcome is unknown, gives every attempt the same key with
+// [WithIdempotencyKey] (see [NewIdempotencyKey]); the same key with another
+// body is refused with ErrIdempotencyKeyReused.
 //
 // # Errors
 //
@@ -50,11 +117,13 @@
 // problem body (application/problem+json) of the services: switch on its
 // Code, with [IsCode] or errors.Is and the Err* sentinels, never on Title or
 // Detail. A body that is not a problem (say, from a proxy) gives the Code
-// "http_<status>". Network failures and undecodable bodies are other errors.
+// "http_<status>". The OAuth 2.0 token endpoint answers in the form of RFC
+// 6749 instead: an [*OAuthError], whose Code IsCode and errors.Is read alike.
+// Network failures and undecodable bodies are other errors.
 //
 // # Secrets
 //
-// Neither the password nor any token ever appears in an error, and
-// [Credentials] print with the password redacted. Response bodies are read up
-// to [MaxBodyBytes].
+// Neither the password, the client secret nor any token ever appears in an
+// error, and [Credentials] and [ClientCredentials] print with the password
+// and the secret redacted. Response bodies are read up to [MaxBodyBytes].
 package client

@@ -30,18 +30,56 @@ const (
 	CodeTooManyRequests      = problem.CodeTooManyRequests
 	CodeUnavailable          = problem.CodeUnavailable
 	CodeInternal             = problem.CodeInternal
+	CodeConflict             = problem.CodeConflict
+
+	// Codes of the conversation lifecycle (CONTRACT section 8).
+	CodePreconditionFailed   = "precondition_failed"    // 412: the If-Match tag is stale
+	CodeConversationClosed   = "conversation_closed"    // 409: a message to a closed conversation
+	CodeTooManyParticipants  = "too_many_participants"  // 409: a 101st participant
+	CodeLastParticipant      = "last_participant"       // 409: removing the only participant
+	CodeIdempotencyKeyReused = "idempotency_key_reused" // 422: one key, another body
+	// CodeInsufficientScope is the 403 to a service client whose token
+	// lacks the scope the call needs.
+	CodeInsufficientScope = "insufficient_scope"
+)
+
+// Error codes of the OAuth 2.0 token endpoint (RFC 6749 section 5.2), the
+// Code of an *OAuthError.
+const (
+	CodeInvalidRequest       = "invalid_request"
+	CodeInvalidClient        = "invalid_client"
+	CodeInvalidGrant         = "invalid_grant"
+	CodeUnauthorizedClient   = "unauthorized_client"
+	CodeUnsupportedGrantType = "unsupported_grant_type"
+	CodeInvalidScope         = "invalid_scope"
+	// CodeSlowDown is the 429 of a throttled client (or user) at the
+	// token endpoint, with Retry-After; errors.Is(err, ErrTooManyRequests)
+	// holds for it too.
+	CodeSlowDown = "slow_down"
+	// CodeTemporarilyUnavailable is the 503 of the token endpoint, with
+	// Retry-After; errors.Is(err, ErrUnavailable) holds for it too.
+	CodeTemporarilyUnavailable = "temporarily_unavailable"
+	CodeServerError            = "server_error"
 )
 
 // Sentinels for errors.Is: errors.Is(err, ErrNotFound) reports whether err is
-// (or wraps) an *Error with the code not_found. IsCode does the same for any
-// code.
+// (or wraps) an *Error (or an *OAuthError) with the code not_found. IsCode
+// does the same for any code.
 var (
-	ErrInvalidCredentials error = codeError(CodeInvalidCredentials)
-	ErrInvalidToken       error = codeError(CodeInvalidToken)
-	ErrNotFound           error = codeError(CodeNotFound)
-	ErrValidationFailed   error = codeError(CodeValidationFailed)
-	ErrTooManyRequests    error = codeError(CodeTooManyRequests)
-	ErrUnavailable        error = codeError(CodeUnavailable)
+	ErrInvalidCredentials   error = codeError(CodeInvalidCredentials)
+	ErrInvalidToken         error = codeError(CodeInvalidToken)
+	ErrNotFound             error = codeError(CodeNotFound)
+	ErrValidationFailed     error = codeError(CodeValidationFailed)
+	ErrTooManyRequests      error = codeError(CodeTooManyRequests)
+	ErrUnavailable          error = codeError(CodeUnavailable)
+	ErrPreconditionFailed   error = codeError(CodePreconditionFailed)
+	ErrConversationClosed   error = codeError(CodeConversationClosed)
+	ErrTooManyParticipants  error = codeError(CodeTooManyParticipants)
+	ErrLastParticipant      error = codeError(CodeLastParticipant)
+	ErrIdempotencyKeyReused error = codeError(CodeIdempotencyKeyReused)
+	ErrInsufficientScope    error = codeError(CodeInsufficientScope)
+	ErrInvalidClient        error = codeError(CodeInvalidClient)
+	ErrInvalidScope         error = codeError(CodeInvalidScope)
 )
 
 type codeError string
@@ -120,10 +158,15 @@ func (e *Error) Is(target error) bool {
 	return ok && string(c) == e.Code
 }
 
-// IsCode reports whether err is (or wraps) an *Error with the given code.
+// IsCode reports whether err is (or wraps) an *Error or an *OAuthError with
+// the given code.
 func IsCode(err error, code string) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Code == code
+	if errors.As(err, &e) {
+		return e.Code == code
+	}
+	var o *OAuthError
+	return errors.As(err, &o) && o.Code == code
 }
 
 // problemBody is the JSON of an RFC 9457 problem of the services.
@@ -137,18 +180,40 @@ type problemBody struct {
 	Errors   []FieldError `json:"errors"`
 }
 
-// newError builds the *Error of a response outside 2xx.
-func newError(r request, resp *http.Response, body []byte, now time.Time) *Error {
+// newError builds the error of a response outside 2xx: an *OAuthError for an
+// RFC 6749 error body of the token endpoint, an *Error otherwise.
+func newError(r request, resp *http.Response, body []byte, now time.Time) error {
+	redact := func(s string) string {
+		for _, secret := range r.secrets {
+			if secret != "" {
+				s = strings.ReplaceAll(s, secret, "[redacted]")
+			}
+		}
+		return s
+	}
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	requestID := resp.Header.Get("X-Request-ID")
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+
+	var p problemBody
+	isProblem := isJSON(mediaType) && json.Unmarshal(body, &p) == nil && (p.Code != "" || p.Type != "" || p.Title != "")
+	var o oauthErrorBody
+	if r.oauth && !isProblem && isJSON(mediaType) && json.Unmarshal(body, &o) == nil && o.Error != "" {
+		return &OAuthError{
+			Method: r.method, Path: r.url.Path, Status: resp.StatusCode,
+			Code: redact(o.Error), Description: redact(o.ErrorDescription), URI: redact(o.ErrorURI),
+			RetryAfter: retryAfter, RequestID: requestID,
+		}
+	}
+
 	e := &Error{
 		Method:     r.method,
 		Path:       r.url.Path,
 		Status:     resp.StatusCode,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), now),
-		RequestID:  resp.Header.Get("X-Request-ID"),
+		RetryAfter: retryAfter,
+		RequestID:  requestID,
 	}
-	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	var p problemBody
-	if isJSON(mediaType) && json.Unmarshal(body, &p) == nil && (p.Code != "" || p.Type != "" || p.Title != "") {
+	if isProblem {
 		e.Code, e.Type, e.Title, e.Detail, e.Instance, e.Fields = p.Code, p.Type, p.Title, p.Detail, p.Instance, p.Errors
 	} else {
 		e.Title = http.StatusText(resp.StatusCode)
@@ -159,16 +224,10 @@ func newError(r request, resp *http.Response, body []byte, now time.Time) *Error
 	if e.Code == "" {
 		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
 	}
-	redact := func(s string) string {
-		for _, secret := range r.secrets {
-			if secret != "" {
-				s = strings.ReplaceAll(s, secret, "[redacted]")
-			}
-		}
-		return s
-	}
+	e.Code = redact(e.Code)
 	e.Title, e.Detail, e.Instance, e.Type = redact(e.Title), redact(e.Detail), redact(e.Instance), redact(e.Type)
 	for i := range e.Fields {
+		e.Fields[i].Field = redact(e.Fields[i].Field)
 		e.Fields[i].Reason = redact(e.Fields[i].Reason)
 	}
 	return e

@@ -20,9 +20,18 @@ func renewMargin(lifetime time.Duration) time.Duration {
 	return min(maxRenewMargin, lifetime/10)
 }
 
+// renewAt is when a token of expiresIn seconds, requested at start, is due
+// for renewal.
+func renewAt(start time.Time, expiresIn int64) time.Time {
+	lifetime := time.Duration(min(expiresIn, int64(365*24*time.Hour/time.Second))) * time.Second
+	return start.Add(lifetime - renewMargin(lifetime))
+}
+
 // tokenSet is a stored session.
 type tokenSet struct {
-	idToken      string
+	// bearer is sent to the services: the id token of a user, the access
+	// token of a service client.
+	bearer       string
 	refreshToken string
 	renewAt      time.Time // expiry minus the margin
 }
@@ -33,26 +42,27 @@ type flight struct {
 	done  chan struct{}
 	login bool // logs in with the credentials rather than refreshing
 	// Set before done is closed.
-	idToken string
-	gen     uint64
-	err     error
+	bearer string
+	gen    uint64
+	err    error
 }
 
 func (f *flight) wait(ctx context.Context) (string, uint64, error) {
 	select {
 	case <-f.done:
-		return f.idToken, f.gen, f.err
+		return f.bearer, f.gen, f.err
 	case <-ctx.Done():
 		return "", 0, ctx.Err()
 	}
 }
 
-// Login logs in with the credentials (POST /login) and stores the token set.
-// Calling it is optional: the first call that needs a token logs in. It is
-// useful to check the credentials at start-up, e.g.
-// IsCode(err, CodeInvalidCredentials). When ctx ends first, Login returns
-// its error, but the login goes on in the background and its token set is
-// kept.
+// Login logs in with the credentials (POST /login) and stores the token set;
+// a client with ClientCredentials requests an access token instead
+// (POST /oauth2/token). Calling it is optional: the first call that needs a
+// token logs in. It is useful to check the credentials at start-up, e.g.
+// IsCode(err, CodeInvalidCredentials), or IsCode(err, CodeInvalidClient)
+// for a service client. When ctx ends first, Login returns its error, but
+// the login goes on in the background and its token set is kept.
 func (c *Client) Login(ctx context.Context) error {
 	for {
 		c.mu.Lock()
@@ -69,20 +79,33 @@ func (c *Client) Login(ctx context.Context) error {
 	}
 }
 
-// IDToken returns the id token of the session, renewing the session (or
-// logging in) first when it is about to expire. It is for calls this package
-// does not wrap; the token is a credential: never log it.
+// IDToken returns the id token of the user's session, renewing the session
+// (or logging in) first when it is about to expire. It is for calls this
+// package does not wrap; the token is a credential: never log it. A service
+// client has no id token: use BearerToken.
 func (c *Client) IDToken(ctx context.Context) (string, error) {
+	if c.client.ClientID != "" {
+		return "", errors.New("client: IDToken: a service client has no id token; use BearerToken")
+	}
 	tok, _, err := c.bearer(ctx)
 	return tok, err
 }
 
-// bearer returns an id token that does not expire within the margin, and the
-// generation of its token set.
+// BearerToken returns the token the client sends as its bearer token (the
+// id token of a user, the access token of a service client), renewing it
+// first when it is about to expire. It is for calls this package does not
+// wrap; the token is a credential: never log it.
+func (c *Client) BearerToken(ctx context.Context) (string, error) {
+	tok, _, err := c.bearer(ctx)
+	return tok, err
+}
+
+// bearer returns a bearer token that does not expire within the margin, and
+// the generation of its token set.
 func (c *Client) bearer(ctx context.Context) (string, uint64, error) {
 	c.mu.Lock()
 	if t := c.tokens; t != nil && !c.stale && c.now().Before(t.renewAt) {
-		tok, gen := t.idToken, c.gen
+		tok, gen := t.bearer, c.gen
 		c.mu.Unlock()
 		return tok, gen, nil
 	}
@@ -131,7 +154,7 @@ func (c *Client) startRenewalLocked(ctx context.Context, login bool) *flight {
 		case err == nil:
 			c.tokens, c.stale = set, false
 			c.gen++
-			f.idToken, f.gen = set.idToken, c.gen
+			f.bearer, f.gen = set.bearer, c.gen
 		case spent && c.tokens != nil && c.tokens.refreshToken == refresh:
 			// Do not offer a refused refresh token again.
 			t := *c.tokens
@@ -162,8 +185,12 @@ func (c *Client) obtain(ctx context.Context, refresh string) (set *tokenSet, spe
 	return set, spent, err
 }
 
-// login is POST /login.
+// login is POST /login with the user's credentials, or the
+// client-credentials grant of a service client.
 func (c *Client) login(ctx context.Context) (*tokenSet, error) {
+	if c.client.ClientID != "" {
+		return c.clientCredentialsToken(ctx)
+	}
 	body, err := json.Marshal(struct {
 		Username    string `json:"username"`
 		Password    string `json:"password"`
@@ -212,10 +239,9 @@ func (c *Client) tokenRequest(ctx context.Context, path string, body []byte, sec
 	if t.IDToken == "" || t.ExpiresIn < 1 {
 		return nil, fmt.Errorf("client: POST %s: response has no id_token or no positive expires_in", u.Path)
 	}
-	lifetime := time.Duration(min(t.ExpiresIn, int64(365*24*time.Hour/time.Second))) * time.Second
 	return &tokenSet{
-		idToken:      t.IDToken,
+		bearer:       t.IDToken,
 		refreshToken: t.RefreshToken,
-		renewAt:      start.Add(lifetime - renewMargin(lifetime)),
+		renewAt:      renewAt(start, t.ExpiresIn),
 	}, nil
 }

@@ -23,7 +23,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	args := []string{"-rounds", "2", "-cpu-run", "20ms", "-service-run", "150ms", "-workers", "2",
-		"-conversations", "31", "-depth", "3", "-out", doc}
+		"-conversations", "31", "-depth", "3", "-messages", "21", "-out", doc}
 	if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -32,7 +32,10 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Token verify RS256: library vs bare", "Token verify RS256: library vs golang-jwt",
 		"Token verify ES256: library vs bare", "Token verify EdDSA: library vs golang-jwt",
 		"vs bare argon2id", "vs argon2id + the 3 token signatures", "CPU per login",
+		"Client credentials: POST /oauth2/token", "CPU per token of the account process",
 		"Listing: GET /v1/conversations vs driver find", "Listing: cost of page 3 vs page 1",
+		"CPU per page of the conversations process",
+		"Messages: POST /v1/conversations/{id}/messages vs the same writes", "Messages: GET /v1/conversations/{id}/messages vs driver find",
 		"Start-up: account", "Start-up: conversations",
 	} {
 		line := lineWith(out, want)
@@ -71,6 +74,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"-only", "nonsense"},
 		{"-rounds", "0"},
 		{"-depth", "50", "-conversations", "100"},
+		{"-messages", "10"},
 		{"-only", "login", "-out", "x.md"},
 	} {
 		var stdout, stderr bytes.Buffer

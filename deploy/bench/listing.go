@@ -27,11 +27,14 @@ type conversationDoc struct {
 	CreatedAt     time.Time  `bson:"created_at"`
 	UpdatedAt     time.Time  `bson:"updated_at"`
 	LastMessageAt *time.Time `bson:"last_message_at"`
+	Version       int64      `bson:"version"`
 }
 
 // listingRows measures GET /v1/conversations (first page of 10) against
 // the same find through the driver, and the 50th page against the first,
-// all three alternating in one run.
+// all three alternating in one run. Before that, while the caller has
+// only a page and one conversation, it measures the CPU per page of the
+// conversations process against the driver's.
 func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
 	client := loopbackClient(o.workers)
@@ -45,13 +48,6 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	}
 	accountID, _ := claims["account_id"].(string)
 	userID, _ := claims["sub"].(string)
-	if err := s.seedConversations(ctx, client, bearer); err != nil {
-		return nil, err
-	}
-	deepURL, deepStart, err := s.pageURL(ctx, client, bearer, o.depth)
-	if err != nil {
-		return nil, err
-	}
 
 	list := func(url string) func(context.Context, int) error {
 		return func(ctx context.Context, _ int) error {
@@ -86,6 +82,18 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 			return fmt.Errorf("driver find returned %d documents, want 11", len(docs))
 		}
 		return nil
+	}
+
+	cpuRow, err := s.listingCPURow(ctx, client, bearer, list(s.convURL+"/v1/conversations"), driverFind)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.seedConversations(ctx, client, bearer, o.conversations); err != nil {
+		return nil, err
+	}
+	deepURL, deepStart, err := s.pageURL(ctx, client, bearer, o.depth)
+	if err != nil {
+		return nil, err
 	}
 
 	sides := []side{
@@ -125,6 +133,36 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 			ratio: depth, unit: "× page 1", target: "≤ 1.10", hasGoal: true, met: depth.median <= 1.10, id: "listing",
 			notes: depthNote,
 		},
+		cpuRow,
+	}, nil
+}
+
+// listingCPURow measures the CPU time the conversations process spends
+// per first page, against the harness's per driver find of the same page.
+// It runs on a collection of one page and one conversation: the service's
+// work per page does not depend on the collection (the store's does, in
+// the store's process), and a fast store gives enough pages per round for
+// CPU times counted in ticks of 10 ms.
+func (s *stack) listingCPURow(ctx context.Context, client *http.Client, bearer string, list, driverFind func(context.Context, int) error) (row, error) {
+	const conversations = 11
+	if err := s.seedConversations(ctx, client, bearer, conversations); err != nil {
+		return row{}, err
+	}
+	samples, err := alternate(ctx, s.o.rounds, s.o.serviceRun,
+		side{name: "GET /v1/conversations", workers: s.o.workers, op: list, cpu: s.conv.CPUTime},
+		side{name: "driver find", workers: s.o.workers, op: driverFind, cpu: selfCPU})
+	if err != nil {
+		return row{}, fmt.Errorf("listing CPU: %w", err)
+	}
+	api, driver := samples[0], samples[1]
+	cpu := func(s []sample) string {
+		return fmt.Sprintf("%.2f ms CPU each", medianOf(s, func(s sample) float64 { return ms(s.cpuPerOp()) }))
+	}
+	return row{
+		measure: fmt.Sprintf("Listing: GET /v1/conversations, CPU per page of the conversations process vs per driver find, 10 of %d, %d concurrent", conversations, s.o.workers),
+		subject: fmt.Sprintf("%s (%s pages/s; the store's and the load generator's CPU not counted)", cpu(api), thousands(medianOf(api, sample.perSecond))),
+		against: cpu(driver) + " of the harness (the client side of the same find: encode, decode into structs)",
+		ratio:   ratios(api, driver, cpuEfficiencyRatio), unit: "× driver", id: "listing",
 	}, nil
 }
 
@@ -143,27 +181,21 @@ func (s *stack) login(ctx context.Context, client *http.Client) (string, error) 
 	return set.Tokens.AccessToken, nil
 }
 
-// seedConversations creates the caller's conversations through the API.
-func (s *stack) seedConversations(ctx context.Context, client *http.Client, bearer string) error {
+// seedConversations creates conversations of the caller through the API
+// until the bench has created total of them.
+func (s *stack) seedConversations(ctx context.Context, client *http.Client, bearer string, total int) error {
 	var next atomic.Int64
+	next.Store(int64(s.seeded))
 	var wg sync.WaitGroup
 	errs := make([]error, s.o.workers)
 	for w := range s.o.workers {
 		wg.Go(func() {
 			for {
 				i := next.Add(1)
-				if i > int64(s.o.conversations) {
+				if i > int64(total) {
 					return
 				}
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.convURL+"/v1/conversations",
-					jsonBody(map[string]any{"subject": fmt.Sprintf("Bench conversation %d", i), "participants": []string{"usr_peer"}}))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+bearer)
-				status, body, err := do(client, req)
-				if err == nil && status != http.StatusCreated {
-					err = fmt.Errorf("create conversation answered %d: %s", status, body)
-				}
-				if err != nil {
+				if _, err := s.createConversation(ctx, client, bearer, fmt.Sprintf("Bench conversation %d", i)); err != nil {
 					errs[w] = err
 					return
 				}
@@ -171,6 +203,7 @@ func (s *stack) seedConversations(ctx context.Context, client *http.Client, bear
 		})
 	}
 	wg.Wait()
+	s.seeded = max(s.seeded, total)
 	return errors.Join(errs...)
 }
 

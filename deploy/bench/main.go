@@ -7,8 +7,13 @@
 //     for RS256, ES256 and EdDSA;
 //   - login: POST /login over loopback against bare argon2id verification
 //     with the stored parameters, at the same concurrency;
+//   - client credentials: POST /oauth2/token against the secret's hash
+//     check plus one signature, and the account process's CPU per token;
 //   - listing: GET /v1/conversations against the same find through the
-//     driver, and the 50th page against the first;
+//     driver, the 50th page against the first, and the conversations
+//     process's CPU per page;
+//   - messages: posting and listing a conversation's messages against the
+//     same writes and finds through the driver;
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives

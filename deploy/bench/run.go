@@ -33,10 +33,11 @@ type benchOptions struct {
 	timeout       time.Duration
 	conversations int // the caller's conversations in the listing measure
 	depth         int // the deep page of the listing measure
+	messages      int // the messages of the listed conversation in the messages measure
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "listing", "messages", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -50,11 +51,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&o.serviceRun, "service-run", 3*time.Second, "length of one side of one round of the HTTP measures")
 	fs.StringVar(&o.binDir, "bin", "", "folder with prebuilt account and conversations binaries (default: build them)")
 	fs.StringVar(&o.out, "out", "", "also write the table, with the machine, into this Markdown file between its markers")
-	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login and listing")
+	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login, client-credentials and listing")
 	fs.StringVar(&o.signingAlg, "signing-alg", "RS256", "ACCOUNT_SIGNING_ALG of the measured account service")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "stop the whole run after this long")
 	fs.IntVar(&o.conversations, "conversations", 1000, "conversations of the caller in the listing measure")
 	fs.IntVar(&o.depth, "depth", 50, "the deep page compared with the first in the listing measure")
+	fs.IntVar(&o.messages, "messages", 1000, "messages of the listed conversation in the messages measure")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +74,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if o.depth < 2 || o.conversations < 10*o.depth+1 {
 		return errors.New("-depth must be at least 2, with more than 10 × depth -conversations")
+	}
+	if o.messages < 11 {
+		return errors.New("-messages must be at least 11: a page of 10 and one more")
 	}
 	if o.out != "" && o.only != nil {
 		return errors.New("-out records the whole table: leave out -only")
@@ -97,7 +102,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("listing") || want("startup") {
+	if want("login") || want("client-credentials") || want("listing") || want("messages") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -122,7 +127,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			rows func(context.Context, *stack) ([]row, error)
 		}{
 			{"login", loginRows},
+			{"client-credentials", clientCredentialsRows},
 			{"listing", listingRows},
+			{"messages", messagesRows},
 			{"startup", startupRows},
 		} {
 			if !want(m.name) {

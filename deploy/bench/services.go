@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -44,15 +43,17 @@ func cpuProfile(ctx context.Context, p *svcproc.Process, d time.Duration, path s
 	return os.WriteFile(path, body, 0o644)
 }
 
-// runTool runs a subcommand of bin (account provision, …) under env.
-func runTool(ctx context.Context, bin string, env []string, stdin string, args ...string) error {
+// runTool runs a subcommand of bin (account provision, …) under env and
+// returns what it printed.
+func runTool(ctx context.Context, bin string, env []string, stdin string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %v: %w\n%s", filepath.Base(bin), args, err, out)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%s %v: %w\n%s", filepath.Base(bin), args, err, out)
 	}
-	return nil
+	return out, nil
 }
 
 // tokenSet is the body of a successful login.
@@ -120,11 +121,6 @@ func jwtClaims(raw string) (map[string]any, error) {
 	}
 	var claims map[string]any
 	return claims, json.Unmarshal(payload, &claims)
-}
-
-func jsonBody(v any) io.Reader {
-	b, _ := json.Marshal(v)
-	return bytes.NewReader(b)
 }
 
 // selfCPU is the CPU time this process has used so far.

@@ -29,6 +29,7 @@ type stack struct {
 	accountOps, convOps   string
 	firstAccountStart     time.Duration // includes key generation and indexes
 	firstConversationsRun time.Duration
+	seeded                int // the listing's conversations created so far
 	cleanup               []func()
 }
 
@@ -170,7 +171,8 @@ func (s *stack) provision(ctx context.Context) error {
 	if err := os.WriteFile(specFile, spec, 0o600); err != nil {
 		return err
 	}
-	return runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "", "provision", "--file", specFile)
+	_, err = runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "", "provision", "--file", specFile)
+	return err
 }
 
 func (s *stack) close() {

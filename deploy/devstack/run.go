@@ -101,6 +101,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := seedOnce(ctx, cfg.dataDir, account, cfg.provisionFile, accountEnv, stdout); err != nil {
 		return err
 	}
+	client, err := ensureDemoClient(ctx, cfg.dataDir, account, accountEnv, stdout)
+	if err != nil {
+		return err
+	}
 
 	logs, err := os.OpenFile(filepath.Join(cfg.dataDir, "services.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -141,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	printBanner(stdout, cfg, time.Since(started), logs.Name())
+	printBanner(stdout, cfg, client, time.Since(started), logs.Name())
 
 	select {
 	case <-ctx.Done():
@@ -232,8 +236,9 @@ func waitReady(ctx context.Context, url string, timeout time.Duration, errc <-ch
 	}
 }
 
-func printBanner(w io.Writer, cfg stackConfig, took time.Duration, logFile string) {
+func printBanner(w io.Writer, cfg stackConfig, client demoClient, took time.Duration, logFile string) {
 	a, c := "http://"+cfg.accountAddr, "http://"+cfg.convAddr
+	clientFile := filepath.Join(cfg.dataDir, demoClientFile)
 	fmt.Fprintf(w, `
 ready in %s
   account service         %s   (ops: http://%s/readyz, /metrics)
@@ -253,8 +258,18 @@ try:
     -H 'Content-Type: application/json' -d '{"subject":"Hello"}'
   curl -si '%s/v1/conversations?limit=2' -H "Authorization: Bearer $TOKEN"
 
+demo service client (account %q, scopes %s):
+  client_id     %s
+  client_secret %s
+  (also in %s, for ". %s")
+  ACCESS=$(curl -s -u %s:%s -d grant_type=client_credentials %s/oauth2/token \
+    | sed -E 's/.*"access_token":"([^"]+)".*/\1/')
+  curl -s %s/v1/conversations -H "Authorization: Bearer $ACCESS"
+
 Ctrl-C stops everything; the next "make run" keeps the data.
 `, took.Round(time.Millisecond), a, cfg.accountOps, c, cfg.convOps, a, c, logFile,
 		demoAccount, demoUser, demoPassword, emptyAccount, demoUser,
-		a, demoUser, demoPassword, demoAccount, a, c, c)
+		a, demoUser, demoPassword, demoAccount, a, c, c,
+		demoAccount, strings.ReplaceAll(demoClientScopes, ",", " "), client.ID, client.Secret,
+		clientFile, clientFile, client.ID, client.Secret, a, c)
 }

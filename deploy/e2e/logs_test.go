@@ -36,8 +36,9 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	json.Unmarshal(keyJSON, &private)
 
 	// A 4 s token lifetime makes the client renew through /token/refresh
-	// during the session.
-	s := newStack(t, "ACCOUNT_KEY_FILES="+keyFile, "ACCOUNT_TOKEN_TTL=4s", "ACCOUNT_LOG_LEVEL=debug")
+	// during the session. No refresh retry grace: the replay below is
+	// reuse at once.
+	s := newStack(t, "ACCOUNT_KEY_FILES="+keyFile, "ACCOUNT_TOKEN_TTL=4s", "ACCOUNT_LOG_LEVEL=debug", "ACCOUNT_REFRESH_REUSE_GRACE=0")
 	s.convEnv = append(s.convEnv, "CONVERSATIONS_LOG_LEVEL=debug")
 	account := s.startAccount(t)
 	conv := s.startConversations(t)

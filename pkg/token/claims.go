@@ -3,6 +3,7 @@ package token
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,7 +76,7 @@ func useOfType(typ string) (Use, bool) {
 // Claims is what a verified token says.
 type Claims struct {
 	Issuer    string
-	Subject   string // the user id
+	Subject   string // the user id; for a service client's token, its client id
 	Audience  []string
 	IssuedAt  time.Time
 	NotBefore time.Time
@@ -90,6 +91,12 @@ type Claims struct {
 	// Id tokens only.
 	PreferredUsername string
 	AuthTime          time.Time
+
+	// Service clients' access tokens only (CONTRACT.md section 9): the
+	// client_id claim, and the scope claim split at spaces (RFC 9068
+	// section 2.2.3). A user's tokens have neither.
+	ClientID string
+	Scopes   []string
 
 	// From the protected header.
 	Type      string // typ
@@ -125,6 +132,8 @@ type wireClaims struct {
 	Sid               string      `json:"sid"`
 	PreferredUsername string      `json:"preferred_username"`
 	AuthTime          numericDate `json:"auth_time"`
+	ClientID          string      `json:"client_id"`
+	Scope             string      `json:"scope"`
 }
 
 // audience is the aud claim: a string or an array of strings (RFC 7519
@@ -188,4 +197,43 @@ func (d *numericDate) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	d.Time = time.Unix(int64(sec), int64(frac*1e9)).UTC()
 	d.Set = true
 	return nil
+}
+
+// IsClient reports whether the token is a service client's (it carries a
+// client_id): such a token may do only what its scopes allow, where a
+// user's token acts as the user.
+func (c *Claims) IsClient() bool { return c.ClientID != "" }
+
+// HasScope reports whether the token grants scope. A user's token has no
+// scopes: callers decide what a user may do with IsClient first.
+func (c *Claims) HasScope(scope string) bool { return slices.Contains(c.Scopes, scope) }
+
+// The scopes of service clients' tokens (CONTRACT.md section 9).
+const (
+	ScopeDefinitionsRead    = "definitions:read"
+	ScopeDefinitionsWrite   = "definitions:write"
+	ScopeConversationsRead  = "conversations:read"
+	ScopeConversationsWrite = "conversations:write"
+)
+
+// Scopes lists every scope a service client may hold, in the order
+// discovery documents them.
+func Scopes() []string {
+	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite}
+}
+
+// ParseScope splits a scope parameter or claim (RFC 6749 section 3.3:
+// scope tokens separated by single spaces). Empty tokens, from repeated
+// or surrounding spaces, are dropped, and duplicates kept once.
+func ParseScope(s string) []string {
+	if s == "" {
+		return nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, " ") {
+		if f != "" && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }

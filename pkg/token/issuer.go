@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v3/jws"
@@ -25,6 +26,8 @@ const (
 	ClaimSessionID         = "sid"
 	ClaimPreferredUsername = "preferred_username"
 	ClaimAuthTime          = "auth_time"
+	ClaimClientID          = "client_id"
+	ClaimScope             = "scope"
 )
 
 // IssuerConfig configures an Issuer.
@@ -96,6 +99,14 @@ type Subject struct {
 	// refresh-token family. A new one is generated when empty (a login);
 	// a refresh passes the sid of the presented refresh token.
 	SessionID string
+	// RefreshTokenID and RefreshExpiresAt, when set, are the jti and the
+	// expiry of the refresh token, instead of a new jti and now plus the
+	// refresh lifetime: a refresh retried within its grace window gets the
+	// refresh token its first exchange issued once more (the same jti, so
+	// that whichever copy is exchanged first is the session's current
+	// one), not a second one.
+	RefreshTokenID   string
+	RefreshExpiresAt time.Time
 }
 
 // Set is a minted token set, shaped as the "tokens" member of the login
@@ -145,20 +156,80 @@ func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
 		SessionID:        sid,
 		RefreshExpiresAt: now.Add(i.cfg.RefreshTTL),
 	}
+	if !s.RefreshExpiresAt.IsZero() {
+		out.RefreshExpiresAt = s.RefreshExpiresAt.UTC().Truncate(time.Second)
+	}
 	var err error
 	idb := i.base(UseID, s, sid, now, now.Add(i.cfg.TokenTTL)).
 		Claim(ClaimPreferredUsername, s.Username).
 		Claim(ClaimAuthTime, authTime.Unix())
-	if out.IDToken, _, err = i.sign(kr, UseID, idb); err != nil {
+	if out.IDToken, _, err = i.sign(kr, UseID, idb, ""); err != nil {
 		return Set{}, err
 	}
-	if out.AccessToken, _, err = i.sign(kr, UseAccess, i.base(UseAccess, s, sid, now, now.Add(i.cfg.TokenTTL))); err != nil {
+	if out.AccessToken, _, err = i.sign(kr, UseAccess, i.base(UseAccess, s, sid, now, now.Add(i.cfg.TokenTTL)), ""); err != nil {
 		return Set{}, err
 	}
-	if out.RefreshToken, out.RefreshTokenID, err = i.sign(kr, UseRefresh, i.base(UseRefresh, s, sid, now, out.RefreshExpiresAt)); err != nil {
+	refresh := i.base(UseRefresh, s, sid, now, out.RefreshExpiresAt)
+	if out.RefreshToken, out.RefreshTokenID, err = i.sign(kr, UseRefresh, refresh, s.RefreshTokenID); err != nil {
 		return Set{}, err
 	}
 	return out, nil
+}
+
+// Client is a service client an access token is minted for (CONTRACT.md
+// section 9).
+type Client struct {
+	ClientID    string // sub and client_id; required
+	AccountID   string // required
+	AccountName string
+	// Scopes granted, in the order the scope claim lists them; at least
+	// one.
+	Scopes []string
+}
+
+// ClientToken is a service client's access token: a client gets neither a
+// refresh token nor an id token.
+type ClientToken struct {
+	AccessToken string
+	// ExpiresIn is its lifetime in seconds (RFC 6749 meaning).
+	ExpiresIn int
+	// Scope is its scope claim: the granted scopes separated by spaces.
+	Scope string
+}
+
+// MintClient signs an access token (typ at+jwt, token_use access) for a
+// service client: sub and client_id are the client id, scope the granted
+// scopes; there is no user claim and no sid.
+func (i *Issuer) MintClient(ctx context.Context, c Client) (ClientToken, error) {
+	if err := ctx.Err(); err != nil {
+		return ClientToken{}, fmt.Errorf("mint client token: %w", err)
+	}
+	if c.ClientID == "" || c.AccountID == "" || len(c.Scopes) == 0 {
+		return ClientToken{}, errors.New("mint client token: ClientID, AccountID and Scopes are required")
+	}
+	kr := i.cfg.Keys.Keyring()
+	if kr == nil {
+		return ClientToken{}, fmt.Errorf("mint client token: %w", ErrKeysUnavailable)
+	}
+	now := i.cfg.Now().UTC().Truncate(time.Second)
+	scope := strings.Join(c.Scopes, " ")
+	b := jwt.NewBuilder().
+		Issuer(i.cfg.Issuer).
+		Subject(c.ClientID).
+		Audience(i.cfg.Audience).
+		IssuedAt(now).
+		NotBefore(now).
+		Expiration(now.Add(i.cfg.TokenTTL)).
+		Claim(ClaimTokenUse, string(UseAccess)).
+		Claim(ClaimClientID, c.ClientID).
+		Claim(ClaimScope, scope).
+		Claim(ClaimAccountID, c.AccountID).
+		Claim(ClaimAccountName, c.AccountName)
+	raw, _, err := i.sign(kr, UseAccess, b, "")
+	if err != nil {
+		return ClientToken{}, err
+	}
+	return ClientToken{AccessToken: raw, ExpiresIn: int(i.cfg.TokenTTL / time.Second), Scope: scope}, nil
 }
 
 // base returns a builder with the claims every token carries.
@@ -176,10 +247,12 @@ func (i *Issuer) base(use Use, s Subject, sid string, now, exp time.Time) *jwt.B
 		Claim(ClaimSessionID, sid)
 }
 
-// sign adds a fresh jti, signs with the keyring's active key and returns
-// the compact token and its jti.
-func (i *Issuer) sign(kr *Keyring, use Use, b *jwt.Builder) (string, string, error) {
-	jti := rand.Text() // 128 random bits
+// sign adds the jti (a fresh one when jti is empty), signs with the
+// keyring's active key and returns the compact token and its jti.
+func (i *Issuer) sign(kr *Keyring, use Use, b *jwt.Builder, jti string) (string, string, error) {
+	if jti == "" {
+		jti = rand.Text() // 128 random bits
+	}
 	tok, err := b.JwtID(jti).Build()
 	if err != nil {
 		return "", "", fmt.Errorf("mint %s token: build claims: %w", use, err)

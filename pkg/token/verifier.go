@@ -294,6 +294,11 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 	if wc.Sub == "" || wc.AccountID == "" || wc.Jti == "" {
 		return nil, invalid("missing required claim")
 	}
+	// A service client gets access tokens only, whose subject is the
+	// client itself.
+	if wc.ClientID != "" && (use != UseAccess || wc.Sub != wc.ClientID) {
+		return nil, invalid("malformed client token")
+	}
 
 	return &Claims{
 		Issuer:            wc.Iss,
@@ -309,6 +314,8 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		SessionID:         wc.Sid,
 		PreferredUsername: wc.PreferredUsername,
 		AuthTime:          wc.AuthTime.Time,
+		ClientID:          wc.ClientID,
+		Scopes:            ParseScope(wc.Scope),
 		Type:              hdr.Typ,
 		KeyID:             hdr.Kid,
 		Algorithm:         hdr.Alg,

@@ -21,10 +21,17 @@ import (
 // the field, never something passed on to a query. Unknown members are
 // ignored, so clients may send more than this version knows.
 func DecodeJSON(c *echo.Context, maxBytes int64, dst any) error {
+	return DecodeJSONAs(c, "application/json", maxBytes, dst)
+}
+
+// DecodeJSONAs is DecodeJSON for a body of another JSON-based media type,
+// such as application/merge-patch+json (RFC 7396): the body must be sent
+// as mediaType, and is otherwise read and decoded the same way.
+func DecodeJSONAs(c *echo.Context, mediaType string, maxBytes int64, dst any) error {
 	r := c.Request()
-	if !isJSON(r.Header.Get("Content-Type")) {
+	if !hasMediaType(r.Header.Get("Content-Type"), mediaType) {
 		return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMediaType,
-			"The request body must be sent with Content-Type: application/json.")
+			"The request body must be sent with Content-Type: "+mediaType+".")
 	}
 	body := http.MaxBytesReader(c.Response(), r.Body, maxBytes)
 	data, err := io.ReadAll(body)
@@ -79,10 +86,10 @@ func jsonKind(goKind string) string {
 	}
 }
 
-func isJSON(contentType string) bool {
+func hasMediaType(contentType, want string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false
 	}
-	return mt == "application/json"
+	return mt == want
 }

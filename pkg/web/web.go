@@ -22,6 +22,10 @@ type Config struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
 	// believed (see ClientIP). Empty: the TCP peer is the client.
 	TrustedProxies []netip.Prefix
+	// CORSOrigins are the origins whose web pages may call the API (see
+	// cors.go); empty: none. New panics on an invalid entry: check the
+	// configuration with ParseCORSOrigins first.
+	CORSOrigins []string
 }
 
 // New returns an Echo instance whose every response passes through one
@@ -48,5 +52,14 @@ func New(cfg Config) *echo.Echo {
 		IPExtractor: ClientIP(cfg.TrustedProxies),
 	})
 	e.Use(RequestID(), obs.middleware)
+	if len(cfg.CORSOrigins) > 0 {
+		origins, err := ParseCORSOrigins(cfg.CORSOrigins)
+		if err != nil {
+			panic(err)
+		}
+		// Inside the observer, so that a preflight it answers is logged
+		// and counted like every other response.
+		e.Use(cors(origins))
+	}
 	return e
 }

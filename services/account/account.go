@@ -98,6 +98,7 @@ type Store interface {
 	DefinitionStore
 	SigningKeyStore
 	LoginThrottleStore
+	ClientStore
 }
 
 // PasswordHasher hashes and verifies passwords.

@@ -15,6 +15,11 @@ var (
 	ErrRefreshReused = errors.New("refresh token reused; session revoked")
 	// ErrSessionRevoked: the session was logged out or revoked.
 	ErrSessionRevoked = errors.New("session revoked")
+	// ErrRefreshNotCurrent: the refresh token presented for an exchange is
+	// not the session's current one: it was exchanged before. The store
+	// changes nothing; Sessions decides between a retry within the grace
+	// window and reuse.
+	ErrRefreshNotCurrent = errors.New("refresh token is not the current one")
 )
 
 // Session is one login: the family of refresh tokens issued from it. Only
@@ -23,10 +28,20 @@ type Session struct {
 	ID        string // the tokens' sid claim
 	AccountID string
 	UserID    string
+	// ClientID is the service client the session was issued to (the
+	// password grant with client authentication); empty for a session of
+	// no client (POST /login, or the password grant without one). Only
+	// that client, or only a request of no client, can refresh or end it.
+	ClientID string
 	// RefreshID is the jti of the one refresh token that may be exchanged.
 	RefreshID string
-	AuthTime  time.Time // when the user entered the password
-	CreatedAt time.Time
+	// PreviousRefreshID is the jti of the refresh token that the last
+	// exchange spent, at RotatedAt: presented again within the refresh
+	// reuse grace, it is a retry, not reuse (Sessions.ReuseGrace).
+	PreviousRefreshID string
+	RotatedAt         time.Time
+	AuthTime          time.Time // when the user entered the password
+	CreatedAt         time.Time
 	// ExpiresAt is when the current refresh token expires; the session is
 	// useless afterwards and may be purged.
 	ExpiresAt time.Time
@@ -41,11 +56,13 @@ type SessionStore interface {
 	// SessionByID returns a session of the account, or ErrNotFound.
 	SessionByID(ctx context.Context, accountID, id string) (Session, error)
 	// RotateRefresh exchanges refresh token presented of session id (in
-	// accountID) for next, valid until expiresAt. It fails with ErrNotFound
-	// (no such session), ErrSessionRevoked, or ErrRefreshReused when
-	// presented is not the current token — in that case the session has
-	// been revoked.
-	RotateRefresh(ctx context.Context, accountID, id, presented, next string, expiresAt time.Time) error
+	// accountID) for next, valid until expiresAt, and records presented
+	// as the previous token, spent at now. It is one conditional update,
+	// so of concurrent exchanges of one token exactly one succeeds. It
+	// fails with ErrNotFound (no such session), ErrSessionRevoked, or
+	// ErrRefreshNotCurrent when presented is not the current token; it
+	// changes nothing then.
+	RotateRefresh(ctx context.Context, accountID, id, presented, next string, now, expiresAt time.Time) error
 	// RevokeSession revokes a session; revoking twice is not an error, an
 	// unknown session is ErrNotFound.
 	RevokeSession(ctx context.Context, accountID, id string) error

@@ -1,20 +1,38 @@
 // Package conversations is the domain of the conversations service
-// (Interface B): conversations between users of one account, and the
-// keyset-paged listing of a caller's conversations. It holds types,
-// interfaces and validation only; MongoDB lives in package mongo, HTTP in
-// package http, and cmd/conversations wires them.
+// (Interface B): conversations between users of one account, their
+// messages and lifecycle, and the keyset-paged listings of both. It holds
+// types, interfaces and the rules of the contract only; MongoDB lives in
+// package mongo, HTTP in package http, and cmd/conversations wires them.
 package conversations
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 )
 
 // Domain errors; stores return them wrapped, the HTTP layer maps them.
 var (
-	// ErrNotFound: no such conversation among the caller's.
+	// ErrNotFound: no such conversation (or message) among the caller's.
 	ErrNotFound = errors.New("not found")
+	// ErrConversationClosed: a message to a closed conversation.
+	ErrConversationClosed = errors.New("conversation closed")
+	// ErrTooManyParticipants: adding one would exceed MaxParticipants.
+	ErrTooManyParticipants = errors.New("too many participants")
+	// ErrLastParticipant: removing the only participant.
+	ErrLastParticipant = errors.New("last participant")
+	// ErrPreconditionFailed: the conversation is no longer in the state
+	// the caller's If-Match names.
+	ErrPreconditionFailed = errors.New("precondition failed")
+	// ErrContended: a change lost its compare-and-set to other changes
+	// of the same conversation MaxChangeAttempts times in a row.
+	ErrContended = errors.New("conversation changed concurrently too often")
+	// ErrIdempotencyKeyReused: an Idempotency-Key sent again with
+	// another request.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused with another request")
 )
 
 // Status is the state of a conversation.
@@ -43,33 +61,47 @@ type Conversation struct {
 	CreatedAt     time.Time  `json:"createdAt"`
 	UpdatedAt     time.Time  `json:"updatedAt"`
 	LastMessageAt *time.Time `json:"lastMessageAt"`
+	// Version counts the changes of the stored document: every change
+	// is one compare-and-set on it, and the ETag is derived from it, so
+	// no two states of one conversation share a version.
+	Version int64 `json:"-"`
 }
 
-// Limits of the contract (section 4).
+// Limits of the contract (sections 4 and 8).
 const (
-	MaxSubjectLen      = 300
-	MaxParticipants    = 100
-	MaxParticipantLen  = 128
-	DefaultPageSize    = 10
-	MaxPageSize        = 100
-	MaxConversationLen = 32 << 10 // request body limit of POST
+	MaxSubjectLen     = 300
+	MaxParticipants   = 100
+	MaxParticipantLen = 128
+	DefaultPageSize   = 10
+	MaxPageSize       = 100
+	// MaxBodyLen is the request body limit of every route with a body
+	// (contract section 8: 64 KiB).
+	MaxBodyLen = 64 << 10
+	// MaxConversationLen is the body limit of POST /v1/conversations.
+	MaxConversationLen = MaxBodyLen
+	// MaxChangeAttempts bounds the compare-and-set retries of one change
+	// made without If-Match; each failed attempt means another change of
+	// the same conversation succeeded.
+	MaxChangeAttempts = 50
 )
 
-// Position is a point in the listing order (updatedAt descending, then id
-// descending): a page continues with the conversations strictly after it.
+// Position is a point in a listing order (a time descending, then id
+// descending; updatedAt for conversations, createdAt for messages): a page
+// continues with the items strictly after it.
 type Position struct {
-	UpdatedAt time.Time
-	ID        string
+	Time time.Time
+	ID   string
 }
 
-// ListQuery selects a page of the conversations of one participant in one
-// account.
+// ListQuery selects a page of the conversations the caller may see.
 type ListQuery struct {
-	AccountID   string
-	Participant string
-	Status      Status    // "" means any status
-	Limit       int       // 1..MaxPageSize
-	After       *Position // nil means the first page
+	Caller Caller
+	Status Status // "" means any status
+	// UpdatedAfter, when set, keeps only conversations updated strictly
+	// later (millisecond precision).
+	UpdatedAfter *time.Time
+	Limit        int       // 1..MaxPageSize
+	After        *Position // nil means the first page
 }
 
 // Page is one page of a listing. Next is set when more conversations follow.
@@ -78,11 +110,72 @@ type Page struct {
 	Next          *Position
 }
 
-// Store persists conversations. Every method is scoped by account and
-// participant: a conversation of another account, or one the caller does
-// not take part in, behaves as if it did not exist.
+// Store is everything the service keeps. Every method is scoped by the
+// caller (Caller.MayAccess): a conversation of another account, or one a
+// user does not take part in, behaves as if it did not exist; a service
+// client's ListConversations lists its whole account.
 type Store interface {
-	CreateConversation(ctx context.Context, c Conversation) (Conversation, error)
-	GetConversation(ctx context.Context, accountID, participant, id string) (Conversation, error)
+	ConversationStore
+	MessageStore
+	IdempotencyStore
+}
+
+// ConversationStore persists conversations.
+type ConversationStore interface {
+	// CreateConversation stores c; createdAt and updatedAt are now. A
+	// c.ID given (an idempotent retry's pre-assigned id) is kept, and a
+	// conversation of the account with that id already stored is
+	// returned as it is (when the caller may access it) instead of a
+	// second one; an empty c.ID gets a new one.
+	CreateConversation(ctx context.Context, who Caller, c Conversation) (Conversation, error)
+	GetConversation(ctx context.Context, who Caller, id string) (Conversation, error)
 	ListConversations(ctx context.Context, q ListQuery) (Page, error)
+	// UpdateConversation applies patch with one compare-and-set on the
+	// version; with a precondition it is exactly one, and a conversation
+	// not in a state the precondition names is ErrPreconditionFailed. A
+	// patch that changes nothing writes nothing.
+	UpdateConversation(ctx context.Context, who Caller, id string, patch Patch, cond Precondition) (Conversation, error)
+	// AddParticipant and RemoveParticipant change one participant, like
+	// UpdateConversation; adding a present one or removing an absent one
+	// changes nothing (idempotent).
+	AddParticipant(ctx context.Context, who Caller, id, userID string, cond Precondition) (Conversation, error)
+	RemoveParticipant(ctx context.Context, who Caller, id, userID string, cond Precondition) (Conversation, error)
+}
+
+// Precondition is a parsed If-Match: the versions the caller expects.
+// The zero value (no If-Match) matches every version.
+type Precondition struct {
+	Given    bool    // an If-Match header was sent
+	Any      bool    // If-Match: *
+	Versions []int64 // the versions of the tags that name one
+}
+
+// Matches reports whether a conversation at version v satisfies p.
+func (p Precondition) Matches(v int64) bool {
+	if !p.Given || p.Any {
+		return true
+	}
+	for _, w := range p.Versions {
+		if w == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrMessageNotFound: no such message in a conversation of the caller's.
+var ErrMessageNotFound = fmt.Errorf("message %w", ErrNotFound)
+
+// NewConversationID and NewMessageID return fresh ids: a prefix and 96
+// random bits. Ids appear in URLs, so they must not be guessable; listing
+// orders never depend on them beyond breaking ties of equal times.
+func NewConversationID() string { return newID("cnv_") }
+
+// NewMessageID: see NewConversationID.
+func NewMessageID() string { return newID("msg_") }
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails since Go 1.24
+	return prefix + hex.EncodeToString(b[:])
 }

@@ -2,6 +2,10 @@ package openapitest
 
 import (
 	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,37 +13,125 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pb33f/libopenapi"
-	"github.com/pb33f/libopenapi-validator/schema_validation"
-	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/oasdiff/yaml"
+	yaml3 "github.com/oasdiff/yaml3"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
+// document is a parsed OpenAPI document.
+type document struct {
+	model *openapi3.T
+	json  []byte         // the document as JSON, for validateSchemas
+	order map[string]int // position of each path, "path METHOD" and "path METHOD status" in its parent
+}
+
+// parse parses spec, resolves its internal references (external ones are
+// refused) and records the document order of paths, operations and
+// responses, which the model's maps lose.
+func parse(spec []byte) (*document, error) {
+	var raw json.RawMessage
+	if _, err := yaml.Unmarshal(spec, &raw, yaml.DecodeOpts{DisableTimestamps: true}); err != nil {
+		return nil, fmt.Errorf("parse OpenAPI document: %w", err)
+	}
+	var version struct {
+		OpenAPI any `json:"openapi"`
+		Swagger any `json:"swagger"`
+	}
+	if err := json.Unmarshal(raw, &version); err != nil {
+		return nil, fmt.Errorf("parse OpenAPI document: %w", err)
+	}
+	v, _ := cmp.Or(version.OpenAPI, version.Swagger).(string)
+	if !strings.HasPrefix(v, "3.") {
+		return nil, fmt.Errorf("OpenAPI document has version %q; only 3.x is supported", v)
+	}
+
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = false
+	model, err := loader.LoadFromData(spec)
+	if err != nil {
+		return nil, fmt.Errorf("load OpenAPI document:\n%s", bullets(splitErrors(err)))
+	}
+	var node yaml3.Node
+	if err := yaml3.Unmarshal(spec, &node); err != nil {
+		return nil, fmt.Errorf("parse OpenAPI document: %w", err)
+	}
+	return &document{model: model, json: raw, order: documentOrder(&node)}, nil
+}
+
+func splitErrors(err error) []string {
+	var out []string
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out = append(out, splitErrors(e)...)
+		}
+		return out
+	}
+	return []string{err.Error()}
+}
+
+// documentOrder maps each path, "path METHOD" and "path METHOD status" of
+// the document to its position among its siblings.
+func documentOrder(n *yaml3.Node) map[string]int {
+	order := map[string]int{}
+	if n.Kind == yaml3.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	paths := mappingValue(n, "paths")
+	eachKey(paths, func(i int, path string, item *yaml3.Node) {
+		order[path] = i
+		eachKey(item, func(j int, method string, op *yaml3.Node) {
+			key := path + " " + strings.ToUpper(method)
+			order[key] = j
+			eachKey(mappingValue(op, "responses"), func(k int, status string, _ *yaml3.Node) {
+				order[key+" "+status] = k
+			})
+		})
+	})
+	return order
+}
+
+func mappingValue(n *yaml3.Node, key string) *yaml3.Node {
+	var out *yaml3.Node
+	eachKey(n, func(_ int, k string, v *yaml3.Node) {
+		if k == key {
+			out = v
+		}
+	})
+	return out
+}
+
+func eachKey(n *yaml3.Node, fn func(i int, key string, value *yaml3.Node)) {
+	if n == nil || n.Kind != yaml3.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		fn(i/2, n.Content[i].Value, n.Content[i+1])
+	}
+}
+
 // validateDocument lists every problem of a parsed document; see
 // ValidateDocument.
-func validateDocument(doc libopenapi.Document, model *v3.Document) []string {
+func validateDocument(d *document) []string {
 	var problems []string
 
-	// 1. The document against the OpenAPI JSON Schema of its version.
-	if ok, errs := schema_validation.ValidateOpenAPIDocument(doc); !ok {
-		for _, e := range errs {
-			if len(e.SchemaValidationErrors) == 0 {
-				problems = append(problems, lineOf(e.SpecLine)+e.Message+": "+e.Reason)
-				continue
+	// 1. The structure of the document (required fields, unique operationIds,
+	// parameters matching the path templates, schemas, examples, ...).
+	// Validate picks JSON Schema 2020-12 for 3.1 documents itself.
+	if err := d.model.Validate(context.Background(), openapi3.EnableMultiError()); err != nil {
+		var multi openapi3.MultiError
+		if errors.As(err, &multi) {
+			for _, e := range multi {
+				problems = append(problems, oneLine(e))
 			}
-			for _, s := range e.SchemaValidationErrors {
-				where := s.FieldPath
-				if where == "" {
-					where = "/" + strings.Join(s.InstancePath, "/")
-				}
-				problems = append(problems, fmt.Sprintf("%sat %s: %s", lineOf(s.Line), where, s.Reason))
-			}
+		} else {
+			problems = append(problems, oneLine(err))
 		}
 	}
 
-	// 2. Unique operationIds (the OpenAPI JSON Schema cannot express it).
+	// 2. Unique operationIds, listing every operation that shares one.
 	ids := map[string][]string{}
-	for _, r := range documentedOperations(model) {
+	for _, r := range documentedOperations(d) {
 		if r.OperationID != "" {
 			ids[r.OperationID] = append(ids[r.OperationID], r.Method+" "+r.Path)
 		}
@@ -51,19 +143,12 @@ func validateDocument(doc libopenapi.Document, model *v3.Document) []string {
 	}
 
 	// 3. The schemas and examples, with a JSON Schema 2020-12 validator.
-	// The OpenAPI JSON Schema accepts any object as a schema, so a typo
-	// such as "type: strin" passes step 1.
-	if strings.HasPrefix(doc.GetVersion(), "3.1") || strings.HasPrefix(doc.GetVersion(), "3.2") {
-		problems = append(problems, validateSchemas(doc)...)
+	// Step 1 accepts some schemas that are not valid JSON Schema, such as
+	// "type: strin".
+	if d.model.IsOpenAPI31OrLater() {
+		problems = append(problems, validateSchemas(d.json)...)
 	}
 	return problems
-}
-
-func lineOf(line int) string {
-	if line > 0 {
-		return "line " + strconv.Itoa(line) + ": "
-	}
-	return ""
 }
 
 const documentURL = "urn:openapitest:document"
@@ -71,12 +156,8 @@ const documentURL = "urn:openapitest:document"
 // validateSchemas compiles every schema of the document (which validates it
 // against the JSON Schema 2020-12 meta-schema) and validates every example
 // against its schema.
-func validateSchemas(doc libopenapi.Document) []string {
-	raw := doc.GetSpecInfo().GetSpecJSONBytes()
-	if raw == nil {
-		return []string{"the document cannot be converted to JSON"}
-	}
-	root, err := jsonschema.UnmarshalJSON(bytes.NewReader(*raw))
+func validateSchemas(raw []byte) []string {
+	root, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return []string{"the document cannot be converted to JSON: " + err.Error()}
 	}
@@ -324,43 +405,91 @@ func dedupe(s []string) []string {
 	return out
 }
 
-// documentedOperations lists every operation of the model, once each, with
-// an empty Status.
-func documentedOperations(model *v3.Document) []Response {
-	var out []Response
-	if model.Paths == nil || model.Paths.PathItems == nil {
+// documentedOperations lists every operation of the document, once each,
+// in document order, with an empty Status.
+func documentedOperations(d *document) []Response {
+	if d.model.Paths == nil {
 		return nil
 	}
-	for pair := model.Paths.PathItems.First(); pair != nil; pair = pair.Next() {
-		for op := pair.Value().GetOperations().First(); op != nil; op = op.Next() {
-			out = append(out, Response{
-				Method:      strings.ToUpper(op.Key()),
-				Path:        pair.Key(),
-				OperationID: op.Value().OperationId,
-			})
+	var out []Response
+	for path, item := range d.model.Paths.Map() {
+		if item == nil {
+			continue
+		}
+		for method, op := range item.Operations() {
+			out = append(out, Response{Method: strings.ToUpper(method), Path: path, OperationID: op.OperationID})
+		}
+	}
+	slices.SortFunc(out, func(a, b Response) int {
+		return cmp.Or(
+			cmp.Compare(position(d.order, a.Path), position(d.order, b.Path)),
+			cmp.Compare(a.Path, b.Path),
+			cmp.Compare(position(d.order, a.Path+" "+a.Method), position(d.order, b.Path+" "+b.Method)),
+			cmp.Compare(a.Method, b.Method),
+		)
+	})
+	return out
+}
+
+// documentedResponses lists every documented operation and response pair,
+// in document order.
+func documentedResponses(d *document) []Response {
+	var out []Response
+	for _, r := range documentedOperations(d) {
+		op := d.model.Paths.Value(r.Path).GetOperation(r.Method)
+		if op == nil || op.Responses == nil {
+			continue
+		}
+		opKey := r.Path + " " + r.Method + " "
+		statuses := slices.Collect(maps.Keys(op.Responses.Map()))
+		slices.SortFunc(statuses, func(a, b string) int {
+			return cmp.Or(cmp.Compare(position(d.order, opKey+a), position(d.order, opKey+b)), cmp.Compare(a, b))
+		})
+		for _, s := range statuses {
+			r.Status = s
+			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// documentedResponses lists every documented operation and response pair.
-func documentedResponses(model *v3.Document) []Response {
-	var out []Response
-	for _, r := range documentedOperations(model) {
-		op := operation(model.Paths.PathItems.GetOrZero(r.Path), r.Method)
-		if op == nil || op.Responses == nil {
-			continue
-		}
-		if op.Responses.Codes != nil {
-			for c := op.Responses.Codes.First(); c != nil; c = c.Next() {
-				r.Status = c.Key()
-				out = append(out, r)
-			}
-		}
-		if op.Responses.Default != nil {
-			r.Status = "default"
-			out = append(out, r)
-		}
+// position is the document position of key, or after everything when the
+// key was not found (e.g. under a $ref).
+func position(order map[string]int, key string) int {
+	if i, ok := order[key]; ok {
+		return i
 	}
-	return out
+	return int(^uint(0) >> 1)
+}
+
+// formatValidators returns validators for the formats that JSON Schema
+// 2020-12 defines and santhosh-tekuri/jsonschema asserts, so that responses
+// and requests are held to the same formats as the document's examples.
+func formatValidators() (map[string]openapi3.StringFormatValidator, error) {
+	names := []string{
+		"date-time", "date", "time", "duration", "period", "email", "hostname", "ipv4", "ipv6",
+		"uri", "uri-reference", "iri", "iri-reference", "uri-template", "uuid",
+		"json-pointer", "relative-json-pointer", "regex", "semver",
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	out := make(map[string]openapi3.StringFormatValidator, len(names))
+	for _, name := range names {
+		loc := "urn:openapitest:format:" + name
+		if err := c.AddResource(loc, map[string]any{"format": name}); err != nil {
+			return nil, fmt.Errorf("format %s: %w", name, err)
+		}
+		s, err := c.Compile(loc)
+		if err != nil {
+			return nil, fmt.Errorf("format %s: %w", name, err)
+		}
+		out[name] = openapi3.NewCallbackValidator(func(value string) error {
+			if err := s.Validate(value); err != nil {
+				return fmt.Errorf("%q is not a valid %s", value, name)
+			}
+			return nil
+		})
+	}
+	return out, nil
 }

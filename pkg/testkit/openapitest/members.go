@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/pb33f/libopenapi/datamodel/high/base"
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
 // maxDepth bounds the walk of recursive schemas and deep values.
@@ -15,13 +15,13 @@ const maxDepth = 64
 // undocumentedMembers appends to out one line per member of an object in
 // value that schema s does not declare. See the package documentation for
 // which schemas are open.
-func undocumentedMembers(s *base.Schema, value any, path string, depth int, out *[]string) {
+func undocumentedMembers(s *openapi3.Schema, value any, path string, depth int, out *[]string) {
 	if s == nil || depth > maxDepth {
 		return
 	}
 	switch val := value.(type) {
 	case map[string]any:
-		declared := map[string]*base.Schema{}
+		declared := map[string]*openapi3.Schema{}
 		open := collectProperties(s, declared, 0)
 		for _, name := range slices.Sorted(maps.Keys(val)) {
 			member := path + "." + name
@@ -43,24 +43,21 @@ func undocumentedMembers(s *base.Schema, value any, path string, depth int, out 
 // branches into declared, and reports whether the object is open: any of
 // them states additionalProperties, patternProperties or
 // unevaluatedProperties, or uses oneOf/anyOf.
-func collectProperties(s *base.Schema, declared map[string]*base.Schema, depth int) (open bool) {
+func collectProperties(s *openapi3.Schema, declared map[string]*openapi3.Schema, depth int) (open bool) {
 	if s == nil || depth > maxDepth {
 		return false
 	}
-	if s.AdditionalProperties != nil || s.UnevaluatedProperties != nil ||
-		(s.PatternProperties != nil && s.PatternProperties.Len() > 0) ||
-		len(s.OneOf) > 0 || len(s.AnyOf) > 0 || s.If != nil {
+	if stated(s.AdditionalProperties) || stated(s.UnevaluatedProperties) ||
+		len(s.PatternProperties) > 0 || len(s.OneOf) > 0 || len(s.AnyOf) > 0 || s.If != nil {
 		open = true
 	}
-	if s.Properties != nil {
-		for p := s.Properties.First(); p != nil; p = p.Next() {
-			if _, dup := declared[p.Key()]; !dup && p.Value() != nil {
-				declared[p.Key()] = p.Value().Schema()
-			}
+	for name, p := range s.Properties {
+		if _, dup := declared[name]; !dup && p != nil {
+			declared[name] = p.Value
 		}
 	}
 	for _, sub := range s.AllOf {
-		if sub != nil && collectProperties(sub.Schema(), declared, depth+1) {
+		if sub != nil && collectProperties(sub.Value, declared, depth+1) {
 			open = true
 		}
 	}
@@ -68,19 +65,25 @@ func collectProperties(s *base.Schema, declared map[string]*base.Schema, depth i
 }
 
 // itemsSchema returns the items schema of s or of one of its allOf branches.
-func itemsSchema(s *base.Schema, depth int) *base.Schema {
+func itemsSchema(s *openapi3.Schema, depth int) *openapi3.Schema {
 	if s == nil || depth > maxDepth {
 		return nil
 	}
-	if s.Items != nil && s.Items.IsA() && s.Items.A != nil {
-		return s.Items.A.Schema()
+	if s.Items != nil && s.Items.Value != nil {
+		return s.Items.Value
 	}
 	for _, sub := range s.AllOf {
 		if sub != nil {
-			if it := itemsSchema(sub.Schema(), depth+1); it != nil {
+			if it := itemsSchema(sub.Value, depth+1); it != nil {
 				return it
 			}
 		}
 	}
 	return nil
+}
+
+// stated reports whether the document states the keyword b at all (true,
+// false or a schema).
+func stated(b openapi3.BoolSchema) bool {
+	return b.Has != nil || b.Schema != nil
 }

@@ -34,20 +34,24 @@
 // unevaluatedProperties explicitly, by using oneOf/anyOf, or by declaring no
 // properties at all (a free-form object).
 //
-// The validation itself is done by github.com/pb33f/libopenapi and
-// github.com/pb33f/libopenapi-validator (JSON Schema 2020-12 via
-// github.com/santhosh-tekuri/jsonschema), which support OpenAPI 3.1.
+// The validation itself is done by github.com/getkin/kin-openapi (openapi3,
+// openapi3filter and its legacy router), which supports OpenAPI 3.1. Bodies
+// are validated when they are JSON. Every schema and example of a 3.1
+// document is also checked as JSON Schema 2020-12 with
+// github.com/santhosh-tekuri/jsonschema, whose format checks (date-time,
+// uri, email, ...) apply to the bodies too.
 package openapitest
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -56,22 +60,23 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/pb33f/libopenapi"
-	validator "github.com/pb33f/libopenapi-validator"
-	"github.com/pb33f/libopenapi-validator/config"
-	valerrors "github.com/pb33f/libopenapi-validator/errors"
-	"github.com/pb33f/libopenapi-validator/paths"
-	"github.com/pb33f/libopenapi/datamodel"
-	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Validator checks HTTP exchanges against one OpenAPI document and records
 // which documented responses the checked exchanges exercised. It is safe for
 // concurrent use, e.g. by parallel subtests.
 type Validator struct {
-	model *v3.Document
-	lib   validator.Validator
-	ops   []Response // every documented operation and response, in document order
+	doc       *openapi3.T
+	router    routers.Router
+	basePaths []string // the paths of the server URLs, e.g. "/v1"
+	options   *openapi3filter.Options
+	noBodies  *openapi3filter.Options // options, without body validation
+	ops       []Response              // every documented operation and response, in document order
 
 	mu   sync.Mutex
 	seen map[Response]bool
@@ -123,63 +128,117 @@ func LoadFile(t testing.TB, path string) *Validator {
 // New is Load without a testing.TB: it returns the problems of an invalid
 // document as an error.
 func New(spec []byte) (*Validator, error) {
-	doc, model, err := parse(spec)
+	d, err := parse(spec)
 	if err != nil {
 		return nil, err
 	}
-	if errs := validateDocument(doc, model); len(errs) > 0 {
+	if errs := validateDocument(d); len(errs) > 0 {
 		return nil, fmt.Errorf("invalid OpenAPI document:\n%s", bullets(errs))
 	}
-	lib := validator.NewValidatorFromV3Model(model,
-		config.WithFormatAssertions(), // date-time, uri, ... are checked
-	)
-	v := &Validator{model: model, lib: lib, seen: map[Response]bool{}}
-	v.ops = documentedResponses(model)
+
+	// Requests are matched on their path only, whatever host the test
+	// server listens on: the router gets a copy of the document without
+	// servers, and check strips the servers' base paths.
+	routed := *d.model
+	routed.Servers = nil
+	router, err := legacy.NewRouter(&routed)
+	if err != nil {
+		return nil, fmt.Errorf("route OpenAPI document: %w", err)
+	}
+	formats, err := formatValidators()
+	if err != nil {
+		return nil, err
+	}
+	v := &Validator{
+		doc:       d.model,
+		router:    router,
+		basePaths: basePaths(d.model),
+		options: &openapi3filter.Options{
+			MultiError:            true, // every problem, not the first
+			IncludeResponseStatus: true,
+			SkipSettingDefaults:   true, // the request is only looked at
+			AuthenticationFunc:    checkCredentials,
+			// 3.1 documents get JSON Schema 2020-12 from openapi3filter itself.
+			SchemaValidationOptions: []openapi3.SchemaValidationOption{
+				openapi3.WithStringFormatValidators(formats),
+			},
+		},
+		seen: map[Response]bool{},
+	}
+	noBodies := *v.options
+	noBodies.ExcludeRequestBody, noBodies.ExcludeResponseBody = true, true
+	v.noBodies = &noBodies
+	v.ops = documentedResponses(d)
 	return v, nil
 }
 
 // ValidateDocument reports whether spec is a valid OpenAPI 3.x document: it
-// parses, every $ref resolves, it conforms to the OpenAPI JSON Schema of its
-// version, every schema in it is a valid JSON Schema (2020-12 for 3.1), every
-// example conforms to its schema, and operationIds are unique. The error
-// lists every problem found, one a line.
+// parses, every $ref resolves, it passes the structural validation of
+// kin-openapi, every schema in it is a valid JSON Schema (2020-12 for 3.1),
+// every example conforms to its schema, and operationIds are unique. The
+// error lists every problem found, one a line.
 func ValidateDocument(spec []byte) error {
-	doc, model, err := parse(spec)
+	d, err := parse(spec)
 	if err != nil {
 		return err
 	}
-	if errs := validateDocument(doc, model); len(errs) > 0 {
+	if errs := validateDocument(d); len(errs) > 0 {
 		return fmt.Errorf("invalid OpenAPI document:\n%s", bullets(errs))
 	}
 	return nil
 }
 
-func parse(spec []byte) (libopenapi.Document, *v3.Document, error) {
-	cfg := datamodel.NewDocumentConfiguration()
-	cfg.Logger = slog.New(slog.DiscardHandler) // the errors are returned
-	doc, err := libopenapi.NewDocumentWithConfiguration(spec, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("parse OpenAPI document: %w", err)
+// basePaths lists the paths of the document's server URLs that are not "/".
+func basePaths(doc *openapi3.T) []string {
+	var out []string
+	for _, s := range doc.Servers {
+		if s == nil {
+			continue
+		}
+		u, err := url.Parse(s.URL)
+		if err != nil {
+			continue
+		}
+		if p := strings.TrimSuffix(u.Path, "/"); p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
 	}
-	if !strings.HasPrefix(doc.GetVersion(), "3.") {
-		return nil, nil, fmt.Errorf("OpenAPI document has version %q; only 3.x is supported", doc.GetVersion())
-	}
-	m, err := doc.BuildV3Model()
-	if err != nil {
-		return nil, nil, fmt.Errorf("build OpenAPI model:\n%s", bullets(splitErrors(err)))
-	}
-	return doc, &m.Model, nil
+	return out
 }
 
-func splitErrors(err error) []string {
-	var out []string
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		for _, e := range j.Unwrap() {
-			out = append(out, splitErrors(e)...)
+// checkCredentials checks that a request carries the credentials of a
+// security scheme in the right place and form, without verifying them: an
+// Authorization header with the scheme (e.g. "Bearer ...") for http schemes,
+// the named header, query parameter or cookie for apiKey schemes. Other
+// schemes (oauth2, openIdConnect, mutualTLS) are accepted as they are.
+func checkCredentials(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	req := in.RequestValidationInput.Request
+	s := in.SecurityScheme
+	switch strings.ToLower(s.Type) {
+	case "http":
+		h := req.Header.Get("Authorization")
+		if h == "" {
+			return in.NewError(fmt.Errorf("security scheme %q (%s): the Authorization header is missing", in.SecuritySchemeName, s.Scheme))
 		}
-		return out
+		if len(h) < len(s.Scheme) || !strings.EqualFold(h[:len(s.Scheme)], s.Scheme) {
+			return in.NewError(fmt.Errorf("security scheme %q: the Authorization header does not use the scheme %q", in.SecuritySchemeName, s.Scheme))
+		}
+	case "apikey":
+		var found bool
+		switch s.In {
+		case "header":
+			found = req.Header.Get(s.Name) != ""
+		case "query":
+			found = req.URL.Query().Get(s.Name) != ""
+		case "cookie":
+			c, err := req.Cookie(s.Name)
+			found = err == nil && c.Value != ""
+		}
+		if !found {
+			return in.NewError(fmt.Errorf("security scheme %q: the API key %q is missing from the %s", in.SecuritySchemeName, s.Name, s.In))
+		}
 	}
-	return []string{err.Error()}
+	return nil
 }
 
 // Check validates one exchange: the request (with its body reqBody, since the
@@ -257,24 +316,30 @@ func (v *Validator) check(t testing.TB, req *http.Request, reqBody []byte, resp 
 	}
 
 	head := fmt.Sprintf("%s %s -> %d", req.Method, req.URL.RequestURI(), resp.StatusCode)
-	pathItem, perrs, template := paths.FindPath(r, v.model, nil)
-	if pathItem == nil || len(perrs) > 0 {
+	route, pathParams, template := v.findRoute(r)
+	if route == nil {
 		reason := "the path is not documented"
-		if pathItem != nil {
+		if template != "" {
 			reason = fmt.Sprintf("the method %s is not documented for %s", req.Method, template)
 		}
 		t.Errorf("openapitest: %s: %s", head, reason)
 		return
 	}
-	op := operation(pathItem, req.Method)
-	if op.OperationId != "" {
-		head += " (" + op.OperationId + ")"
+	op := route.Operation
+	if op.OperationID != "" {
+		head += " (" + op.OperationID + ")"
 	}
 
 	var problems []string
 	if checkRequest {
-		if ok, errs := v.lib.ValidateHttpRequestSyncWithPathItem(r, pathItem, template); !ok {
-			problems = append(problems, prefix("request: ", formatErrors(errs))...)
+		var content openapi3.Content
+		if op.RequestBody != nil && op.RequestBody.Value != nil {
+			content = op.RequestBody.Value.Content
+		}
+		opts := v.optionsFor(content, r.Header)
+		in := &openapi3filter.RequestValidationInput{Request: r, PathParams: pathParams, Route: route, Options: opts}
+		if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+			problems = append(problems, prefix("request: ", errorLines(err))...)
 		}
 	}
 
@@ -289,13 +354,20 @@ func (v *Validator) check(t testing.TB, req *http.Request, reqBody []byte, resp 
 
 		rr := r.Clone(context.Background())
 		rr.Body = http.NoBody
-		rs := new(http.Response)
-		*rs = *resp
-		rs.Request = rr
-		rs.Body = io.NopCloser(bytes.NewReader(respBody))
-		rs.ContentLength = int64(len(respBody))
-		if ok, errs := v.lib.GetResponseBodyValidator().ValidateResponseBodyWithPathItem(rr, rs, pathItem, template); !ok {
-			problems = append(problems, prefix("response: ", formatErrors(errs))...)
+		var content openapi3.Content
+		if doc := documentedResponse(op, status); doc != nil {
+			content = doc.Content
+		}
+		opts := v.optionsFor(content, resp.Header)
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: rr, PathParams: pathParams, Route: route, Options: opts},
+			Status:                 resp.StatusCode,
+			Header:                 resp.Header,
+			Options:                opts,
+		}
+		in.SetBodyBytes(respBody)
+		if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+			problems = append(problems, prefix("response: ", errorLines(err))...)
 		}
 		problems = append(problems, prefix("response: ", responseExtras(documentedResponse(op, status), resp, respBody))...)
 	}
@@ -313,13 +385,79 @@ func (v *Validator) check(t testing.TB, req *http.Request, reqBody []byte, resp 
 	t.Errorf("%s", msg)
 }
 
+// optionsFor returns the options for validating a message with header
+// against the documented content: bodies are validated when they are JSON,
+// like the schemas are written for. A body of another documented media type
+// (a YAML document served as a string, say) is left alone, since
+// openapi3filter would decode it into a value its schema does not describe.
+// An undocumented media type is still reported.
+func (v *Validator) optionsFor(content openapi3.Content, header http.Header) *openapi3filter.Options {
+	mt, _, err := mime.ParseMediaType(header.Get("Content-Type"))
+	if err != nil || isJSON(mt) || content.Get(mt) == nil {
+		return v.options
+	}
+	return v.noBodies
+}
+
+// methods are the methods tried to tell an undocumented method of a
+// documented path from an undocumented path.
+var methods = []string{
+	http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete, http.MethodOptions,
+	http.MethodHead, http.MethodPatch, http.MethodTrace, "QUERY",
+}
+
+// findRoute returns the documented operation of r, its path parameters and
+// its path template. When only the method is not documented, it returns a
+// nil route and the path template; when the path is not documented, a nil
+// route and "".
+func (v *Validator) findRoute(r *http.Request) (*routers.Route, map[string]string, string) {
+	path := r.URL.EscapedPath()
+	for _, base := range v.basePaths {
+		if rest, ok := strings.CutPrefix(path, base); ok && strings.HasPrefix(rest, "/") {
+			path = rest
+			break
+		}
+	}
+	// The router matches the decoded path, where an escaped slash inside a
+	// path parameter ("/users/a%2Fb") would split it; route on the decoded
+	// segments with such slashes hidden, and restore them in the parameters.
+	segments := strings.Split(path, "/")
+	for i, s := range segments {
+		if dec, err := url.PathUnescape(s); err == nil {
+			segments[i] = strings.ReplaceAll(dec, "/", hiddenSlash)
+		}
+	}
+	probe := *r
+	u := *r.URL
+	u.Path, u.RawPath = strings.Join(segments, "/"), ""
+	probe.URL = &u
+	probe.Method = strings.ToUpper(r.Method)
+	if route, params, err := v.router.FindRoute(&probe); err == nil {
+		for k, p := range params {
+			params[k] = strings.ReplaceAll(p, hiddenSlash, "/")
+		}
+		return route, params, route.Path
+	}
+	for _, m := range methods {
+		probe.Method = m
+		if route, _, err := v.router.FindRoute(&probe); err == nil {
+			return nil, nil, route.Path
+		}
+	}
+	return nil, nil, ""
+}
+
+// hiddenSlash stands for an escaped slash in a path segment while routing.
+const hiddenSlash = "\x00"
+
 // responseExtras checks what the library leaves out: a body on a response
-// documented without content, and undocumented members of JSON objects.
-func responseExtras(doc *v3.Response, resp *http.Response, body []byte) []string {
+// documented without content, an empty body or a JSON null where the
+// document defines JSON content, and undocumented members of JSON objects.
+func responseExtras(doc *openapi3.Response, resp *http.Response, body []byte) []string {
 	if doc == nil {
 		return nil
 	}
-	if doc.Content == nil || doc.Content.Len() == 0 {
+	if len(doc.Content) == 0 {
 		if len(bytes.TrimSpace(body)) > 0 {
 			return []string{fmt.Sprintf("the response is documented without a body, but has %d bytes (Content-Type %q)", len(body), resp.Header.Get("Content-Type"))}
 		}
@@ -329,12 +467,11 @@ func responseExtras(doc *v3.Response, resp *http.Response, body []byte) []string
 	if err != nil || !isJSON(mt) {
 		return nil
 	}
-	media, ok := doc.Content.Get(mt)
-	if !ok || media == nil || media.Schema == nil {
+	media := doc.Content.Get(mt)
+	if media == nil || media.Schema == nil {
 		return nil
 	}
-	schema := media.Schema.Schema()
-	// The library accepts an empty body and a JSON null for any schema.
+	schema := media.Schema.Value
 	if len(bytes.TrimSpace(body)) == 0 {
 		return []string{fmt.Sprintf("the response body is empty, but the document defines %s content for it", mt)}
 	}
@@ -344,8 +481,8 @@ func responseExtras(doc *v3.Response, resp *http.Response, body []byte) []string
 	if err := dec.Decode(&value); err != nil {
 		return nil // the library has reported it
 	}
-	if value == nil && schema != nil && len(schema.Type) > 0 && !slices.Contains(schema.Type, "null") {
-		return []string{fmt.Sprintf("the response body is JSON null, but the schema allows only %s", strings.Join(schema.Type, ", "))}
+	if value == nil && schema != nil && schema.Type != nil && len(*schema.Type) > 0 && !schema.Type.Includes("null") {
+		return []string{fmt.Sprintf("the response body is JSON null, but the schema allows only %s", strings.Join(*schema.Type, ", "))}
 	}
 	var out []string
 	undocumentedMembers(schema, value, "$", 0, &out)
@@ -356,80 +493,127 @@ func isJSON(mediaType string) bool {
 	return mediaType == "application/json" || strings.HasSuffix(mediaType, "+json")
 }
 
-// operation returns the operation of item for method, or nil.
-func operation(item *v3.PathItem, method string) *v3.Operation {
-	for pair := item.GetOperations().First(); pair != nil; pair = pair.Next() {
-		if strings.EqualFold(pair.Key(), method) {
-			return pair.Value()
-		}
-	}
-	return nil
-}
-
 // responseFor returns the response key of op that documents status: the
 // code itself, its range ("4XX"), or "default".
-func responseFor(op *v3.Operation, status int) (string, bool) {
+func responseFor(op *openapi3.Operation, status int) (string, bool) {
 	if op == nil || op.Responses == nil {
 		return "", false
 	}
 	code := strconv.Itoa(status)
-	if op.Responses.Codes != nil {
-		if _, ok := op.Responses.Codes.Get(code); ok {
-			return code, true
-		}
-		rng := fmt.Sprintf("%dXX", status/100)
-		for pair := op.Responses.Codes.First(); pair != nil; pair = pair.Next() {
-			if strings.EqualFold(pair.Key(), rng) {
-				return pair.Key(), true
-			}
+	if op.Responses.Value(code) != nil {
+		return code, true
+	}
+	rng := fmt.Sprintf("%dXX", status/100)
+	for key := range op.Responses.Map() {
+		if strings.EqualFold(key, rng) {
+			return key, true
 		}
 	}
-	if op.Responses.Default != nil {
+	if op.Responses.Value("default") != nil {
 		return "default", true
 	}
 	return "", false
 }
 
-func documentedResponse(op *v3.Operation, key string) *v3.Response {
-	if key == "default" {
-		return op.Responses.Default
+func documentedResponse(op *openapi3.Operation, key string) *openapi3.Response {
+	if ref := op.Responses.Value(key); ref != nil {
+		return ref.Value
 	}
-	r, _ := op.Responses.Codes.Get(key)
-	return r
+	return nil
 }
 
-// formatErrors renders library errors one a line, with the failing field and
-// schema keyword of schema errors.
-func formatErrors(errs []*valerrors.ValidationError) []string {
-	var out []string
-	for _, e := range errs {
-		if e == nil {
-			continue
+// errorLines renders the errors of openapi3filter one a line: each
+// parameter, body or header problem, and each failing value of a schema
+// error with its location and the schema keyword that failed.
+func errorLines(err error) []string {
+	switch e := err.(type) {
+	case openapi3.MultiError:
+		var out []string
+		for _, sub := range e {
+			out = append(out, errorLines(sub)...)
 		}
-		line := e.Message
-		if e.Reason != "" && e.Reason != e.Message {
-			line += ": " + e.Reason
+		return out
+	case *openapi3filter.SecurityRequirementsError:
+		var out []string
+		for _, sub := range e.Errors {
+			out = append(out, errorLines(sub)...)
 		}
-		if len(e.SchemaValidationErrors) == 0 {
-			out = append(out, line)
-			continue
+		return out
+	case *openapi3filter.RequestError:
+		what := e.Reason
+		switch {
+		case e.Parameter != nil:
+			what = strings.TrimSuffix(fmt.Sprintf("parameter %q in %s: %s", e.Parameter.Name, e.Parameter.In, e.Reason), ": ")
+		case e.RequestBody != nil:
+			what = strings.TrimSuffix("request body: "+e.Reason, ": ")
 		}
-		for _, s := range e.SchemaValidationErrors {
-			where := s.FieldPath
-			if where == "" {
-				where = "$"
-				if len(s.InstancePath) > 0 {
-					where += "/" + strings.Join(s.InstancePath, "/")
-				}
-			}
-			detail := fmt.Sprintf("%s: at %s: %s", e.Message, where, s.Reason)
-			if s.KeywordLocation != "" {
-				detail += " (schema " + s.KeywordLocation + ")"
-			}
-			out = append(out, detail)
+		return withCause(what, e.Err)
+	case *openapi3filter.ResponseError:
+		return withCause(e.Reason, e.Err)
+	case *openapi3.SchemaError:
+		return schemaErrorLines(e)
+	}
+	return []string{err.Error()}
+}
+
+func withCause(what string, cause error) []string {
+	if cause == nil {
+		return []string{what}
+	}
+	lines := errorLines(cause)
+	if what == "" {
+		return lines
+	}
+	for i, l := range lines {
+		if l != what {
+			lines[i] = what + ": " + l
 		}
 	}
-	return out
+	return lines
+}
+
+// schemaErrorLines renders a schema error: one line per failing keyword of
+// a JSON Schema 2020-12 error, or the reason at the value's location.
+func schemaErrorLines(e *openapi3.SchemaError) []string {
+	var multi openapi3.MultiError
+	if e.Origin != nil && errors.As(e.Origin, &multi) {
+		var out []string
+		for _, sub := range multi {
+			out = append(out, errorLines(sub)...)
+		}
+		return out
+	}
+	var verr *jsonschema.ValidationError
+	if e.Origin == nil && errors.As(e, &verr) {
+		root := verr.BasicOutput()
+		units := root.Errors
+		if len(units) == 0 {
+			units = []jsonschema.OutputUnit{*root}
+		}
+		var out []string
+		for _, u := range units {
+			if u.Error == nil {
+				continue
+			}
+			line := fmt.Sprintf("at $%s: %s", u.InstanceLocation, u.Error)
+			if u.KeywordLocation != "" {
+				line += " (schema " + u.KeywordLocation + ")"
+			}
+			out = append(out, line)
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
+	where := "$"
+	if p := e.JSONPointer(); len(p) > 0 {
+		where += "/" + strings.Join(p, "/")
+	}
+	line := fmt.Sprintf("at %s: %s", where, e.Reason)
+	if e.SchemaField != "" {
+		line += " (schema " + e.SchemaField + ")"
+	}
+	return []string{line}
 }
 
 func prefix(p string, lines []string) []string {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/account"
+	"github.com/acme/platform/services/account/mongo"
 	"github.com/acme/platform/services/account/password"
 )
 
@@ -17,6 +19,13 @@ type tokenKit struct {
 }
 
 func newTokenKit(t testing.TB, alg string) tokenKit {
+	t.Helper()
+	return newTokenKitFor(t, alg, issuerURL)
+}
+
+// newTokenKitFor is newTokenKit for another issuer URL (a test server's,
+// when clients read the endpoints from discovery).
+func newTokenKitFor(t testing.TB, alg, issuerURL string) tokenKit {
 	t.Helper()
 	key, err := token.GenerateKey(alg)
 	if err != nil {
@@ -50,4 +59,17 @@ func cheapHasher(t testing.TB) *password.Hasher {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// sessions is the account.Sessions of a test server on store: strict
+// refresh (no retry grace) and no throttle unless the test sets them.
+func (k tokenKit) sessions(store *mongo.Store, hasher account.PasswordHasher, throttle *account.LoginThrottle) *account.Sessions {
+	return &account.Sessions{
+		Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
+		Throttle:      throttle,
+		Clients:       account.ClientAuthenticator{Clients: store, Throttle: throttle},
+		Store:         store,
+		Issuer:        k.issuer,
+		RefreshTokens: k.refreshVerifier,
+	}
 }

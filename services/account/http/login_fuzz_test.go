@@ -31,14 +31,11 @@ func FuzzLogin(f *testing.F) {
 	hasher := cheapHasher(f)
 	kit := newTokenKit(f, "ES256")
 	handler := accounthttp.NewHandler(accounthttp.Deps{
-		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
-		Definitions:     store,
-		Sessions:        store,
-		Issuer:          kit.issuer,
-		Verifier:        kit.verifier,
-		RefreshVerifier: kit.refreshVerifier,
-		Keys:            kit.keys,
-		IssuerURL:       issuerURL,
+		Sessions:    kit.sessions(store, hasher, nil),
+		Definitions: store,
+		Verifier:    kit.verifier,
+		Keys:        kit.keys,
+		IssuerURL:   issuerURL,
 	})
 	const pw = "alice-password"
 	acc, err := store.CreateAccount(ctx, "acme")

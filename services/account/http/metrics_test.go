@@ -36,16 +36,12 @@ func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 		User: account.ThrottleLimit{MaxFailures: 2, Window: time.Hour, Lockout: time.Hour, MaxLockout: time.Hour},
 	}
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
-		Metrics:         reg,
-		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
-		Definitions:     store,
-		Sessions:        store,
-		Issuer:          kit.issuer,
-		Verifier:        kit.verifier,
-		RefreshVerifier: kit.refreshVerifier,
-		Keys:            kit.keys,
-		IssuerURL:       issuerURL,
-		Throttle:        &account.LoginThrottle{Store: store, Policy: policy},
+		Metrics:     reg,
+		Sessions:    kit.sessions(store, hasher, &account.LoginThrottle{Store: store, Policy: policy}),
+		Definitions: store,
+		Verifier:    kit.verifier,
+		Keys:        kit.keys,
+		IssuerURL:   issuerURL,
 	}))
 	t.Cleanup(srv.Close)
 	acc, err := store.CreateAccount(ctx, "acme")

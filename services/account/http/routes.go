@@ -1,8 +1,11 @@
 package http
 
 import (
+	"net/http"
+
 	"github.com/labstack/echo/v5"
 
+	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 )
@@ -10,19 +13,35 @@ import (
 // addRoutes is the one list of every route of the API.
 func addRoutes(e *echo.Echo, d Deps) {
 	bearer := token.Middleware(d.Verifier)
+	read, write := token.RequireScope(token.ScopeDefinitionsRead), token.RequireScope(token.ScopeDefinitionsWrite)
 	counts := newAuthMetrics(d.Metrics)
 
-	e.POST("/login", handleLogin(d.Authenticator, d.Throttle, d.Sessions, d.Issuer), counts.countLogins)
-	e.POST("/token/refresh", handleRefresh(d.RefreshVerifier, d.Authenticator.Users, d.Sessions, d.Issuer), counts.countRefreshes)
-	e.POST("/logout", handleLogout(d.RefreshVerifier, d.Sessions))
+	e.POST("/login", handleLogin(d.Sessions), counts.countLogins, singleAuthorization)
+	e.POST("/token/refresh", handleRefresh(d.Sessions), counts.countRefreshes, singleAuthorization)
+	e.POST("/logout", handleLogout(d.Sessions), singleAuthorization)
+	e.POST("/oauth2/token", handleToken(d.Sessions))
+	e.POST("/oauth2/revoke", handleRevoke(d.Sessions))
 
-	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer)
-	e.POST("/definitions", handleCreateDefinition(d.Definitions), bearer)
-	e.GET("/definitions/:id", handleGetDefinition(d.Definitions), bearer)
-	e.PUT("/definitions/:id", handleReplaceDefinition(d.Definitions), bearer)
-	e.DELETE("/definitions/:id", handleDeleteDefinition(d.Definitions), bearer)
+	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer, read)
+	e.POST("/definitions", handleCreateDefinition(d.Definitions), bearer, write)
+	e.GET("/definitions/:id", handleGetDefinition(d.Definitions), bearer, read)
+	e.PUT("/definitions/:id", handleReplaceDefinition(d.Definitions), bearer, write)
+	e.DELETE("/definitions/:id", handleDeleteDefinition(d.Definitions), bearer, write)
 
 	e.GET("/.well-known/jwks.json", echo.WrapHandler(token.JWKSHandler(d.Keys)))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
+}
+
+// singleAuthorization refuses a request with more than one Authorization
+// header on the routes that take their credentials in the body (the bearer
+// middleware and the OAuth 2.0 endpoints refuse it themselves): an
+// ambiguous request never authenticates, whatever the body holds.
+func singleAuthorization(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		if len(c.Request().Header.Values("Authorization")) > 1 {
+			return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one Authorization header.")
+		}
+		return next(c)
+	}
 }

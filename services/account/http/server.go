@@ -24,29 +24,29 @@ var OpenAPI []byte
 
 // Deps are what the handlers need.
 type Deps struct {
-	Logger        *slog.Logger
-	Metrics       prometheus.Registerer
-	Authenticator account.Authenticator
-	Definitions   account.DefinitionStore
-	Sessions      account.SessionStore
-	Issuer        *token.Issuer
-	// Verifier checks bearer tokens (id and access); RefreshVerifier checks
-	// the refresh tokens sent to /token/refresh and /logout.
-	Verifier        *token.Verifier
-	RefreshVerifier *token.Verifier
-	Keys            token.KeyringProvider
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	// Sessions logs in, refreshes, logs out and issues client tokens: the
+	// one implementation behind /login, /token/refresh, /logout and the
+	// OAuth 2.0 endpoints.
+	Sessions    *account.Sessions
+	Definitions account.DefinitionStore
+	// Verifier checks bearer tokens (id and access).
+	Verifier *token.Verifier
+	Keys     token.KeyringProvider
 	// IssuerURL is the public base URL of this service (the tokens' iss).
 	IssuerURL string
-	// Throttle limits failed logins; nil disables throttling.
-	Throttle *account.LoginThrottle
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For gives
 	// the client address (web.ClientIP); empty: the TCP peer.
 	TrustedProxies []netip.Prefix
+	// CORSOrigins are the origins allowed to call the API from a browser
+	// (web.ParseCORSOrigins); empty: none.
+	CORSOrigins []string
 }
 
 // NewHandler returns the API handler.
 func NewHandler(d Deps) http.Handler {
-	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, TrustedProxies: d.TrustedProxies})
+	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, TrustedProxies: d.TrustedProxies, CORSOrigins: d.CORSOrigins})
 	addRoutes(e, d)
 	return e
 }

@@ -135,14 +135,12 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 	}
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
-		Authenticator:  account.Authenticator{Accounts: store, Users: store, Hasher: counting},
+		Sessions: kit.sessions(store, counting,
+			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, QueueWait: setup.queueWait}),
 		Definitions:    store,
-		Sessions:       store,
-		Issuer:         kit.issuer,
 		Verifier:       kit.verifier,
 		Keys:           kit.keys,
 		IssuerURL:      issuerURL,
-		Throttle:       &account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, QueueWait: setup.queueWait},
 		TrustedProxies: proxies,
 	}))
 	t.Cleanup(srv.Close)

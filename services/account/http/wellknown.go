@@ -9,31 +9,48 @@ import (
 	"github.com/acme/platform/pkg/token"
 )
 
-// discovery is the subset of OpenID Connect Discovery 1.0 that applies to
-// this service, so that standard JWT libraries can find the keys.
+// discovery is the subset of OpenID Connect Discovery 1.0 and RFC 8414
+// (OAuth 2.0 Authorization Server Metadata) that applies to this service:
+// it names only endpoints that exist, so that a standard OAuth or JWT
+// library that trusts it finds the keys, the token endpoint and
+// revocation.
 type discovery struct {
-	Issuer                           string   `json:"issuer"`
-	JWKSURI                          string   `json:"jwks_uri"`
-	TokenEndpoint                    string   `json:"token_endpoint"`
-	IDTokenSigningAlgValuesSupported []string `json:"id_token_signing_alg_values_supported"`
-	ResponseTypesSupported           []string `json:"response_types_supported"`
-	SubjectTypesSupported            []string `json:"subject_types_supported"`
-	ClaimsSupported                  []string `json:"claims_supported"`
+	Issuer                                 string   `json:"issuer"`
+	JWKSURI                                string   `json:"jwks_uri"`
+	TokenEndpoint                          string   `json:"token_endpoint"`
+	RevocationEndpoint                     string   `json:"revocation_endpoint"`
+	GrantTypesSupported                    []string `json:"grant_types_supported"`
+	TokenEndpointAuthMethodsSupported      []string `json:"token_endpoint_auth_methods_supported"`
+	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
+	ScopesSupported                        []string `json:"scopes_supported"`
+	IDTokenSigningAlgValuesSupported       []string `json:"id_token_signing_alg_values_supported"`
+	ResponseTypesSupported                 []string `json:"response_types_supported"`
+	SubjectTypesSupported                  []string `json:"subject_types_supported"`
+	ClaimsSupported                        []string `json:"claims_supported"`
 }
+
+// clientAuthMethods are the ways a service client authenticates at the
+// token and revocation endpoints.
+var clientAuthMethods = []string{"client_secret_basic", "client_secret_post"}
 
 func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerFunc {
 	base := strings.TrimSuffix(issuerURL, "/")
 	return func(c *echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "public, max-age=300")
 		return c.JSON(http.StatusOK, discovery{
-			Issuer:                           issuerURL,
-			JWKSURI:                          base + "/.well-known/jwks.json",
-			TokenEndpoint:                    base + "/login",
-			IDTokenSigningAlgValuesSupported: keys.Keyring().Algorithms(),
-			ResponseTypesSupported:           []string{"id_token"},
-			SubjectTypesSupported:            []string{"public"},
+			Issuer:                                 issuerURL,
+			JWKSURI:                                base + "/.well-known/jwks.json",
+			TokenEndpoint:                          base + "/oauth2/token",
+			RevocationEndpoint:                     base + "/oauth2/revoke",
+			GrantTypesSupported:                    grantTypes,
+			TokenEndpointAuthMethodsSupported:      clientAuthMethods,
+			RevocationEndpointAuthMethodsSupported: clientAuthMethods,
+			ScopesSupported:                        token.Scopes(),
+			IDTokenSigningAlgValuesSupported:       keys.Keyring().Algorithms(),
+			ResponseTypesSupported:                 []string{"id_token"},
+			SubjectTypesSupported:                  []string{"public"},
 			ClaimsSupported: []string{"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "token_use",
-				"account_id", "account_name", "preferred_username", "auth_time", "sid"},
+				"account_id", "account_name", "preferred_username", "auth_time", "sid", "client_id", "scope"},
 		})
 	}
 }

@@ -14,20 +14,26 @@ import (
 )
 
 type sessionDoc struct {
-	ID        string    `bson:"_id"`
-	AccountID string    `bson:"account_id"`
-	UserID    string    `bson:"user_id"`
-	RefreshID string    `bson:"refresh_id"`
-	AuthTime  time.Time `bson:"auth_time"`
-	CreatedAt time.Time `bson:"created_at"`
-	ExpiresAt time.Time `bson:"expires_at"`
-	Revoked   bool      `bson:"revoked"`
+	ID        string `bson:"_id"`
+	AccountID string `bson:"account_id"`
+	UserID    string `bson:"user_id"`
+	// ClientID is absent for a session of no client (and in sessions
+	// written before clients existed).
+	ClientID  string `bson:"client_id,omitempty"`
+	RefreshID string `bson:"refresh_id"`
+	// PreviousRefreshID and RotatedAt are absent until the first exchange.
+	PreviousRefreshID string    `bson:"previous_refresh_id,omitempty"`
+	RotatedAt         time.Time `bson:"rotated_at,omitempty"`
+	AuthTime          time.Time `bson:"auth_time"`
+	CreatedAt         time.Time `bson:"created_at"`
+	ExpiresAt         time.Time `bson:"expires_at"`
+	Revoked           bool      `bson:"revoked"`
 }
 
 // CreateSession stores a new session (at login).
 func (s *Store) CreateSession(ctx context.Context, sess account.Session) error {
 	doc := sessionDoc{
-		ID: sess.ID, AccountID: sess.AccountID, UserID: sess.UserID, RefreshID: sess.RefreshID,
+		ID: sess.ID, AccountID: sess.AccountID, UserID: sess.UserID, ClientID: sess.ClientID, RefreshID: sess.RefreshID,
 		AuthTime: sess.AuthTime.UTC().Truncate(time.Millisecond), CreatedAt: s.now(),
 		ExpiresAt: sess.ExpiresAt.UTC().Truncate(time.Millisecond),
 	}
@@ -39,9 +45,9 @@ func (s *Store) CreateSession(ctx context.Context, sess account.Session) error {
 
 // RotateRefresh is one conditional update: it matches only while the
 // session is live and presented is its current refresh token, so of two
-// concurrent exchanges of one token exactly one matches. Anything else is
-// diagnosed afterwards from the document, and reuse revokes the session.
-func (s *Store) RotateRefresh(ctx context.Context, accountID, id, presented, next string, expiresAt time.Time) error {
+// concurrent exchanges of one token exactly one matches. A mismatch is
+// diagnosed afterwards from the document; it changes nothing.
+func (s *Store) RotateRefresh(ctx context.Context, accountID, id, presented, next string, now, expiresAt time.Time) error {
 	res, err := s.sessions.UpdateOne(ctx,
 		bson.D{
 			{Key: "_id", Value: id},
@@ -51,6 +57,8 @@ func (s *Store) RotateRefresh(ctx context.Context, accountID, id, presented, nex
 		},
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "refresh_id", Value: next},
+			{Key: "previous_refresh_id", Value: presented},
+			{Key: "rotated_at", Value: now.UTC().Truncate(time.Millisecond)},
 			{Key: "expires_at", Value: expiresAt.UTC().Truncate(time.Millisecond)},
 		}}})
 	if err != nil {
@@ -66,12 +74,7 @@ func (s *Store) RotateRefresh(ctx context.Context, accountID, id, presented, nex
 	case current.Revoked:
 		return fmt.Errorf("session %q: %w", id, account.ErrSessionRevoked)
 	}
-	// The token was valid (signature, expiry) but is not the current one:
-	// it was exchanged before. Someone holds a copy; end the session.
-	if err := s.RevokeSession(ctx, accountID, id); err != nil {
-		return err
-	}
-	return fmt.Errorf("session %q: %w", id, account.ErrRefreshReused)
+	return fmt.Errorf("session %q: %w", id, account.ErrRefreshNotCurrent)
 }
 
 // SessionByID returns a session of the account.
@@ -114,7 +117,8 @@ func (s *Store) PurgeExpiredSessions(ctx context.Context, t time.Time) (int64, e
 
 func (d sessionDoc) domain() account.Session {
 	return account.Session{
-		ID: d.ID, AccountID: d.AccountID, UserID: d.UserID, RefreshID: d.RefreshID,
+		ID: d.ID, AccountID: d.AccountID, UserID: d.UserID, ClientID: d.ClientID, RefreshID: d.RefreshID,
+		PreviousRefreshID: d.PreviousRefreshID, RotatedAt: d.RotatedAt.UTC(),
 		AuthTime: d.AuthTime.UTC(), CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(), Revoked: d.Revoked,
 	}
 }

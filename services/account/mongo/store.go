@@ -10,6 +10,7 @@
 //	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
 //	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
 //	login_throttle _id = throttle key; {expires_at:1}  TakeLoginAttempt and the rest (by _id); PurgeLoginThrottle
+//	clients        _id = client_id; {account_id:1, created_at:1, _id:1}  ClientByID, Rotate/SetClientDisabled (by _id); ListClients
 //
 // No operation spans two documents, so no transaction is needed anywhere
 // (and the code runs unchanged on the embedded server used in development).
@@ -39,6 +40,7 @@ type Store struct {
 	keys        *mongo.Collection
 	sessions    *mongo.Collection
 	throttle    *mongo.Collection
+	clients     *mongo.Collection
 	now         func() time.Time
 }
 
@@ -53,6 +55,7 @@ func New(db *mongo.Database) *Store {
 		keys:        db.Collection("signing_keys"),
 		sessions:    db.Collection("sessions"),
 		throttle:    db.Collection("login_throttle"),
+		clients:     db.Collection("clients"),
 		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
 }
@@ -70,6 +73,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{s.definitions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
 		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 		{s.throttle, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
+		{s.clients, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
 	}
 	for _, spec := range specs {
 		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {

@@ -51,6 +51,11 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ThrottleConcurrentAttemptsInFlightNeverExceedTheLimit", testThrottleConcurrentAttemptsInFlight},
 		{"ThrottleConcurrentSuccessesNeverLock", testThrottleConcurrentSuccessesNeverLock},
 		{"ThrottlePurge", testThrottlePurge},
+		{"ClientCreateAndFind", testClientCreateAndFind},
+		{"ListClientsOfOneAccountOldestFirst", testListClients},
+		{"ClientSecretRotation", testClientRotation},
+		{"ClientConcurrentRotationHasOneWinner", testClientConcurrentRotation},
+		{"ClientDisableIsScopedByAccount", testClientDisable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -364,7 +369,7 @@ func signingKey(kid string, created, expires time.Time) account.SigningKey {
 func newSession(t *testing.T, s account.Store, accountID, id, refreshID string) {
 	t.Helper()
 	err := s.CreateSession(context.Background(), account.Session{
-		ID: id, AccountID: accountID, UserID: "usr_1", RefreshID: refreshID,
+		ID: id, AccountID: accountID, UserID: "usr_1", ClientID: "cli_1", RefreshID: refreshID,
 		AuthTime: time.Now(), ExpiresAt: time.Now().Add(time.Hour),
 	})
 	if err != nil {
@@ -376,26 +381,34 @@ func testSessionRotation(t *testing.T, s account.Store) {
 	ctx := context.Background()
 	newSession(t, s, "acc_1", "sid_1", "r1")
 	exp := time.Now().Add(2 * time.Hour)
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r2", exp); err != nil {
+	first := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r2", first, exp); err != nil {
 		t.Fatalf("first exchange: %v", err)
 	}
 	sess, err := s.SessionByID(ctx, "acc_1", "sid_1")
-	if err != nil || sess.RefreshID != "r2" || sess.UserID != "usr_1" || sess.AuthTime.IsZero() || sess.Revoked ||
+	if err != nil || sess.RefreshID != "r2" || sess.PreviousRefreshID != "r1" || !sess.RotatedAt.Equal(first) ||
+		sess.UserID != "usr_1" || sess.ClientID != "cli_1" || sess.AuthTime.IsZero() || sess.Revoked ||
 		!sess.ExpiresAt.Equal(exp.UTC().Truncate(time.Millisecond)) {
 		t.Fatalf("session after exchange = %+v, %v", sess, err)
 	}
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r2", "r3", exp); err != nil {
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r2", "r3", time.Now(), exp); err != nil {
 		t.Fatalf("second exchange: %v", err)
 	}
-	// r1 was spent: presenting it again revokes the session...
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r9", exp); !errors.Is(err, account.ErrRefreshReused) {
-		t.Fatalf("reuse: err = %v, want ErrRefreshReused", err)
+	// r1 and r2 were spent: presenting either again changes nothing (the
+	// caller decides between a retry and reuse)...
+	for _, spent := range []string{"r1", "r2"} {
+		if err := s.RotateRefresh(ctx, "acc_1", "sid_1", spent, "r9", time.Now(), exp); !errors.Is(err, account.ErrRefreshNotCurrent) {
+			t.Fatalf("spent %s: err = %v, want ErrRefreshNotCurrent", spent, err)
+		}
 	}
-	// ...so the current token r3 no longer works either.
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r3", "r4", exp); !errors.Is(err, account.ErrSessionRevoked) {
-		t.Fatalf("after reuse: err = %v, want ErrSessionRevoked", err)
+	if sess, err := s.SessionByID(ctx, "acc_1", "sid_1"); err != nil || sess.RefreshID != "r3" || sess.PreviousRefreshID != "r2" || sess.Revoked {
+		t.Fatalf("session after spent tokens = %+v, %v", sess, err)
 	}
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_nope", "r1", "r2", exp); !errors.Is(err, account.ErrNotFound) {
+	// ...and the current token r3 still works.
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r3", "r4", time.Now(), exp); err != nil {
+		t.Fatalf("current token after spent ones: %v", err)
+	}
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_nope", "r1", "r2", time.Now(), exp); !errors.Is(err, account.ErrNotFound) {
 		t.Fatalf("unknown session: err = %v", err)
 	}
 }
@@ -411,7 +424,7 @@ func testSessionConcurrentRotate(t *testing.T, s account.Store) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = s.RotateRefresh(context.Background(), "acc_1", sid, "r1", fmt.Sprint("next", i), time.Now().Add(time.Hour))
+				errs[i] = s.RotateRefresh(context.Background(), "acc_1", sid, "r1", fmt.Sprint("next", i), time.Now(), time.Now().Add(time.Hour))
 			}()
 		}
 		wg.Wait()
@@ -420,7 +433,7 @@ func testSessionConcurrentRotate(t *testing.T, s account.Store) {
 			switch {
 			case err == nil:
 				wins++
-			case errors.Is(err, account.ErrRefreshReused), errors.Is(err, account.ErrSessionRevoked):
+			case errors.Is(err, account.ErrRefreshNotCurrent):
 			default:
 				t.Fatalf("unexpected error: %v", err)
 			}
@@ -437,7 +450,7 @@ func testSessionRevoke(t *testing.T, s account.Store) {
 	if err := s.RevokeSession(ctx, "acc_2", "sid_1"); !errors.Is(err, account.ErrNotFound) {
 		t.Fatalf("revoke from another account: err = %v", err)
 	}
-	if err := s.RotateRefresh(ctx, "acc_2", "sid_1", "r1", "r2", time.Now().Add(time.Hour)); !errors.Is(err, account.ErrNotFound) {
+	if err := s.RotateRefresh(ctx, "acc_2", "sid_1", "r1", "r2", time.Now(), time.Now().Add(time.Hour)); !errors.Is(err, account.ErrNotFound) {
 		t.Fatalf("exchange from another account: err = %v", err)
 	}
 	for range 2 { // idempotent
@@ -445,7 +458,7 @@ func testSessionRevoke(t *testing.T, s account.Store) {
 			t.Fatalf("revoke: %v", err)
 		}
 	}
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r2", time.Now().Add(time.Hour)); !errors.Is(err, account.ErrSessionRevoked) {
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_1", "r1", "r2", time.Now(), time.Now().Add(time.Hour)); !errors.Is(err, account.ErrSessionRevoked) {
 		t.Fatalf("exchange after revoke: err = %v", err)
 	}
 	if err := s.RevokeSession(ctx, "acc_1", "sid_nope"); !errors.Is(err, account.ErrNotFound) {
@@ -466,7 +479,7 @@ func testSessionPurge(t *testing.T, s account.Store) {
 	if err != nil || n != 2 {
 		t.Fatalf("purged %d, %v; want 2", n, err)
 	}
-	if err := s.RotateRefresh(ctx, "acc_1", "sid_2", "r", "r2", time.Now().Add(time.Hour)); err != nil {
+	if err := s.RotateRefresh(ctx, "acc_1", "sid_2", "r", "r2", time.Now(), time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("live session was purged: %v", err)
 	}
 }

@@ -22,14 +22,14 @@ func codec(t testing.TB, key byte) *cursor.Codec {
 
 var (
 	scope = cursor.Scope{AccountID: "acc_1", Participant: "usr_1", Status: ""}
-	pos   = conversations.Position{UpdatedAt: time.UnixMilli(1_700_000_000_123).UTC(), ID: "cnv_abc"}
+	pos   = conversations.Position{Time: time.UnixMilli(1_700_000_000_123).UTC(), ID: "cnv_abc"}
 )
 
 func TestRoundTrip(t *testing.T) {
 	c := codec(t, 1)
 	s := c.Encode(scope, pos)
 	got, err := c.Decode(scope, s)
-	if err != nil || !got.UpdatedAt.Equal(pos.UpdatedAt) || got.ID != pos.ID {
+	if err != nil || !got.Time.Equal(pos.Time) || got.ID != pos.ID {
 		t.Fatalf("Decode(Encode(pos)) = %+v, %v", got, err)
 	}
 }
@@ -63,10 +63,46 @@ func TestRefused(t *testing.T) {
 		"other account":        {c, cursor.Scope{AccountID: "acc_2", Participant: "usr_1"}, s},
 		"other status filter":  {c, cursor.Scope{AccountID: "acc_1", Participant: "usr_1", Status: "open"}, s},
 		"scope field shifting": {c, cursor.Scope{AccountID: "acc_1usr_1", Participant: ""}, s},
+		"other updatedAfter":   {c, cursor.Scope{AccountID: "acc_1", Participant: "usr_1", UpdatedAfter: "1700000000000"}, s},
+		"a message listing":    {c, cursor.Scope{AccountID: "acc_1", Participant: "usr_1", ConversationID: "cnv_abc"}, s},
+		"a client's listing":   {c, cursor.Scope{AccountID: "acc_1", Participant: "usr_1", Client: true}, s},
 	}
 	for name, tc := range cases {
 		if _, err := tc.codec.Decode(tc.scope, tc.s); !errors.Is(err, cursor.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestScopesAreDistinct: a cursor of one listing is refused by every other,
+// in both directions: with and without updatedAfter, with another
+// updatedAfter, for the messages of another conversation, and between a
+// user's listings and a service client's.
+func TestScopesAreDistinct(t *testing.T) {
+	c := codec(t, 1)
+	scopes := []cursor.Scope{
+		scope,
+		{AccountID: "acc_1", Participant: "usr_1", UpdatedAfter: "1700000000000"},
+		{AccountID: "acc_1", Participant: "usr_1", UpdatedAfter: "1700000000001"},
+		{AccountID: "acc_1", Participant: "usr_1", Status: "open", UpdatedAfter: "1700000000000"},
+		{AccountID: "acc_1", Participant: "usr_1", ConversationID: "cnv_1"},
+		{AccountID: "acc_1", Participant: "usr_1", ConversationID: "cnv_2"},
+		{AccountID: "acc_1", Participant: "usr_2", ConversationID: "cnv_1"},
+		// A service client's listings (account-wide), even under an id
+		// equal to a user's.
+		{AccountID: "acc_1", Participant: "usr_1", Client: true},
+		{AccountID: "acc_1", Participant: "usr_1", Client: true, Status: "open"},
+		{AccountID: "acc_1", Participant: "usr_1", Client: true, UpdatedAfter: "1700000000000"},
+		{AccountID: "acc_1", Participant: "cli_1", Client: true},
+		{AccountID: "acc_1", Participant: "usr_1", Client: true, ConversationID: "cnv_1"},
+	}
+	for i, a := range scopes {
+		s := c.Encode(a, pos)
+		for j, b := range scopes {
+			_, err := c.Decode(b, s)
+			if (err == nil) != (i == j) {
+				t.Errorf("cursor of %+v decoded with %+v: err = %v", a, b, err)
+			}
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package http
 
 import (
-	"errors"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v5"
 
@@ -16,23 +18,38 @@ import (
 	"github.com/acme/platform/services/conversations/cursor"
 )
 
-// caller is whose conversations a request sees: the verified token's user
-// in the token's account. The bearer middleware guarantees the claims.
-func caller(c *echo.Context) (accountID, userID string) {
+// mergePatchType is the media type of PATCH bodies (RFC 7396).
+const mergePatchType = "application/merge-patch+json"
+
+// caller is who makes the request: the verified token's subject (a user,
+// or a service client) in the token's account. The bearer middleware
+// guarantees the claims, and the route's scope middleware that a service
+// client holds the scope of the route (routes.go). What the caller may see
+// is decided by conversations.Caller, not here.
+func caller(c *echo.Context) conversations.Caller {
 	claims, _ := token.ClaimsFromContext(c.Request().Context())
-	return claims.AccountID, claims.Subject
+	return conversations.Caller{AccountID: claims.AccountID, ID: claims.Subject, Client: claims.IsClient()}
 }
 
 // listParams are the validated query parameters of a list request.
 type listParams struct {
-	limit  int
-	status conversations.Status
-	cursor string
+	limit        int
+	status       conversations.Status
+	updatedAfter *time.Time // millisecond precision, UTC
+	cursor       string
 }
 
-// parseListParams checks limit, status and cursor strictly: each at most
-// once; limit an integer in 1..maxLimit; status one of the contract's.
+// parseListParams checks limit, status, updatedAfter and cursor strictly:
+// each at most once; limit an integer in 1..maxLimit; status one of the
+// contract's; updatedAfter an RFC 3339 date-time.
 func parseListParams(q url.Values, defaultLimit, maxLimit int) (listParams, error) {
+	return parseParams(q, defaultLimit, maxLimit, true)
+}
+
+// parseParams parses the parameters of a listing; filters says whether
+// status and updatedAfter belong to it (conversations) or are ignored
+// like any other unknown parameter (messages).
+func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listParams, error) {
 	p := listParams{limit: defaultLimit}
 	var fields []problem.FieldError
 	single := func(name string) (string, bool) {
@@ -54,11 +71,22 @@ func parseListParams(q url.Values, defaultLimit, maxLimit int) (listParams, erro
 			p.limit = n
 		}
 	}
-	if v, ok := single("status"); ok {
-		if s := conversations.Status(v); s.Valid() {
-			p.status = s
-		} else {
-			fields = append(fields, problem.FieldError{Field: "status", Reason: "must be open, snoozed or closed"})
+	if filters {
+		if v, ok := single("status"); ok {
+			if s := conversations.Status(v); s.Valid() {
+				p.status = s
+			} else {
+				fields = append(fields, problem.FieldError{Field: "status", Reason: "must be open, snoozed or closed"})
+			}
+		}
+		if v, ok := single("updatedAfter"); ok {
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				t = t.UTC().Truncate(time.Millisecond)
+				p.updatedAfter = &t
+			} else {
+				fields = append(fields, problem.FieldError{Field: "updatedAfter",
+					Reason: "must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z (a + in the offset written %2B)"})
+			}
 		}
 	}
 	if v, ok := single("cursor"); ok {
@@ -73,32 +101,42 @@ func parseListParams(q url.Values, defaultLimit, maxLimit int) (listParams, erro
 	return p, nil
 }
 
-func handleList(store conversations.Store, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+// timeParam formats a time as the list links carry it.
+func timeParam(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+var badCursor = problem.FieldError{Field: "cursor", Reason: "is not a cursor of this listing: use the next link of the previous page"}
+
+func handleList(store conversations.ConversationStore, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		p, err := parseListParams(c.QueryParams(), defaultLimit, maxLimit)
 		if err != nil {
 			return err
 		}
-		accountID, userID := caller(c)
-		scope := cursor.Scope{AccountID: accountID, Participant: userID, Status: string(p.status)}
-		q := conversations.ListQuery{AccountID: accountID, Participant: userID, Status: p.status, Limit: p.limit}
+		who := caller(c)
+		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, Status: string(p.status)}
+		if p.updatedAfter != nil {
+			scope.UpdatedAfter = strconv.FormatInt(p.updatedAfter.UnixMilli(), 10)
+		}
+		q := conversations.ListQuery{Caller: who, Status: p.status, UpdatedAfter: p.updatedAfter, Limit: p.limit}
 		if p.cursor != "" {
 			pos, err := cursors.Decode(scope, p.cursor)
 			if err != nil {
-				return problem.Validation(problem.FieldError{Field: "cursor",
-					Reason: "is not a cursor of this listing: use the next link of the previous page"})
+				return problem.Validation(badCursor)
 			}
 			q.After = &pos
 		}
 		page, err := store.ListConversations(c.Request().Context(), q)
 		if err != nil {
-			return err
+			return storeProblem(err)
 		}
 		if page.Next != nil {
 			next := url.Values{}
 			next.Set("limit", strconv.Itoa(p.limit))
 			if p.status != "" {
 				next.Set("status", string(p.status))
+			}
+			if p.updatedAfter != nil {
+				next.Set("updatedAfter", timeParam(*p.updatedAfter))
 			}
 			next.Set("cursor", cursors.Encode(scope, *page.Next))
 			c.Response().Header().Set("Link", `</v1/conversations?`+next.Encode()+`>; rel="next"`)
@@ -107,36 +145,93 @@ func handleList(store conversations.Store, cursors *cursor.Codec, defaultLimit, 
 	}
 }
 
-func handleCreate(store conversations.Store) echo.HandlerFunc {
+func handleCreate(store conversations.Store, logger *slog.Logger) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		var in conversations.NewConversation
-		if err := web.DecodeJSON(c, conversations.MaxConversationLen, &in); err != nil {
-			return err
-		}
-		accountID, userID := caller(c)
-		conv, err := in.Conversation(accountID, userID)
+		body, err := decodeBody(c, conversations.MaxConversationLen, &in)
 		if err != nil {
 			return err
 		}
-		created, err := store.CreateConversation(c.Request().Context(), conv)
+		who := caller(c)
+		conv, err := in.Conversation(who)
 		if err != nil {
 			return err
 		}
-		c.Response().Header().Set("Location", "/v1/conversations/"+created.ID)
-		return c.JSON(http.StatusCreated, created)
+		return idempotent(c, store, logger, who, body, conversations.NewConversationID, func(id string) (created, error) {
+			conv.ID = id
+			stored, err := store.CreateConversation(c.Request().Context(), who, conv)
+			if err != nil {
+				return created{}, storeProblem(err)
+			}
+			b, err := json.Marshal(stored)
+			if err != nil {
+				return created{}, fmt.Errorf("encode conversation: %w", err)
+			}
+			return created{location: "/v1/conversations/" + stored.ID, etag: etag(stored), body: b}, nil
+		})
 	}
 }
 
-func handleGet(store conversations.Store) echo.HandlerFunc {
+func handleGet(store conversations.ConversationStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		accountID, userID := caller(c)
-		conv, err := store.GetConversation(c.Request().Context(), accountID, userID, c.Param("id"))
-		if errors.Is(err, conversations.ErrNotFound) {
-			return problem.NotFound("No conversation with this id among yours.")
+		conv, err := store.GetConversation(c.Request().Context(), caller(c), c.Param("id"))
+		if err != nil {
+			return storeProblem(err)
 		}
+		c.Response().Header().Set("ETag", etag(conv))
+		return c.JSON(http.StatusOK, conv)
+	}
+}
+
+// handlePatch applies a JSON merge patch (RFC 7396) of subject and status,
+// under the If-Match the request carries.
+func handlePatch(store conversations.ConversationStore) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		cond, err := parseIfMatch(c.Request().Header.Values("If-Match"))
 		if err != nil {
 			return err
 		}
+		var members map[string]json.RawMessage
+		if err := web.DecodeJSONAs(c, mergePatchType, conversations.MaxBodyLen, &members); err != nil {
+			return err
+		}
+		if members == nil {
+			return problem.BadRequest(problem.CodeMalformedJSON, "A merge patch of a conversation must be a JSON object.")
+		}
+		patch, err := conversations.ParsePatch(members)
+		if err != nil {
+			return err
+		}
+		conv, err := store.UpdateConversation(c.Request().Context(), caller(c), c.Param("id"), patch, cond)
+		if err != nil {
+			return storeProblem(err)
+		}
+		c.Response().Header().Set("ETag", etag(conv))
 		return c.JSON(http.StatusOK, conv)
+	}
+}
+
+// handleParticipant adds (PUT) or removes (DELETE) one participant.
+func handleParticipant(store conversations.ConversationStore, add bool) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		cond, err := parseIfMatch(c.Request().Header.Values("If-Match"))
+		if err != nil {
+			return err
+		}
+		userID := c.Param("userId")
+		if userID == "" || len(userID) > conversations.MaxParticipantLen {
+			return problem.Validation(problem.FieldError{Field: "userId",
+				Reason: fmt.Sprintf("must be a user id of 1 to %d bytes", conversations.MaxParticipantLen)})
+		}
+		change := store.RemoveParticipant
+		if add {
+			change = store.AddParticipant
+		}
+		conv, err := change(c.Request().Context(), caller(c), c.Param("id"), userID, cond)
+		if err != nil {
+			return storeProblem(err)
+		}
+		c.Response().Header().Set("ETag", etag(conv))
+		return c.NoContent(http.StatusNoContent)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/services/conversations"
@@ -14,9 +15,10 @@ import (
 // FuzzListParams parses arbitrary raw query strings as the list handler
 // does (url.ParseQuery, which keeps the well-formed pairs, as
 // echo's QueryParams does) with parseListParams. The error is nil or a 400
-// validation_failed *problem.Problem naming limit, status or cursor; a
-// success has a limit within 1..max (the default when absent), a valid or
-// empty status, and the given cursor.
+// validation_failed *problem.Problem naming limit, status, updatedAfter or
+// cursor; a success has a limit within 1..max (the default when absent), a
+// valid or empty status, the given updatedAfter at millisecond precision,
+// and the given cursor.
 func FuzzListParams(f *testing.F) {
 	for _, seed := range []string{
 		"", "limit=10", "limit=1", "limit=100", "limit=101", "limit=0", "limit=-1", "limit=+5",
@@ -25,6 +27,8 @@ func FuzzListParams(f *testing.F) {
 		"cursor=abc", "cursor=", "cursor=a&cursor=b", "limit=2&status=open&cursor=AQID",
 		"limit=%31%30", "limit=%zz", "%", "&&&", "=", "limit", "status", "cursor", ";limit=5",
 		"limit=5;status=open", "unknown=1&limit=3", "limit=３",
+		"updatedAfter=2024-05-01T12:00:00Z", "updatedAfter=2024-05-01T12:00:00.123456%2B02:00", "updatedAfter=2024-05-01",
+		"updatedAfter=", "updatedAfter=x&updatedAfter=y", "updatedAfter=2024-05-01T12:00:00+02:00",
 	} {
 		f.Add(seed, uint8(99))
 	}
@@ -44,7 +48,7 @@ func FuzzListParams(f *testing.F) {
 				t.Fatalf("query %q: problem %+v, want a 400 validation_failed with fields", raw, pr)
 			}
 			for _, fe := range pr.Errors {
-				if !slices.Contains([]string{"limit", "status", "cursor"}, fe.Field) || fe.Reason == "" {
+				if !slices.Contains([]string{"limit", "status", "updatedAfter", "cursor"}, fe.Field) || fe.Reason == "" {
 					t.Fatalf("query %q: field error %+v", raw, fe)
 				}
 			}
@@ -65,8 +69,51 @@ func FuzzListParams(f *testing.F) {
 		if s, given := q["status"]; given && conversations.Status(s[0]) != p.status {
 			t.Fatalf("query %q: status %q, want %q", raw, p.status, s[0])
 		}
+		if v, given := q["updatedAfter"]; given {
+			want, err := time.Parse(time.RFC3339Nano, v[0])
+			if err != nil || p.updatedAfter == nil || !p.updatedAfter.Equal(want.Truncate(time.Millisecond)) || p.updatedAfter.Location() != time.UTC {
+				t.Fatalf("query %q: updatedAfter %v from %q", raw, p.updatedAfter, v[0])
+			}
+		} else if p.updatedAfter != nil {
+			t.Fatalf("query %q: updatedAfter %v without the parameter", raw, p.updatedAfter)
+		}
 		if c, given := q["cursor"]; given != (p.cursor != "") || (given && c[0] != p.cursor) {
 			t.Fatalf("query %q: cursor %q, want %q", raw, p.cursor, c)
+		}
+	})
+}
+
+// FuzzIfMatch parses arbitrary If-Match values. A value is refused with a
+// 400 naming If-Match, or parsed; the ETag of every version it names
+// parses back to a precondition matching that version, and a precondition
+// of * matches every version.
+func FuzzIfMatch(f *testing.F) {
+	for _, seed := range []string{`"1"`, `*`, `W/"1"`, `"1", "2"`, `"abc"`, `1`, `"1`, `, ,`, `"1" "2"`, ` "7" `, `"01"`, `"-1"`, "\"\x80\"", `*, "1"`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		p, err := parseIfMatch([]string{value})
+		if err != nil {
+			var pr *problem.Problem
+			if !errors.As(err, &pr) || pr.Status != http.StatusBadRequest || len(pr.Errors) != 1 || pr.Errors[0].Field != "If-Match" {
+				t.Fatalf("%q: error %v", value, err)
+			}
+			return
+		}
+		if !p.Given {
+			t.Fatalf("%q: parsed as no If-Match", value)
+		}
+		if p.Any && !p.Matches(12345) {
+			t.Fatalf("%q: * does not match", value)
+		}
+		for _, v := range p.Versions {
+			if v < 0 || !p.Matches(v) {
+				t.Fatalf("%q: version %d", value, v)
+			}
+			back, err := parseIfMatch([]string{etag(conversations.Conversation{Version: v})})
+			if err != nil || !back.Matches(v) || back.Matches(v+1) {
+				t.Fatalf("%q: the ETag of version %d does not parse back: %+v %v", value, v, back, err)
+			}
 		}
 	})
 }

@@ -32,6 +32,9 @@ type Deps struct {
 	// DefaultPageSize and MaxPageSize bound limit (contract: 10 and 100).
 	DefaultPageSize int
 	MaxPageSize     int
+	// CORSOrigins are the origins whose web pages may call the API
+	// (web.ParseCORSOrigins); empty: none.
+	CORSOrigins []string
 }
 
 // NewHandler returns the API handler.
@@ -42,7 +45,10 @@ func NewHandler(d Deps) http.Handler {
 	if d.MaxPageSize <= 0 {
 		d.MaxPageSize = conversations.MaxPageSize
 	}
-	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics})
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, CORSOrigins: d.CORSOrigins})
 	addRoutes(e, d)
 	return e
 }

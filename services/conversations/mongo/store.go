@@ -1,32 +1,66 @@
 // Package mongo implements the conversations store on MongoDB
 // (go.mongodb.org/mongo-driver/v2).
 //
-// Documents: {_id, account_id, subject, status, participants[], created_at,
-// updated_at, last_message_at}. Indexes (created at start, idempotently, by
-// EnsureIndexes), and the query each serves:
+// Collections, their documents, and the indexes (created at start,
+// idempotently, by EnsureIndexes) with the query each serves:
+//
+// conversations: {_id, account_id, subject, status, participants[],
+// created_at, updated_at, last_message_at, version}
 //
 //	by_participant         {account_id:1, participants:1, updated_at:-1, _id:-1}
 //	    list without a status filter: equality on account_id and one
 //	    participant (multikey), then the sort order itself, so the keyset
-//	    condition (updated_at, _id) < cursor is a range on the index and a
-//	    page reads limit+1 index entries at any depth, with no in-memory sort.
+//	    condition (updated_at, _id) < cursor, and updatedAfter (updated_at >
+//	    t), are ranges on the index and a page reads limit+1 index entries
+//	    at any depth, with no in-memory sort.
 //	by_participant_status  {account_id:1, participants:1, status:1, updated_at:-1, _id:-1}
 //	    the same list filtered by status.
-//	_id (built in)         get one conversation; the filter adds account_id and
-//	    participants, checked on the one document the _id finds.
+//	by_account             {account_id:1, updated_at:-1, _id:-1}
+//	    the account-wide list of a service client (every conversation of
+//	    its account): equality on account_id, then the sort order, so
+//	    keyset and updatedAfter are ranges on the index, as above.
+//	by_account_status      {account_id:1, status:1, updated_at:-1, _id:-1}
+//	    the account-wide list filtered by status.
+//	_id (built in)         get one conversation; the filter adds account_id
+//	    (and participants for a user), checked on the one document the _id
+//	    finds. Every change is a compare-and-set on {_id, account_id,
+//	    version}.
+//
+// messages: {_id, account_id, conversation_id, author, body, metadata
+// (JSON text), created_at}
+//
+//	by_conversation        {account_id:1, conversation_id:1, created_at:-1, _id:-1}
+//	    the messages of a conversation, newest first, keyset-paged like
+//	    the conversations.
+//	_id (built in)         get one message; the filter adds account_id and
+//	    conversation_id.
+//
+// idempotency_keys: {_id, account_id, caller, key, fingerprint,
+// resource_id, created_at, response}
+//
+//	by_key (unique)        {account_id:1, caller:1, key:1}
+//	    claim a key: one upsert, so concurrent requests with one key get one
+//	    record.
+//	by_created_at          {created_at:1}
+//	    the purge of keys older than 24 hours (no TTL index on the embedded
+//	    store).
 //
 // Paging is keyset, never skip: the cost of a page does not grow with its
-// depth. A large deployment shards on {account_id: 1, _id: 1}: every query
-// carries account_id, so it is routed to the shards of one account, and the
-// _id suffix splits a very large account across chunks.
+// depth. A large deployment shards conversations and messages on
+// {account_id: 1, _id: 1}: every query carries account_id, so it is routed
+// to the shards of one account, and the _id suffix splits a very large
+// account across chunks.
+//
+// No write spans two documents in a transaction. A change of a
+// conversation is one compare-and-set on its version; a post is two writes
+// in a fixed order (see conversations.MessageStore and messages.go).
 package mongo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -40,6 +74,8 @@ import (
 // Store implements conversations.Store.
 type Store struct {
 	conversations *mongo.Collection
+	messages      *mongo.Collection
+	idempotency   *mongo.Collection
 	settings      *mongo.Collection
 	now           func() time.Time
 }
@@ -50,31 +86,66 @@ var _ conversations.Store = (*Store)(nil)
 func New(db *mongo.Database) *Store {
 	return &Store{
 		conversations: db.Collection("conversations"),
+		messages:      db.Collection("messages"),
+		idempotency:   db.Collection("idempotency_keys"),
 		settings:      db.Collection("settings"),
 		now:           func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
 }
 
+// WithClock returns a copy of s that reads the time from now instead of the
+// system clock, for tests of rules that depend on time (key expiry).
+func (s *Store) WithClock(now func() time.Time) *Store {
+	c := *s
+	c.now = func() time.Time { return now().UTC().Truncate(time.Millisecond) }
+	return &c
+}
+
 // EnsureIndexes creates the indexes of the package doc; a no-op when they
 // exist, so every replica may call it at every start.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
-	models := []mongo.IndexModel{
-		{
+	indexes := []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		{s.conversations, mongo.IndexModel{
 			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "participants", Value: 1},
 				{Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}},
 			Options: options.Index().SetName("by_participant"),
-		},
-		{
+		}},
+		{s.conversations, mongo.IndexModel{
 			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "participants", Value: 1}, {Key: "status", Value: 1},
 				{Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}},
 			Options: options.Index().SetName("by_participant_status"),
-		},
+		}},
+		{s.conversations, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}},
+			Options: options.Index().SetName("by_account"),
+		}},
+		{s.conversations, mongo.IndexModel{
+			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "status", Value: 1},
+				{Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}},
+			Options: options.Index().SetName("by_account_status"),
+		}},
+		{s.messages, mongo.IndexModel{
+			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "conversation_id", Value: 1},
+				{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+			Options: options.Index().SetName("by_conversation"),
+		}},
+		{s.idempotency, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "caller", Value: 1}, {Key: "key", Value: 1}},
+			Options: options.Index().SetName("by_key").SetUnique(true),
+		}},
+		{s.idempotency, mongo.IndexModel{
+			Keys:    bson.D{{Key: "created_at", Value: 1}},
+			Options: options.Index().SetName("by_created_at"),
+		}},
 	}
 	// One at a time: the embedded server drops the connection when
 	// createIndexes with several indexes meets existing ones.
-	for _, m := range models {
-		if _, err := s.conversations.Indexes().CreateOne(ctx, m); err != nil {
-			return mongodb.Wrap(err, "create conversation indexes")
+	for _, ix := range indexes {
+		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
+			return mongodb.Wrap(err, "create indexes of "+ix.coll.Name())
 		}
 	}
 	return nil
@@ -95,27 +166,59 @@ type conversationDoc struct {
 	CreatedAt     time.Time  `bson:"created_at"`
 	UpdatedAt     time.Time  `bson:"updated_at"`
 	LastMessageAt *time.Time `bson:"last_message_at"`
+	// Version is absent (0) in documents written before versions existed.
+	Version int64 `bson:"version"`
 }
 
-// CreateConversation stores c with a new id; createdAt and updatedAt are now.
-func (s *Store) CreateConversation(ctx context.Context, c conversations.Conversation) (conversations.Conversation, error) {
+// visibleTo is Caller.MayAccess as a query filter: the conversations of
+// the caller's account in which the caller takes part, or every one of the
+// account for a service client. Every read and every change of a
+// conversation starts from it.
+func visibleTo(who conversations.Caller) bson.D {
+	if who.Client {
+		return bson.D{{Key: "account_id", Value: who.AccountID}}
+	}
+	return bson.D{
+		{Key: "account_id", Value: who.AccountID},
+		{Key: "participants", Value: who.ID},
+	}
+}
+
+// listIndex is the index that serves a listing of visibleTo(who), with or
+// without a status filter (see the package doc).
+func listIndex(who conversations.Caller, byStatus bool) string {
+	name := "by_participant"
+	if who.Client {
+		name = "by_account"
+	}
+	if byStatus {
+		name += "_status"
+	}
+	return name
+}
+
+// CreateConversation implements conversations.ConversationStore.
+func (s *Store) CreateConversation(ctx context.Context, who conversations.Caller, c conversations.Conversation) (conversations.Conversation, error) {
 	now := s.now()
-	c.ID, c.CreatedAt, c.UpdatedAt = newID(), now, now
-	if _, err := s.conversations.InsertOne(ctx, toDoc(c)); err != nil {
+	if c.ID == "" {
+		c.ID = conversations.NewConversationID()
+	}
+	c.CreatedAt, c.UpdatedAt, c.Version = now, now, 1
+	_, err := s.conversations.InsertOne(ctx, toDoc(c))
+	if mongo.IsDuplicateKeyError(err) {
+		// An idempotent retry whose first attempt stored it.
+		return s.GetConversation(ctx, who, c.ID)
+	}
+	if err != nil {
 		return conversations.Conversation{}, mongodb.Wrap(err, "create conversation")
 	}
 	return c, nil
 }
 
-// GetConversation returns the conversation id of the account in which
-// participant takes part.
-func (s *Store) GetConversation(ctx context.Context, accountID, participant, id string) (conversations.Conversation, error) {
+// GetConversation implements conversations.ConversationStore.
+func (s *Store) GetConversation(ctx context.Context, who conversations.Caller, id string) (conversations.Conversation, error) {
 	var d conversationDoc
-	err := s.conversations.FindOne(ctx, bson.D{
-		{Key: "_id", Value: id},
-		{Key: "account_id", Value: accountID},
-		{Key: "participants", Value: participant},
-	}).Decode(&d)
+	err := s.conversations.FindOne(ctx, append(bson.D{{Key: "_id", Value: id}}, visibleTo(who)...)).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, conversations.ErrNotFound)
 	}
@@ -128,20 +231,17 @@ func (s *Store) GetConversation(ctx context.Context, accountID, participant, id 
 // ListConversations returns one page in the order updatedAt descending,
 // then id descending, starting strictly after q.After.
 func (s *Store) ListConversations(ctx context.Context, q conversations.ListQuery) (conversations.Page, error) {
-	filter := bson.D{
-		{Key: "account_id", Value: q.AccountID},
-		{Key: "participants", Value: q.Participant},
-	}
-	hint := "by_participant"
+	filter := visibleTo(q.Caller)
+	hint := listIndex(q.Caller, q.Status != "")
 	if q.Status != "" {
 		filter = append(filter, bson.E{Key: "status", Value: string(q.Status)})
-		hint = "by_participant_status"
+	}
+	if q.UpdatedAfter != nil {
+		// The same index: updated_at follows the equality fields.
+		filter = append(filter, bson.E{Key: "updated_at", Value: bson.D{{Key: "$gt", Value: q.UpdatedAfter.UTC()}}})
 	}
 	if q.After != nil {
-		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-			bson.D{{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: q.After.UpdatedAt}}}},
-			bson.D{{Key: "updated_at", Value: q.After.UpdatedAt}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: q.After.ID}}}},
-		}})
+		filter = append(filter, keysetAfter("updated_at", *q.After))
 	}
 	// One more than a page tells whether another page follows.
 	opts := options.Find().
@@ -160,7 +260,7 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.ListQuery
 	for i, d := range docs {
 		if i == q.Limit {
 			last := page.Conversations[q.Limit-1]
-			page.Next = &conversations.Position{UpdatedAt: last.UpdatedAt, ID: last.ID}
+			page.Next = &conversations.Position{Time: last.UpdatedAt, ID: last.ID}
 			break
 		}
 		page.Conversations = append(page.Conversations, d.domain())
@@ -168,10 +268,112 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.ListQuery
 	return page, nil
 }
 
+// keysetAfter is the condition "strictly after pos" of a listing ordered
+// by (field, _id) descending.
+func keysetAfter(field string, pos conversations.Position) bson.E {
+	return bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: field, Value: bson.D{{Key: "$lt", Value: pos.Time}}}},
+		bson.D{{Key: field, Value: pos.Time}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: pos.ID}}}},
+	}}
+}
+
+// UpdateConversation implements conversations.ConversationStore.
+func (s *Store) UpdateConversation(ctx context.Context, who conversations.Caller, id string, patch conversations.Patch, cond conversations.Precondition) (conversations.Conversation, error) {
+	return s.change(ctx, who, id, cond, nil, func(c *conversations.Conversation, now time.Time) (bool, error) {
+		return patch.Apply(c, now), nil
+	})
+}
+
+// AddParticipant implements conversations.ConversationStore.
+func (s *Store) AddParticipant(ctx context.Context, who conversations.Caller, id, userID string, cond conversations.Precondition) (conversations.Conversation, error) {
+	return s.change(ctx, who, id, cond, nil, func(c *conversations.Conversation, now time.Time) (bool, error) {
+		return c.AddParticipant(userID, now)
+	})
+}
+
+// RemoveParticipant implements conversations.ConversationStore.
+func (s *Store) RemoveParticipant(ctx context.Context, who conversations.Caller, id, userID string, cond conversations.Precondition) (conversations.Conversation, error) {
+	return s.change(ctx, who, id, cond, nil, func(c *conversations.Conversation, now time.Time) (bool, error) {
+		return c.RemoveParticipant(userID, now)
+	})
+}
+
+// change reads the conversation id who may access (or starts from read,
+// when the caller has just read it), applies apply to a copy, and writes
+// the result with one compare-and-set on the version it read. A lost
+// compare-and-set means another change came first: with an If-Match that
+// names versions, that is a 412 (the caller's tag is stale now); otherwise
+// the change is applied again to the new state, up to MaxChangeAttempts
+// times. A change that changes nothing writes nothing.
+func (s *Store) change(ctx context.Context, who conversations.Caller, id string, cond conversations.Precondition,
+	read *conversations.Conversation, apply func(c *conversations.Conversation, now time.Time) (bool, error)) (conversations.Conversation, error) {
+	for range conversations.MaxChangeAttempts {
+		var cur conversations.Conversation
+		if read != nil {
+			cur, read = *read, nil
+		} else {
+			var err error
+			if cur, err = s.GetConversation(ctx, who, id); err != nil {
+				return conversations.Conversation{}, err
+			}
+		}
+		if !cond.Matches(cur.Version) {
+			return conversations.Conversation{}, fmt.Errorf("conversation %q at version %d: %w", id, cur.Version, conversations.ErrPreconditionFailed)
+		}
+		next := cur
+		next.Participants = slices.Clone(cur.Participants)
+		changed, err := apply(&next, s.now())
+		if err != nil {
+			return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, err)
+		}
+		if !changed {
+			return cur, nil
+		}
+		next.Version = cur.Version + 1
+		won, err := s.compareAndSet(ctx, cur.Version, next)
+		if err != nil {
+			return conversations.Conversation{}, err
+		}
+		if won {
+			return next, nil
+		}
+		if cond.Given && !cond.Any {
+			return conversations.Conversation{}, fmt.Errorf("conversation %q changed after version %d: %w", id, cur.Version, conversations.ErrPreconditionFailed)
+		}
+	}
+	return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, conversations.ErrContended)
+}
+
+// compareAndSet stores next if the stored document is still at version
+// from: one conditional single-document update.
+func (s *Store) compareAndSet(ctx context.Context, from int64, next conversations.Conversation) (bool, error) {
+	filter := bson.D{{Key: "_id", Value: next.ID}, {Key: "account_id", Value: next.AccountID}}
+	if from == 0 {
+		// Written before versions existed: no version field yet.
+		filter = append(filter, bson.E{Key: "version", Value: bson.D{{Key: "$exists", Value: false}}})
+	} else {
+		filter = append(filter, bson.E{Key: "version", Value: from})
+	}
+	d := toDoc(next)
+	res, err := s.conversations.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "subject", Value: d.Subject},
+		{Key: "status", Value: d.Status},
+		{Key: "participants", Value: d.Participants},
+		{Key: "updated_at", Value: d.UpdatedAt},
+		{Key: "last_message_at", Value: d.LastMessageAt},
+		{Key: "version", Value: d.Version},
+	}}})
+	if err != nil {
+		return false, mongodb.Wrap(err, "update conversation")
+	}
+	return res.MatchedCount == 1, nil
+}
+
 func toDoc(c conversations.Conversation) conversationDoc {
 	return conversationDoc{
 		ID: c.ID, AccountID: c.AccountID, Subject: c.Subject, Status: string(c.Status),
 		Participants: c.Participants, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, LastMessageAt: c.LastMessageAt,
+		Version: c.Version,
 	}
 }
 
@@ -179,19 +381,11 @@ func (d conversationDoc) domain() conversations.Conversation {
 	c := conversations.Conversation{
 		ID: d.ID, AccountID: d.AccountID, Subject: d.Subject, Status: conversations.Status(d.Status),
 		Participants: d.Participants, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
+		Version: d.Version,
 	}
 	if d.LastMessageAt != nil {
 		t := d.LastMessageAt.UTC()
 		c.LastMessageAt = &t
 	}
 	return c
-}
-
-// newID returns "cnv_" and 96 random bits: ids appear in URLs, so they must
-// not be guessable. The listing order never depends on them beyond breaking
-// ties of equal updatedAt.
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // never fails since Go 1.24
-	return "cnv_" + hex.EncodeToString(b[:])
 }

@@ -2,8 +2,13 @@ package mongo_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
@@ -54,5 +59,104 @@ func TestSecretIsSharedByReplicas(t *testing.T) {
 		if v != got[0] {
 			t.Fatalf("replicas disagree: %q", got)
 		}
+	}
+}
+
+// TestExpiredKeyIsClaimedAfresh: a key older than 24 hours that the purge
+// has not removed yet is a new key.
+func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := newStore(t).WithClock(func() time.Time { return t0 })
+	key := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: "k"}
+	if _, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f1", ResourceID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		want  string
+	}{{conversations.IdempotencyTTL - time.Millisecond, "f1"}, {conversations.IdempotencyTTL, "f2"}} {
+		later := s.WithClock(func() time.Time { return t0.Add(tc.after) })
+		rec, err := later.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f2", ResourceID: "r2"})
+		if err != nil || rec.Fingerprint != tc.want {
+			t.Fatalf("claim %v later: %+v, %v; want fingerprint %s", tc.after, rec, err, tc.want)
+		}
+	}
+}
+
+// TestDocumentWithoutVersionCanChange: conversations stored before versions
+// existed have none; the first change gives them one.
+func TestDocumentWithoutVersionCanChange(t *testing.T) {
+	ctx := context.Background()
+	db := mongotest.New(t)
+	s := mongo.New(db)
+	if err := s.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := db.Collection("conversations").InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "cnv_old"}, {Key: "account_id", Value: "acc_1"}, {Key: "subject", Value: "old"},
+		{Key: "status", Value: "open"}, {Key: "participants", Value: bson.A{"usr_1"}},
+		{Key: "created_at", Value: now}, {Key: "updated_at", Value: now}, {Key: "last_message_at", Value: nil},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	who := conversations.Caller{AccountID: "acc_1", ID: "usr_1"}
+	old, err := s.GetConversation(ctx, who, "cnv_old")
+	if err != nil || old.Version != 0 {
+		t.Fatalf("old: %+v, %v", old, err)
+	}
+	subject := "new"
+	got, err := s.UpdateConversation(ctx, who, "cnv_old", conversations.Patch{Subject: &subject},
+		conversations.Precondition{Given: true, Versions: []int64{0}})
+	if err != nil || got.Version != 1 || got.Subject != "new" {
+		t.Fatalf("update: %+v, %v", got, err)
+	}
+	if _, err := s.PostMessage(ctx, who, conversations.Message{ConversationID: "cnv_old", Body: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if final, _ := s.GetConversation(ctx, who, "cnv_old"); final.Version != 2 || final.LastMessageAt == nil {
+		t.Fatalf("final: %+v", final)
+	}
+}
+
+// TestAccountWideListHasItsIndexes: a service client's listing (equality on
+// account_id, optionally status, then the sort order) has indexes of its
+// own; the participant indexes cannot serve it without a scan.
+func TestAccountWideListHasItsIndexes(t *testing.T) {
+	ctx := context.Background()
+	db := mongotest.New(t)
+	if err := mongo.New(db).EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := db.Collection("conversations").Indexes().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var indexes []struct {
+		Name string `bson:"name"`
+		Key  bson.D `bson:"key"`
+	}
+	if err := cur.All(ctx, &indexes); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"by_account":        "account_id:1 updated_at:-1 _id:-1",
+		"by_account_status": "account_id:1 status:1 updated_at:-1 _id:-1",
+	}
+	for _, ix := range indexes {
+		var keys []string
+		for _, e := range ix.Key {
+			keys = append(keys, fmt.Sprintf("%s:%v", e.Key, e.Value))
+		}
+		if w, ok := want[ix.Name]; ok {
+			if got := strings.Join(keys, " "); got != w {
+				t.Errorf("index %s = %s, want %s", ix.Name, got, w)
+			}
+			delete(want, ix.Name)
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("missing indexes %v", want)
 	}
 }

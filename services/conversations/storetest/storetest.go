@@ -32,6 +32,26 @@ func Run(t *testing.T, newStore NewStore) {
 		{"InsertsWhilePagingRepeatOrSkipNothing", testInsertsWhilePaging},
 		{"StatusFilter", testStatusFilter},
 		{"ListsAreScopedByAccountAndParticipant", testListIsolation},
+		{"UpdatedAfter", testUpdatedAfter},
+		{"CreateWithAGivenIDMakesOne", testCreateWithGivenID},
+		{"UpdateConversation", testUpdateConversation},
+		{"PreconditionOfOneVersionOneWriterWins", testPreconditionRace},
+		{"ConcurrentChangesWithoutPreconditionAllApply", testConcurrentChanges},
+		{"Participants", testParticipants},
+		{"ChangesAreScopedByAccountAndParticipant", testChangeScope},
+		{"PostMessage", testPostMessage},
+		{"ConcurrentPostsNeverMoveBackwards", testConcurrentPosts},
+		{"PostWithAGivenIDMakesOne", testPostWithGivenID},
+		{"MessagePagesCoverEverythingOnceInOrder", testMessagePaging},
+		{"MessagesAreScopedByConversationAccountAndParticipant", testMessageScope},
+		{"InsertedMessageIsRecordedByTheNextRead", testRepairByRead},
+		{"InsertedMessageIsRecordedByTheNextPost", testRepairByPost},
+		{"IdempotencyClaim", testIdempotencyClaim},
+		{"ConcurrentClaimsGetOneRecord", testIdempotencyRace},
+		{"IdempotencyPurge", testIdempotencyPurge},
+		{"ServiceClientListsEveryConversationOfItsAccount", testClientListsItsAccount},
+		{"ServiceClientCreatesWithoutTakingPart", testClientCreates},
+		{"ServiceClientChangesAndPostsAcrossItsAccount", testClientChangesItsAccount},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -40,7 +60,7 @@ func Run(t *testing.T, newStore NewStore) {
 
 func create(t *testing.T, s conversations.Store, accountID, subject string, status conversations.Status, participants ...string) conversations.Conversation {
 	t.Helper()
-	c, err := s.CreateConversation(context.Background(), conversations.Conversation{
+	c, err := s.CreateConversation(context.Background(), conversations.Caller{AccountID: accountID, ID: participants[0]}, conversations.Conversation{
 		AccountID: accountID, Subject: subject, Status: status, Participants: participants,
 	})
 	if err != nil {
@@ -91,7 +111,7 @@ func testCreateAndGet(t *testing.T, s conversations.Store) {
 		t.Fatalf("created = %+v", c)
 	}
 	for _, p := range []string{"usr_1", "usr_2"} {
-		got, err := s.GetConversation(context.Background(), "acc_1", p, c.ID)
+		got, err := s.GetConversation(context.Background(), conversations.Caller{AccountID: "acc_1", ID: p}, c.ID)
 		if err != nil || got.ID != c.ID || got.Subject != "Hello" || got.Status != conversations.StatusOpen ||
 			!slices.Equal(got.Participants, []string{"usr_1", "usr_2"}) || !got.UpdatedAt.Equal(c.UpdatedAt) {
 			t.Fatalf("Get as %s = %+v, %v", p, got, err)
@@ -106,14 +126,14 @@ func testGetScope(t *testing.T, s conversations.Store) {
 		"not a participant": {"acc_1", "usr_9", c.ID},
 		"unknown id":        {"acc_1", "usr_1", "cnv_nope"},
 	} {
-		if _, err := s.GetConversation(context.Background(), q[0], q[1], q[2]); !errors.Is(err, conversations.ErrNotFound) {
+		if _, err := s.GetConversation(context.Background(), conversations.Caller{AccountID: q[0], ID: q[1]}, q[2]); !errors.Is(err, conversations.ErrNotFound) {
 			t.Errorf("%s: err = %v, want ErrNotFound", name, err)
 		}
 	}
 }
 
 func testEmptyList(t *testing.T, s conversations.Store) {
-	page, err := s.ListConversations(context.Background(), conversations.ListQuery{AccountID: "acc_1", Participant: "usr_1", Limit: 10})
+	page, err := s.ListConversations(context.Background(), conversations.ListQuery{Caller: conversations.Caller{AccountID: "acc_1", ID: "usr_1"}, Limit: 10})
 	if err != nil || page.Conversations == nil || len(page.Conversations) != 0 || page.Next != nil {
 		t.Fatalf("empty list = %#v, %v", page, err)
 	}
@@ -130,7 +150,7 @@ func testPaging(t *testing.T, s conversations.Store) {
 		}
 		return 1
 	})
-	pages := listAll(t, s, conversations.ListQuery{AccountID: "acc_1", Participant: "usr_1", Limit: 10})
+	pages := listAll(t, s, conversations.ListQuery{Caller: conversations.Caller{AccountID: "acc_1", ID: "usr_1"}, Limit: 10})
 	if len(pages) != 3 || len(pages[0]) != 10 || len(pages[1]) != 10 || len(pages[2]) != 5 {
 		t.Fatalf("page sizes = %d pages %v", len(pages), pageSizes(pages))
 	}
@@ -151,7 +171,7 @@ func testExactPages(t *testing.T, s conversations.Store) {
 	for range 4 {
 		create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
 	}
-	pages := listAll(t, s, conversations.ListQuery{AccountID: "acc_1", Participant: "usr_1", Limit: 2})
+	pages := listAll(t, s, conversations.ListQuery{Caller: conversations.Caller{AccountID: "acc_1", ID: "usr_1"}, Limit: 2})
 	if fmt.Sprint(pageSizes(pages)) != "[2 2]" {
 		t.Fatalf("page sizes = %v, want [2 2]", pageSizes(pages))
 	}
@@ -163,7 +183,7 @@ func testInsertsWhilePaging(t *testing.T, s conversations.Store) {
 	for range 12 {
 		existing[create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1").ID] = true
 	}
-	q := conversations.ListQuery{AccountID: "acc_1", Participant: "usr_1", Limit: 5}
+	q := conversations.ListQuery{Caller: conversations.Caller{AccountID: "acc_1", ID: "usr_1"}, Limit: 5}
 	seen := map[string]int{}
 	for {
 		page, err := s.ListConversations(ctx, q)
@@ -200,7 +220,7 @@ func testStatusFilter(t *testing.T, s conversations.Store) {
 		}
 	}
 	for status, n := range want {
-		pages := listAll(t, s, conversations.ListQuery{AccountID: "acc_1", Participant: "usr_1", Status: status, Limit: 2})
+		pages := listAll(t, s, conversations.ListQuery{Caller: conversations.Caller{AccountID: "acc_1", ID: "usr_1"}, Status: status, Limit: 2})
 		all := slices.Concat(pages...)
 		if len(all) != n {
 			t.Errorf("status %s: %d conversations, want %d", status, len(all), n)
@@ -226,7 +246,7 @@ func testListIsolation(t *testing.T, s conversations.Store) {
 		}
 	}
 	for key, want := range mine {
-		got := ids(slices.Concat(listAll(t, s, conversations.ListQuery{AccountID: key[0], Participant: key[1], Limit: 100})...))
+		got := ids(slices.Concat(listAll(t, s, conversations.ListQuery{Caller: conversations.Caller{AccountID: key[0], ID: key[1]}, Limit: 100})...))
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/services/account"
@@ -22,6 +23,8 @@ import (
 type adminEnv struct {
 	store  *mongo.Store
 	hasher *password.Hasher
+	// secretOverlap is rotate-client-secret's default --overlap.
+	secretOverlap time.Duration
 }
 
 type adminCommand func(ctx context.Context, env adminEnv, args []string, stdin io.Reader, stdout io.Writer) error
@@ -39,6 +42,12 @@ var adminCommands = map[string]adminCommand{
 	},
 	"create-definition": createDefinition,
 	"provision":         provision,
+
+	"create-client":        createClient,
+	"list-clients":         listClients,
+	"rotate-client-secret": rotateClientSecret,
+	"disable-client":       setClientDisabled(true),
+	"enable-client":        setClientDisabled(false),
 }
 
 func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
@@ -57,7 +66,7 @@ func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
 		closeFn()
 		return adminEnv{}, nil, err
 	}
-	return adminEnv{store: store, hasher: hasher}, closeFn, nil
+	return adminEnv{store: store, hasher: hasher, secretOverlap: cfg.ClientSecretOverlap}, closeFn, nil
 }
 
 func createAccount(ctx context.Context, env adminEnv, args []string, _ io.Reader, out io.Writer) error {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/servicecmd"
+	"github.com/acme/platform/pkg/web"
 )
 
 // envPrefix prefixes every variable: ACCOUNT_HTTP_ADDR and so on.
@@ -47,6 +48,14 @@ type config struct {
 	LoginLockout         time.Duration `envconfig:"LOGIN_LOCKOUT" default:"15m" desc:"how long the first lock lasts; each further lock of the same key within 24h doubles it"`
 	LoginMaxLockout      time.Duration `envconfig:"LOGIN_MAX_LOCKOUT" default:"4h" desc:"the longest lock; equal to LOGIN_LOCKOUT for a fixed lockout"`
 	TrustedProxies       []string      `envconfig:"TRUSTED_PROXIES" desc:"comma-separated CIDRs or addresses of reverse proxies whose X-Forwarded-For gives the client address; empty: the TCP peer is the client"`
+
+	// Refresh retry grace (see docs/decisions.md, "OAuth 2.0 token endpoint").
+	RefreshReuseGrace time.Duration `envconfig:"REFRESH_REUSE_GRACE" default:"10s" desc:"how long after its first exchange a refresh token presented again is a retry (same session, new token set) rather than reuse (the session ends); 0 is strict"`
+
+	// Service clients (see docs/decisions.md, "Service clients").
+	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
+
+	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
 func loadConfig() (config, error) {
@@ -70,6 +79,12 @@ func (c config) validate() error {
 		return fmt.Errorf("configuration: ACCOUNT_KEY_PUBLISH_AHEAD (%v) must be above 0 and below ACCOUNT_KEY_ROTATION_PERIOD (%v)", c.KeyPublishAhead, c.KeyRotationPeriod)
 	case c.KeyRotationPeriod > 0 && c.KeyCheckInterval >= c.KeyPublishAhead:
 		return fmt.Errorf("configuration: ACCOUNT_KEY_CHECK_INTERVAL (%v) must be below ACCOUNT_KEY_PUBLISH_AHEAD (%v), so that every replica has the next key before it signs", c.KeyCheckInterval, c.KeyPublishAhead)
+	}
+	if c.RefreshReuseGrace < 0 {
+		return errors.New("configuration: ACCOUNT_REFRESH_REUSE_GRACE must not be negative")
+	}
+	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
+		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)
 	}
 	return c.validateLogin()
 }

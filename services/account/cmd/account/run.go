@@ -25,6 +25,17 @@ Usage:
   account enable-user --account NAME --username USER
   account create-definition --account NAME --file DEFINITION.json
                                   create a definition from {"name","type","config","enabled"}
+  account create-client --account NAME --name CLIENT_NAME --scopes SCOPE[,SCOPE...]
+                                  create a service client (OAuth client_credentials); prints
+                                  its client_id and client_secret, the secret only this once;
+                                  scopes: definitions:read, definitions:write,
+                                  conversations:read, conversations:write
+  account list-clients --account NAME
+  account rotate-client-secret --account NAME --client CLIENT_ID [--overlap DURATION]
+                                  print a new secret; the old one works for the overlap
+                                  (default ACCOUNT_CLIENT_SECRET_OVERLAP; 0 stops it now)
+  account disable-client --account NAME --client CLIENT_ID
+  account enable-client --account NAME --client CLIENT_ID
   account provision --file PROVISION.json
                                   make accounts, users and definitions exist (idempotent);
                                   users name a passwordFile, see deploy/compose/provision
@@ -33,7 +44,7 @@ Usage:
   account healthcheck             exit 0 when this host's service is ready (container health checks)
   account --version | --help
 
-Passwords are never taken as flags: flags show up in shell history and ps.
+Passwords and client secrets are never taken as flags: flags show up in shell history and ps.
 
 Configuration (environment variables):
 `

@@ -64,8 +64,10 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer background.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions) })
-	background.Go(func() { purgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle) })
+	background.Go(func() { servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired sessions", store.PurgeExpiredSessions) })
+	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle)
+	})
 
 	return servicecmd.Service{
 		Name:      "account",
@@ -128,19 +130,25 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 	if err != nil {
 		return nil, err
 	}
+	throttle := &account.LoginThrottle{Store: store, Policy: loginPolicy(cfg)}
 	return accounthttp.NewHandler(accounthttp.Deps{
-		Logger:          logger,
-		Metrics:         registry,
-		Authenticator:   account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
-		Definitions:     store,
-		Sessions:        store,
-		Issuer:          issuer,
-		RefreshVerifier: refreshVerifier,
-		Verifier:        verifier,
-		Keys:            keys,
-		IssuerURL:       cfg.Issuer,
-		Throttle:        &account.LoginThrottle{Store: store, Policy: loginPolicy(cfg)},
-		TrustedProxies:  proxies,
+		Logger:  logger,
+		Metrics: registry,
+		Sessions: &account.Sessions{
+			Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
+			Throttle:      throttle,
+			Clients:       account.ClientAuthenticator{Clients: store, Throttle: throttle},
+			Store:         store,
+			Issuer:        issuer,
+			RefreshTokens: refreshVerifier,
+			ReuseGrace:    cfg.RefreshReuseGrace,
+		},
+		Definitions:    store,
+		Verifier:       verifier,
+		Keys:           keys,
+		IssuerURL:      cfg.Issuer,
+		TrustedProxies: proxies,
+		CORSOrigins:    cfg.CORSOrigins,
 	}), nil
 }
 
@@ -224,27 +232,4 @@ func nonEmpty(list []string) []string {
 		}
 	}
 	return out
-}
-
-// purgeEvery deletes, every interval until ctx ends, what purge finds
-// outdated at that time (expired sessions, old throttle counters). Every
-// replica runs it; the deletes are idempotent. It stands in for TTL
-// indexes, which the embedded development server lacks.
-func purgeEvery(ctx context.Context, logger *slog.Logger, interval time.Duration, what string,
-	purge func(ctx context.Context, now time.Time) (int64, error)) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		n, err := purge(ctx, time.Now())
-		if err != nil {
-			logger.Warn("purge "+what, "error", err.Error())
-			continue
-		}
-		logger.Debug("purged "+what, "count", n)
-	}
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/acme/platform/pkg/servicecmd"
+	"github.com/acme/platform/pkg/web"
 )
 
 // envPrefix prefixes every variable: CONVERSATIONS_HTTP_ADDR and so on.
@@ -30,6 +32,7 @@ type config struct {
 	CursorSecret           string        `envconfig:"CURSOR_SECRET" desc:"key (32+ bytes) authenticating paging cursors; empty: generated once and kept in MongoDB"`
 	LogLevel               string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	ShutdownTimeout        time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
+	CORSOrigins            []string      `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
 func loadConfig() (config, error) {
@@ -48,6 +51,9 @@ func (c config) validate() error {
 	}
 	if c.DefaultPageSize < 1 || c.MaxPageSize < c.DefaultPageSize {
 		return errors.New("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")
+	}
+	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
+		return fmt.Errorf("configuration: CONVERSATIONS_CORS_ORIGINS: %w", err)
 	}
 	return nil
 }

@@ -56,6 +56,7 @@ func TestRefusesBadConfigurationBeforeListening(t *testing.T) {
 		{"CONVERSATIONS_JWKS_URL", "ftp://x/jwks", "http(s) URL"},
 		{"CONVERSATIONS_ISSUER", "", "issuer"},
 		{"CONVERSATIONS_AUDIENCE", "", "audience"},
+		{"CONVERSATIONS_CORS_ORIGINS", "app.example", "CONVERSATIONS_CORS_ORIGINS"},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

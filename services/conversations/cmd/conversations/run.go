@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/pkg/servicecmd"
@@ -104,6 +106,17 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		}
 	}
 
+	// The idempotency keys' purge ends with the service's context; wait
+	// for it before disconnecting. serve cancels it itself on return, so
+	// that the Wait cannot block on a context nobody cancels.
+	var background sync.WaitGroup
+	defer background.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "idempotency keys", store.PurgeIdempotencyKeys)
+	})
+
 	return servicecmd.Service{
 		Name:      "conversations",
 		Version:   version,
@@ -146,6 +159,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 				Verifier:        verifier,
 				DefaultPageSize: cfg.DefaultPageSize,
 				MaxPageSize:     cfg.MaxPageSize,
+				CORSOrigins:     cfg.CORSOrigins,
 			}), nil
 		},
 	}.Run(ctx)

@@ -1,0 +1,356 @@
+import { ApiError } from "./errors.js";
+import { nextLink } from "./link.js";
+import { Session, type Credentials, type RenewalKind } from "./session.js";
+import type {
+  Conversation,
+  ConversationPatch,
+  ConversationStatus,
+  Definition,
+  Message,
+  NewConversation,
+  NewMessage,
+} from "./types.js";
+
+/** Configures a {@link PlatformClient}. */
+export interface ClientOptions {
+  /** Base URL of the account service, e.g. `http://localhost:8080`. */
+  accountUrl: string;
+  /** Base URL of the conversations service, e.g. `http://localhost:8081`. */
+  conversationsUrl: string;
+  /** A user's `{ accountName, username, password }`, or a service client's `{ clientId, clientSecret, scope? }`. */
+  credentials: Credentials;
+  /** The fetch to use; default the global one (Node 20+, browsers). */
+  fetch?: typeof globalThis.fetch;
+  /** Called after every login and renewal, with how it was done (for metrics). */
+  onRenew?: (kind: RenewalKind) => void;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Aborts the call. */
+  signal?: AbortSignal;
+}
+
+/** Options of a creating call. */
+export interface CreateOptions extends CallOptions {
+  /**
+   * The `Idempotency-Key`: a retry with the same key and body within 24
+   * hours returns the first response and creates nothing. Default: a new
+   * random key per call.
+   */
+  idempotencyKey?: string;
+}
+
+/** Options of {@link PlatformClient.updateConversation}. */
+export interface UpdateOptions extends CallOptions {
+  /** The `If-Match` to send; default the last ETag this client saw of the conversation. */
+  ifMatch?: string;
+}
+
+/** Filters and page size of the conversation listing. */
+export interface ListConversationsOptions extends CallOptions {
+  /** Page size, 1..100 (the service's default is 10). */
+  limit?: number;
+  status?: ConversationStatus;
+  /** Only conversations changed after this instant. */
+  updatedAfter?: Date | string;
+}
+
+/** Page size of the message listing. */
+export interface ListMessagesOptions extends CallOptions {
+  limit?: number;
+}
+
+/** One page of a listing and the link to the next, if any. */
+export interface Page<T> {
+  items: T[];
+  /** The next page's URL (absolute); undefined on the last page. */
+  next: string | undefined;
+}
+
+/** How many conversations' ETags a client remembers. */
+const maxRememberedETags = 1000;
+
+/**
+ * The client of the account and conversations services for one principal:
+ * a user (username, password, account name) or a service client (client
+ * credentials). It logs in on first use and renews its tokens before they
+ * expire; create one per principal and keep it.
+ */
+export class PlatformClient {
+  readonly accountUrl: string;
+  readonly conversationsUrl: string;
+  readonly #session: Session;
+  readonly #fetch: typeof globalThis.fetch;
+  readonly #etags = new Map<string, string>();
+
+  constructor(options: ClientOptions) {
+    this.accountUrl = baseUrl(options.accountUrl, "accountUrl");
+    this.conversationsUrl = baseUrl(options.conversationsUrl, "conversationsUrl");
+    // A browser's fetch must be called on the global object.
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.#session = new Session(this.accountUrl, checkCredentials(options.credentials), this.#fetch, options.onRenew);
+  }
+
+  /**
+   * Logs in now (optional: the first call logs in by itself). Useful to
+   * check the credentials at start-up: an {@link ApiError} with code
+   * `invalid_credentials` (user) or `invalid_client` (service client).
+   */
+  login(): Promise<void> {
+    return this.#session.login();
+  }
+
+  /** Revokes the session's refresh token and forgets the tokens. */
+  logout(options: CallOptions = {}): Promise<void> {
+    return this.#session.logout(options.signal);
+  }
+
+  /** The integration definitions of the caller's account. */
+  async listDefinitions(options: CallOptions = {}): Promise<Definition[]> {
+    const res = await this.#call("GET", this.accountUrl + "/definitions", options);
+    return res.json();
+  }
+
+  /** One page of conversations; `next` is the URL of the following one. */
+  async listConversationsPage(options: ListConversationsOptions & { page?: string } = {}): Promise<Page<Conversation>> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#listUrl(options);
+    const res = await this.#call("GET", url, options);
+    return { items: await res.json(), next: this.#next(res) };
+  }
+
+  /**
+   * Every conversation of the caller (for a service client: of its
+   * account), newest activity first, fetching page after page by following
+   * the `Link: rel="next"` header.
+   */
+  async *conversations(options: ListConversationsOptions = {}): AsyncGenerator<Conversation, void, undefined> {
+    let url: string | undefined = this.#listUrl(options);
+    while (url !== undefined) {
+      const page: Page<Conversation> = await this.listConversationsPage({ ...options, page: url });
+      yield* page.items;
+      url = page.next;
+    }
+  }
+
+  /** A conversation; remembers its ETag for the next update. */
+  async getConversation(id: string, options: CallOptions = {}): Promise<Conversation> {
+    const res = await this.#call("GET", this.#conversationUrl(id), options);
+    this.#rememberETag(id, res);
+    return res.json();
+  }
+
+  /**
+   * Creates a conversation, with an `Idempotency-Key` (generated unless
+   * given): retrying the call with the same key cannot create a second one.
+   */
+  async createConversation(input: NewConversation = {}, options: CreateOptions = {}): Promise<Conversation> {
+    const res = await this.#call("POST", this.conversationsUrl + "/v1/conversations", options, {
+      body: JSON.stringify(input),
+      contentType: "application/json",
+      idempotencyKey: options.idempotencyKey ?? newIdempotencyKey(),
+    });
+    const conv: Conversation = await res.json();
+    this.#rememberETag(conv.id, res);
+    return conv;
+  }
+
+  /**
+   * Changes the subject and/or status of a conversation (a JSON merge
+   * patch), if it has not changed since this client last saw it: the
+   * request carries `If-Match` with the last ETag seen (from get, create or
+   * update), and a conversation changed by someone else in the meantime
+   * gives an {@link ApiError} 412 `precondition_failed`; get it again, then
+   * retry. Without an ETag seen, the update is unconditional.
+   */
+  async updateConversation(id: string, patch: ConversationPatch, options: UpdateOptions = {}): Promise<Conversation> {
+    const ifMatch = options.ifMatch ?? this.#etags.get(id);
+    const res = await this.#call("PATCH", this.#conversationUrl(id), options, {
+      body: JSON.stringify(patch),
+      contentType: "application/merge-patch+json",
+      ifMatch,
+    });
+    this.#rememberETag(id, res);
+    return res.json();
+  }
+
+  /**
+   * Adds a user of the account to a conversation (idempotent), with
+   * `If-Match` as {@link PlatformClient.updateConversation} sends it.
+   */
+  async addParticipant(conversationId: string, userId: string, options: UpdateOptions = {}): Promise<void> {
+    await this.#participant("PUT", conversationId, userId, options);
+  }
+
+  /** Removes a participant (idempotent; a user may leave). The last one stays: 409 `last_participant`. */
+  async removeParticipant(conversationId: string, userId: string, options: UpdateOptions = {}): Promise<void> {
+    await this.#participant("DELETE", conversationId, userId, options);
+  }
+
+  async #participant(method: string, conversationId: string, userId: string, options: UpdateOptions): Promise<void> {
+    if (!userId) throw new TypeError("a user id is required");
+    const url = this.#conversationUrl(conversationId) + "/participants/" + encodeURIComponent(userId);
+    const res = await this.#call(method, url, options, { ifMatch: options.ifMatch ?? this.#etags.get(conversationId) });
+    this.#rememberETag(conversationId, res);
+    await res.body?.cancel();
+  }
+
+  /** The last ETag this client saw of a conversation, if any. */
+  etag(conversationId: string): string | undefined {
+    return this.#etags.get(conversationId);
+  }
+
+  /** Posts a message, with an `Idempotency-Key` (generated unless given). */
+  async postMessage(conversationId: string, message: NewMessage, options: CreateOptions = {}): Promise<Message> {
+    const res = await this.#call("POST", this.#conversationUrl(conversationId) + "/messages", options, {
+      body: JSON.stringify(message),
+      contentType: "application/json",
+      idempotencyKey: options.idempotencyKey ?? newIdempotencyKey(),
+    });
+    // The message moved the conversation's updatedAt: its ETag is stale.
+    this.#etags.delete(conversationId);
+    return res.json();
+  }
+
+  /** One page of a conversation's messages, newest first. */
+  async listMessagesPage(conversationId: string, options: ListMessagesOptions & { page?: string } = {}): Promise<Page<Message>> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#messagesUrl(conversationId, options);
+    const res = await this.#call("GET", url, options);
+    return { items: await res.json(), next: this.#next(res) };
+  }
+
+  /** Every message of a conversation, newest first, following `Link`. */
+  async *messages(conversationId: string, options: ListMessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
+    let url: string | undefined = this.#messagesUrl(conversationId, options);
+    while (url !== undefined) {
+      const page: Page<Message> = await this.listMessagesPage(conversationId, { ...options, page: url });
+      yield* page.items;
+      url = page.next;
+    }
+  }
+
+  /** A message of a conversation. */
+  async getMessage(conversationId: string, messageId: string, options: CallOptions = {}): Promise<Message> {
+    const res = await this.#call("GET", this.#conversationUrl(conversationId) + "/messages/" + encodeURIComponent(messageId), options);
+    return res.json();
+  }
+
+  toString(): string {
+    return `PlatformClient(${this.accountUrl}, ${this.conversationsUrl}, ${this.#session.kind} credentials)`;
+  }
+
+  toJSON(): Record<string, string> {
+    return { accountUrl: this.accountUrl, conversationsUrl: this.conversationsUrl, credentials: `${this.#session.kind} (redacted)` };
+  }
+
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString();
+  }
+
+  /**
+   * Sends a request with the session's bearer token. A 401 invalid_token
+   * (a key rotation, a revoked session) renews the session and retries the
+   * request once, with the same body and idempotency key; any other
+   * failure is thrown as an ApiError.
+   */
+  async #call(
+    method: string,
+    url: string,
+    options: CallOptions,
+    send: { body?: string; contentType?: string; idempotencyKey?: string | undefined; ifMatch?: string | undefined } = {},
+  ): Promise<Response> {
+    for (let attempt = 0; ; attempt++) {
+      const bearer = await this.#session.bearer();
+      const headers: Record<string, string> = { Authorization: `Bearer ${bearer.token}`, Accept: "application/json" };
+      if (send.contentType) headers["Content-Type"] = send.contentType;
+      if (send.idempotencyKey) headers["Idempotency-Key"] = send.idempotencyKey;
+      if (send.ifMatch) headers["If-Match"] = send.ifMatch;
+      const res = await this.#fetch(url, {
+        method,
+        headers,
+        body: send.body ?? null,
+        signal: options.signal ?? null,
+        credentials: "omit",
+      });
+      if (res.ok) return res;
+      const err = await ApiError.fromResponse(res, method);
+      if (err.status === 401 && err.code === "invalid_token" && attempt === 0) {
+        this.#session.invalidate(bearer.generation);
+        continue;
+      }
+      throw err;
+    }
+  }
+
+  #listUrl(options: ListConversationsOptions): string {
+    const q = new URLSearchParams();
+    if (options.limit !== undefined) q.set("limit", String(options.limit));
+    if (options.status !== undefined) q.set("status", options.status);
+    if (options.updatedAfter !== undefined) {
+      q.set("updatedAfter", options.updatedAfter instanceof Date ? options.updatedAfter.toISOString() : options.updatedAfter);
+    }
+    const qs = q.toString();
+    return this.conversationsUrl + "/v1/conversations" + (qs ? "?" + qs : "");
+  }
+
+  #messagesUrl(conversationId: string, options: ListMessagesOptions): string {
+    const qs = options.limit !== undefined ? `?limit=${encodeURIComponent(String(options.limit))}` : "";
+    return this.#conversationUrl(conversationId) + "/messages" + qs;
+  }
+
+  #conversationUrl(id: string): string {
+    if (!id) throw new TypeError("a conversation id is required");
+    return this.conversationsUrl + "/v1/conversations/" + encodeURIComponent(id);
+  }
+
+  /** The absolute URL of a response's next link, if any. */
+  #next(res: Response): string | undefined {
+    const target = nextLink(res.headers.get("Link"));
+    return target === undefined ? undefined : this.#sameOrigin(new URL(target, this.conversationsUrl + "/").href);
+  }
+
+  /** A URL of the conversations service; the bearer token never goes elsewhere. */
+  #sameOrigin(url: string): string {
+    const u = new URL(url, this.conversationsUrl + "/");
+    if (u.origin !== new URL(this.conversationsUrl).origin) {
+      throw new Error(`refusing to follow a link to another origin (${u.origin})`);
+    }
+    return u.href;
+  }
+
+  #rememberETag(id: string, res: Response): void {
+    const etag = res.headers.get("ETag");
+    if (!etag) return;
+    this.#etags.delete(id); // re-inserted last: the oldest entry goes first
+    this.#etags.set(id, etag);
+    if (this.#etags.size > maxRememberedETags) {
+      const oldest = this.#etags.keys().next().value;
+      if (oldest !== undefined) this.#etags.delete(oldest);
+    }
+  }
+}
+
+/** A random idempotency key (a UUID). */
+export function newIdempotencyKey(): string {
+  return globalThis.crypto.randomUUID();
+}
+
+function baseUrl(url: string, name: string): string {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new TypeError(`${name} is not an absolute URL`);
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`${name} must be http(s)`);
+  return u.href.replace(/\/+$/, "");
+}
+
+function checkCredentials(c: Credentials): Credentials {
+  if (c && "clientId" in c) {
+    if (!c.clientId || !c.clientSecret) throw new TypeError("credentials: clientId and clientSecret are required");
+  } else if (!c || !c.accountName || !c.username || !c.password) {
+    throw new TypeError("credentials: accountName, username and password are required");
+  }
+  return c;
+}

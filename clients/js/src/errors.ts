@@ -1,0 +1,160 @@
+import type { FieldError } from "./types.js";
+
+/** What an {@link ApiError} is made of. */
+export interface ApiErrorInit {
+  status: number;
+  code: string;
+  title?: string | undefined;
+  detail?: string | undefined;
+  type?: string | undefined;
+  instance?: string | undefined;
+  fieldErrors?: FieldError[] | undefined;
+  retryAfter?: number | undefined;
+  requestId?: string | undefined;
+  method?: string | undefined;
+  url?: string | undefined;
+}
+
+/**
+ * Every answer of a service outside 2xx: the RFC 9457 problem of the
+ * services, or the RFC 6749 error of the token endpoint, in one shape.
+ * Switch on {@link ApiError.code}, never on the message.
+ *
+ * It carries no credential: no password, client secret or token is ever
+ * part of a request line, and request bodies and headers are not kept.
+ */
+export class ApiError extends Error {
+  /** The HTTP status, e.g. 404. */
+  readonly status: number;
+  /**
+   * The stable machine-readable code, e.g. `validation_failed`,
+   * `invalid_credentials`, `precondition_failed`; `http_<status>` when the
+   * body was not a problem (a proxy's page, say).
+   */
+  readonly code: string;
+  readonly title: string | undefined;
+  readonly detail: string | undefined;
+  readonly type: string | undefined;
+  readonly instance: string | undefined;
+  /** The offending inputs of a `validation_failed` problem; empty otherwise. */
+  readonly fieldErrors: readonly FieldError[];
+  /** Seconds to wait before trying again (429, 503), from `Retry-After`. */
+  readonly retryAfter: number | undefined;
+  /** The `X-Request-ID` of the response, for support. */
+  readonly requestId: string | undefined;
+  /** The method and URL of the request (they never hold a secret). */
+  readonly method: string | undefined;
+  readonly url: string | undefined;
+
+  constructor(init: ApiErrorInit) {
+    const what = init.detail || init.title || "request failed";
+    super(`${init.method ? `${init.method} ${pathOf(init.url)}: ` : ""}${init.status} ${init.code}: ${what}`);
+    this.name = "ApiError";
+    this.status = init.status;
+    this.code = init.code;
+    this.title = init.title;
+    this.detail = init.detail;
+    this.type = init.type;
+    this.instance = init.instance;
+    this.fieldErrors = Object.freeze([...(init.fieldErrors ?? [])]);
+    this.retryAfter = init.retryAfter;
+    this.requestId = init.requestId;
+    this.method = init.method;
+    this.url = init.url;
+  }
+
+  /** Reads a failed response into an ApiError (it consumes the body). */
+  static async fromResponse(res: Response, method?: string): Promise<ApiError> {
+    const base = {
+      status: res.status,
+      retryAfter: parseRetryAfter(res.headers.get("Retry-After")),
+      requestId: res.headers.get("X-Request-ID") ?? undefined,
+      method,
+      url: res.url || undefined,
+    };
+    let body: unknown;
+    try {
+      const text = await res.text();
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      body = undefined;
+    }
+    if (isObject(body) && typeof body["code"] === "string") {
+      // RFC 9457 problem+json of the services.
+      return new ApiError({
+        ...base,
+        code: body["code"],
+        title: str(body["title"]),
+        detail: str(body["detail"]),
+        type: str(body["type"]),
+        instance: str(body["instance"]),
+        fieldErrors: fieldErrors(body["errors"]),
+      });
+    }
+    if (isObject(body) && typeof body["error"] === "string") {
+      // RFC 6749 section 5.2 error of POST /oauth2/token.
+      return new ApiError({ ...base, code: body["error"], detail: str(body["error_description"]) });
+    }
+    return new ApiError({ ...base, code: `http_${res.status}`, title: res.statusText || undefined });
+  }
+
+  /** A plain object of the fields, for structured logs. */
+  toJSON(): Record<string, unknown> {
+    return {
+      name: this.name,
+      message: this.message,
+      status: this.status,
+      code: this.code,
+      title: this.title,
+      detail: this.detail,
+      fieldErrors: this.fieldErrors,
+      retryAfter: this.retryAfter,
+      requestId: this.requestId,
+      method: this.method,
+      url: this.url,
+    };
+  }
+}
+
+/** Whether err is an {@link ApiError}, with the given code when one is given. */
+export function isApiError(err: unknown, code?: string): err is ApiError {
+  return err instanceof ApiError && (code === undefined || err.code === code);
+}
+
+/**
+ * Parses Retry-After (RFC 9110 section 10.2.3): delta-seconds or an
+ * HTTP-date, as whole seconds from now (at least 0).
+ */
+export function parseRetryAfter(value: string | null): number | undefined {
+  if (value === null || value.trim() === "") return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v);
+  const at = Date.parse(v);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, Math.ceil((at - Date.now()) / 1000));
+}
+
+function pathOf(url: string | undefined): string {
+  if (!url) return "";
+  try {
+    const u = new URL(url);
+    return u.pathname;
+  } catch {
+    return "";
+  }
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function str(v: unknown): string | undefined {
+  return typeof v === "string" ? v : undefined;
+}
+
+function fieldErrors(v: unknown): FieldError[] {
+  if (!Array.isArray(v)) return [];
+  return v
+    .filter(isObject)
+    .map((e) => ({ field: str(e["field"]) ?? "", reason: str(e["reason"]) ?? "" }));
+}

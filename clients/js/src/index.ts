@@ -1,0 +1,17 @@
+// @acme/platform-client: the client of the account and conversations
+// services for Node.js 20+ and browsers, on fetch, with no dependency.
+export { PlatformClient, newIdempotencyKey } from "./client.js";
+export type {
+  ClientOptions,
+  CallOptions,
+  CreateOptions,
+  UpdateOptions,
+  ListConversationsOptions,
+  ListMessagesOptions,
+  Page,
+} from "./client.js";
+export { ApiError, isApiError, parseRetryAfter } from "./errors.js";
+export type { ApiErrorInit } from "./errors.js";
+export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind } from "./session.js";
+export type * from "./types.js";
+export { nextLink } from "./link.js";

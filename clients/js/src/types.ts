@@ -1,0 +1,30 @@
+// The resource types of both services, from the types openapi-typescript
+// generates from their OpenAPI documents (src/generated/).
+import type { components as AccountComponents } from "./generated/account.js";
+import type { components as ConversationsComponents } from "./generated/conversations.js";
+
+type AccountSchemas = AccountComponents["schemas"];
+type ConversationsSchemas = ConversationsComponents["schemas"];
+
+/** An integration definition of the caller's account. */
+export type Definition = AccountSchemas["Definition"];
+/** The token set of a user session (POST /login, POST /token/refresh). */
+export type TokenSet = AccountSchemas["TokenSet"];
+
+/** A conversation. */
+export type Conversation = ConversationsSchemas["Conversation"];
+/** The members of a conversation to create; all optional. */
+export type NewConversation = ConversationsSchemas["NewConversation"];
+/** `open`, `snoozed` or `closed`. */
+export type ConversationStatus = ConversationsSchemas["ConversationStatus"];
+/** One offending input of a `validation_failed` problem. */
+export type FieldError = ConversationsSchemas["FieldError"];
+/** A problem (RFC 9457) as the services send it. */
+export type Problem = ConversationsSchemas["Problem"];
+
+/** A JSON merge patch (RFC 7396) of a conversation: what may change. */
+export type ConversationPatch = ConversationsSchemas["ConversationPatch"];
+/** A message of a conversation; immutable. */
+export type Message = ConversationsSchemas["Message"];
+/** A message to post. */
+export type NewMessage = ConversationsSchemas["NewMessage"];

@@ -1,0 +1,46 @@
+// The parts of the library that need no service: Link parsing, Retry-After,
+// and what a client shows of itself before any call.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { inspect } from "node:util";
+import { PlatformClient, nextLink, parseRetryAfter } from "../dist/index.js";
+
+test("nextLink finds rel=next among several links and parameters", () => {
+  assert.equal(nextLink('</v1/conversations?limit=7&cursor=abc>; rel="next"'), "/v1/conversations?limit=7&cursor=abc");
+  assert.equal(nextLink('</a>; rel="prev", </b;c,d>; title="x, y; z"; rel="next last"'), "/b;c,d");
+  assert.equal(nextLink("</a>; rel=next; anchor=\"/x\", </b>; REL=NEXT"), "/b");
+  assert.equal(nextLink('</a>; rel="prev"'), undefined);
+  assert.equal(nextLink(null), undefined);
+  assert.throws(() => nextLink("no angle brackets"), /malformed Link header/);
+});
+
+test("parseRetryAfter reads seconds and HTTP dates", () => {
+  assert.equal(parseRetryAfter("120"), 120);
+  assert.equal(parseRetryAfter(null), undefined);
+  assert.equal(parseRetryAfter("soon"), undefined);
+  const inAMinute = new Date(Date.now() + 60_000).toUTCString();
+  const s = parseRetryAfter(inAMinute);
+  assert.ok(s > 55 && s <= 61, `${s}`);
+  assert.equal(parseRetryAfter("Thu, 01 Jan 1970 00:00:00 GMT"), 0);
+});
+
+test("a client shows no credential before or without any call", () => {
+  const password = "pw-very-secret";
+  const secret = "cs_very-secret";
+  const clients = [
+    new PlatformClient({ accountUrl: "http://a.test", conversationsUrl: "http://c.test", credentials: { accountName: "x", username: "u", password } }),
+    new PlatformClient({ accountUrl: "http://a.test", conversationsUrl: "http://c.test", credentials: { clientId: "cli_1", clientSecret: secret } }),
+  ];
+  for (const c of clients) {
+    for (const form of [String(c), inspect(c, { showHidden: true, depth: 10 }), JSON.stringify(c)]) {
+      assert.ok(!form.includes(password) && !form.includes(secret), form);
+    }
+  }
+});
+
+test("bad options are refused at construction", () => {
+  const ok = { accountUrl: "http://a.test", conversationsUrl: "http://c.test", credentials: { accountName: "x", username: "u", password: "p" } };
+  assert.throws(() => new PlatformClient({ ...ok, accountUrl: "localhost:8080" }), /accountUrl/);
+  assert.throws(() => new PlatformClient({ ...ok, credentials: { accountName: "x", username: "u" } }), /password/);
+  assert.throws(() => new PlatformClient({ ...ok, credentials: { clientId: "cli_1" } }), /clientSecret/);
+});

@@ -1,0 +1,733 @@
+<?php
+
+declare(strict_types=1);
+
+namespace Acme\Platform;
+
+use Acme\Platform\Internal\CurlTransport;
+use Acme\Platform\Internal\LinkHeader;
+use Acme\Platform\Internal\Problem;
+use Acme\Platform\Internal\Response;
+
+/**
+ * Calls the account and conversations services as one user (password
+ * login) or one service client (client credentials).
+ *
+ * Give either $username, $password and $accountName, or $clientId and
+ * $clientSecret. The client logs in on the first call that needs a token and
+ * renews the session before it expires: it refreshes first
+ * (POST /token/refresh) and logs in again when the refresh is refused. One
+ * renewal runs at a time.
+ *
+ * Every answer outside 2xx throws ApiError; a request that gets no answer
+ * throws TransportError. Reads, and creations (which carry an
+ * Idempotency-Key), are retried up to $maxRetries times after a lost
+ * connection, a 502, 503 or 504, or a 429 whose Retry-After is at most
+ * $maxRetryWait seconds.
+ *
+ * @phpstan-type Conversation array{id: string, subject: string, status: string, participants: list<string>,
+ *     createdAt: string, updatedAt: string, lastMessageAt: string|null}
+ * @phpstan-type Message array{id: string, conversationId: string, author: string, body: string,
+ *     metadata: array<string, mixed>, createdAt: string}
+ * @phpstan-type Definition array{id: string, name: string, type: string, config: array<string, mixed>,
+ *     enabled: bool, createdAt: string, updatedAt: string}
+ */
+final class Client
+{
+    public const STATUS_OPEN = 'open';
+    public const STATUS_SNOOZED = 'snoozed';
+    public const STATUS_CLOSED = 'closed';
+
+    private const USER_AGENT = 'acme-platform-php/0.1';
+    private const RETRY_STATUSES = [429, 502, 503, 504];
+    private const ETAG_CACHE_SIZE = 1024;
+
+    private readonly string $accountUrl;
+    private readonly ?string $conversationsUrl;
+    private readonly ?Secret $password;
+    private readonly ?Secret $clientSecret;
+    private readonly TokenStore $tokenStore;
+    private readonly CurlTransport $transport;
+    /** @var (\Closure(string, string, array<string, mixed>): void)|null */
+    private readonly ?\Closure $logger;
+
+    private ?Session $session = null;
+    private bool $loaded = false; // whether the store has been read
+    private int $generation = 0; // incremented whenever the session changes
+    private bool $stale = false; // a service refused the bearer of this generation
+    private bool $renewing = false;
+    /** @var array<string, string> the last ETag seen, by conversation id */
+    private array $etags = [];
+
+    /**
+     * @param string        $accountUrl       base URL of the account service, e.g. http://localhost:8080
+     * @param string|null   $conversationsUrl base URL of the conversations service (may carry a path prefix)
+     * @param string|null   $scope            client credentials only: narrows the client's scopes
+     * @param float         $timeout          seconds one request may take
+     * @param TokenStore|null $tokenStore     where the session is kept; in memory by default
+     * @param callable|null $logger           fn(string $level, string $message, array $context): void, e.g. a
+     *                                        PSR-3 logger's log method; it never receives a secret
+     */
+    public function __construct(
+        string $accountUrl,
+        ?string $conversationsUrl = null,
+        private readonly ?string $username = null,
+        #[\SensitiveParameter] ?string $password = null,
+        private readonly ?string $accountName = null,
+        private readonly ?string $clientId = null,
+        #[\SensitiveParameter] ?string $clientSecret = null,
+        private readonly ?string $scope = null,
+        float $timeout = 10.0,
+        private readonly int $maxRetries = 2,
+        private readonly float $maxRetryWait = 10.0,
+        ?TokenStore $tokenStore = null,
+        ?callable $logger = null,
+    ) {
+        $account = self::baseUrl('accountUrl', $accountUrl);
+        if ($account === null) {
+            throw new \InvalidArgumentException('accountUrl is required');
+        }
+        $this->accountUrl = $account;
+        $this->conversationsUrl = self::baseUrl('conversationsUrl', $conversationsUrl);
+        $user = [$username, $password, $accountName];
+        $client = [$clientId, $clientSecret];
+        $given = static fn (array $values): array => array_filter($values, static fn ($v) => $v !== null && $v !== '');
+        if ($given($user) !== [] && $given($client) !== []) {
+            throw new \InvalidArgumentException(
+                'give either username, password and accountName, or clientId and clientSecret, not both'
+            );
+        }
+        if ($given($client) !== []) {
+            if (count($given($client)) !== 2) {
+                throw new \InvalidArgumentException('client credentials need both clientId and clientSecret');
+            }
+        } elseif (count($given($user)) !== 3) {
+            throw new \InvalidArgumentException(
+                'username, password and accountName are all required (or clientId and clientSecret)'
+            );
+        }
+        if ($timeout <= 0 || $maxRetries < 0 || $maxRetryWait < 0) {
+            throw new \InvalidArgumentException('timeout must be positive, maxRetries and maxRetryWait not negative');
+        }
+        $this->password = $password !== null && $password !== '' ? new Secret($password) : null;
+        $this->clientSecret = $clientSecret !== null && $clientSecret !== '' ? new Secret($clientSecret) : null;
+        $this->tokenStore = $tokenStore ?? new MemoryTokenStore();
+        $this->transport = new CurlTransport($timeout);
+        $this->logger = $logger !== null ? \Closure::fromCallable($logger) : null;
+    }
+
+    /** @return array<string, mixed> what var_dump and print_r show: no secret */
+    public function __debugInfo(): array
+    {
+        $who = $this->clientId !== null
+            ? ['clientId' => $this->clientId]
+            : ['username' => $this->username, 'accountName' => $this->accountName];
+        return ['accountUrl' => $this->accountUrl, 'conversationsUrl' => $this->conversationsUrl] + $who
+            + ['loggedIn' => $this->session !== null];
+    }
+
+    /** @return array<never> */
+    public function __serialize(): array
+    {
+        throw new \LogicException('a Client holds credentials and cannot be serialized');
+    }
+
+    private static function baseUrl(string $name, ?string $raw): ?string
+    {
+        if ($raw === null || $raw === '') {
+            return null;
+        }
+        $parts = parse_url($raw);
+        if (
+            $parts === false || !in_array($parts['scheme'] ?? '', ['http', 'https'], true)
+            || ($parts['host'] ?? '') === ''
+        ) {
+            throw new \InvalidArgumentException(
+                "$name: want an absolute http or https URL, such as http://localhost:8080"
+            );
+        }
+        if (isset($parts['user']) || isset($parts['query']) || isset($parts['fragment'])) {
+            throw new \InvalidArgumentException("$name: want a base URL without user info, query or fragment");
+        }
+        return rtrim($raw, '/');
+    }
+
+    // -- session -----------------------------------------------------------
+
+    /**
+     * Logs in now (POST /login or POST /oauth2/token) rather than on the
+     * first call: useful to check the credentials at start-up. Throws
+     * ApiError with code invalid_credentials (or invalid_client) when they
+     * are wrong.
+     */
+    public function login(): void
+    {
+        $this->loaded = true;
+        $this->keep($this->authenticate());
+    }
+
+    /**
+     * Ends the session: revokes its refresh token (POST /logout) and forgets
+     * the tokens, in the token store too. The next call logs in again.
+     */
+    public function logout(): void
+    {
+        $session = $this->loaded ? $this->session : $this->tokenStore->load();
+        $this->session = null;
+        $this->loaded = true;
+        $this->stale = false;
+        $this->generation++;
+        $this->tokenStore->save(null);
+        if ($session?->refreshToken !== null) {
+            $refresh = $session->refreshToken;
+            $this->exchange(
+                'POST',
+                $this->accountUrl . '/logout',
+                new Secret(self::json(['refresh_token' => $refresh->reveal()])),
+                ['Content-Type' => 'application/json'],
+                [$refresh],
+            );
+        }
+    }
+
+    /** @return array{0: Secret, 1: int} a bearer that does not expire within the margin, and its generation */
+    private function currentBearer(): array
+    {
+        if (!$this->loaded) {
+            $this->session = $this->tokenStore->load();
+            $this->loaded = true;
+        }
+        $session = $this->session;
+        if ($session !== null && !$this->stale && microtime(true) < $session->renewAt()) {
+            return [$session->bearer, $this->generation];
+        }
+        if ($this->renewing) {
+            throw new \LogicException('acme/platform: a renewal is already in progress (re-entrant call)');
+        }
+        $this->renewing = true;
+        try {
+            // Used as is even if the clock already says it is due: a server
+            // that issues tokens of a few seconds must not make us loop.
+            $session = $this->keep($this->renew());
+        } finally {
+            $this->renewing = false;
+        }
+        return [$session->bearer, $this->generation];
+    }
+
+    private function keep(Session $session): Session
+    {
+        $this->session = $session;
+        $this->stale = false;
+        $this->generation++;
+        $this->tokenStore->save($session);
+        return $session;
+    }
+
+    /**
+     * Refreshes the session when it has a refresh token, and logs in when it
+     * has none or the refresh is refused (401: spent, revoked or expired;
+     * 404: no refresh endpoint).
+     */
+    private function renew(): Session
+    {
+        $session = $this->session;
+        if ($session?->refreshToken !== null) {
+            $refresh = $session->refreshToken;
+            try {
+                $renewed = $this->tokenRequest(
+                    '/token/refresh',
+                    new Secret(self::json(['refresh_token' => $refresh->reveal()])),
+                    'application/json',
+                    [$refresh],
+                    null,
+                );
+                $this->log('debug', 'session renewed by refresh');
+                return $renewed;
+            } catch (ApiError $e) {
+                if ($e->status !== 401 && $e->status !== 404) {
+                    throw $e;
+                }
+                // Never offer a refused refresh token again.
+                $this->session = $session->withoutRefreshToken();
+                $this->tokenStore->save($this->session);
+                $this->log('info', sprintf('refresh refused (%d %s); logging in again', $e->status, $e->code()));
+            }
+        }
+        return $this->authenticate();
+    }
+
+    private function authenticate(): Session
+    {
+        if ($this->clientSecret !== null) {
+            $form = ['grant_type' => 'client_credentials'];
+            if ($this->scope !== null && $this->scope !== '') {
+                $form['scope'] = $this->scope;
+            }
+            $encoded = new Secret(base64_encode(
+                urlencode((string) $this->clientId) . ':' . urlencode($this->clientSecret->reveal())
+            ));
+            $session = $this->tokenRequest(
+                '/oauth2/token',
+                new Secret(http_build_query($form, '', '&', PHP_QUERY_RFC1738)),
+                'application/x-www-form-urlencoded',
+                [$this->clientSecret, $encoded],
+                new Secret('Basic ' . $encoded->reveal()),
+            );
+            $this->log('debug', 'obtained an access token with client credentials');
+            return $session;
+        }
+        \assert($this->password !== null);
+        $session = $this->tokenRequest('/login', new Secret(self::json([
+            'username' => $this->username,
+            'password' => $this->password->reveal(),
+            'accountName' => $this->accountName,
+        ])), 'application/json', [$this->password], null);
+        $this->log('debug', 'logged in');
+        return $session;
+    }
+
+    /**
+     * Posts to a token endpoint and reads the token set: the bearer (id
+     * token for a user, access token for a service client) and the refresh
+     * token.
+     *
+     * @param list<Secret> $secrets
+     */
+    private function tokenRequest(
+        string $path,
+        #[\SensitiveParameter] Secret $body,
+        string $contentType,
+        array $secrets,
+        ?Secret $authorization,
+    ): Session {
+        $start = microtime(true); // expires_in counts from the answer: earlier is safe
+        $response = $this->exchange(
+            'POST',
+            $this->accountUrl . $path,
+            $body,
+            ['Content-Type' => $contentType],
+            $secrets,
+            $authorization,
+        );
+        $doc = json_decode($response->body, true);
+        $tokens = is_array($doc) ? ($doc['tokens'] ?? $doc) : null;
+        if (!is_array($tokens)) {
+            throw new ClientException("acme/platform: POST $path: the response holds no token set");
+        }
+        $bearer = $tokens['id_token'] ?? $tokens['access_token'] ?? null;
+        $expiresIn = $tokens['expires_in'] ?? null;
+        if (!is_string($bearer) || $bearer === '' || !(is_int($expiresIn) || is_float($expiresIn)) || $expiresIn < 1) {
+            throw new ClientException("acme/platform: POST $path: the response has no token or no positive expires_in");
+        }
+        $refresh = $tokens['refresh_token'] ?? null;
+        $lifetime = (float) min($expiresIn, 365 * 24 * 3600);
+        return new Session(
+            new Secret($bearer),
+            is_string($refresh) && $refresh !== '' ? new Secret($refresh) : null,
+            $start + $lifetime,
+            $lifetime,
+        );
+    }
+
+    /** @param array<string, mixed> $context */
+    private function log(string $level, string $message, array $context = []): void
+    {
+        if ($this->logger !== null) {
+            ($this->logger)($level, $message, $context);
+        }
+    }
+
+    // -- HTTP ------------------------------------------------------------
+
+    /**
+     * One request; an answer outside 2xx throws ApiError, with every secret
+     * of the request removed from its texts.
+     *
+     * @param array<string, string> $headers
+     * @param list<Secret>          $secrets
+     */
+    private function exchange(
+        string $method,
+        string $url,
+        #[\SensitiveParameter] string|Secret|null $body,
+        array $headers,
+        array $secrets,
+        ?Secret $authorization = null,
+    ): Response {
+        $headers = [
+            'Accept' => 'application/json, application/problem+json',
+            'User-Agent' => self::USER_AGENT,
+        ] + $headers;
+        $response = $this->transport->send($method, $url, $headers, $body, $authorization);
+        if ($response->status >= 200 && $response->status < 300) {
+            return $response;
+        }
+        throw Problem::toError($method, self::path($url), $response, $secrets);
+    }
+
+    /**
+     * An authenticated request with $payload as its JSON body (unless null).
+     * A 401 invalid_token renews the session and repeats the request once;
+     * with $retry, lost connections and 429/502/503/504 are retried as the
+     * class documents.
+     *
+     * @param array<string, string> $headers
+     */
+    private function call(
+        string $method,
+        string $url,
+        mixed $payload = null,
+        string $contentType = 'application/json',
+        array $headers = [],
+        bool $retry = false,
+    ): Response {
+        $body = $payload !== null ? self::json($payload) : null;
+        if ($body !== null) {
+            $headers['Content-Type'] = $contentType;
+        }
+        $renewed = false;
+        $attempt = 0;
+        while (true) {
+            [$bearer, $generation] = $this->currentBearer();
+            try {
+                $authorization = new Secret('Bearer ' . $bearer->reveal());
+                return $this->exchange($method, $url, $body, $headers, [$bearer], $authorization);
+            } catch (ApiError $e) {
+                if ($e->status === 401 && $e->code() === ApiError::INVALID_TOKEN && !$renewed) {
+                    $renewed = true;
+                    if ($this->generation === $generation) {
+                        $this->stale = true;
+                    }
+                    continue;
+                }
+                if (!$retry || !in_array($e->status, self::RETRY_STATUSES, true) || $attempt >= $this->maxRetries) {
+                    throw $e;
+                }
+                $wait = $e->retryAfter ?? 0.25 * 2 ** $attempt;
+                if ($wait > $this->maxRetryWait) {
+                    throw $e;
+                }
+                $cause = $e->status . ' ' . $e->code();
+            } catch (TransportError $e) {
+                if (!$retry || $attempt >= $this->maxRetries) {
+                    throw $e;
+                }
+                $wait = 0.25 * 2 ** $attempt;
+                $cause = $e->reason;
+            }
+            $attempt++;
+            $this->log('info', sprintf(
+                '%s %s: %s; retry %d in %.2fs',
+                $method,
+                self::path($url),
+                $cause,
+                $attempt,
+                $wait,
+            ));
+            usleep((int) ($wait * 1e6));
+        }
+    }
+
+    private static function json(#[\SensitiveParameter] mixed $value): string
+    {
+        return json_encode($value, JSON_THROW_ON_ERROR | JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE);
+    }
+
+    private static function decode(Response $response, string $method, string $url): mixed
+    {
+        try {
+            return json_decode($response->body, true, 512, JSON_THROW_ON_ERROR);
+        } catch (\JsonException) {
+            throw new ClientException(
+                sprintf('acme/platform: %s %s: the response is not JSON', $method, self::path($url))
+            );
+        }
+    }
+
+    private static function path(string $url): string
+    {
+        return (string) (parse_url($url, PHP_URL_PATH) ?: '/');
+    }
+
+    private function conversationsEndpoint(string $path): string
+    {
+        if ($this->conversationsUrl === null) {
+            throw new ClientException('acme/platform: conversationsUrl is not configured');
+        }
+        return $this->conversationsUrl . $path;
+    }
+
+    private function conversationUrl(string $conversationId): string
+    {
+        if ($conversationId === '') {
+            throw new \InvalidArgumentException('empty conversation id');
+        }
+        return $this->conversationsEndpoint('/v1/conversations/' . rawurlencode($conversationId));
+    }
+
+    /**
+     * Pages of a listing, following Link: rel="next" as the loop goes on.
+     *
+     * @return \Generator<int, Page<array<string, mixed>>>
+     */
+    private function walk(string $firstUrl): \Generator
+    {
+        $base = $this->conversationsEndpoint('');
+        $url = $firstUrl;
+        $seen = [];
+        while (true) {
+            $response = $this->call('GET', $url, retry: true);
+            $items = self::decode($response, 'GET', $url);
+            if (!is_array($items) || !array_is_list($items)) {
+                throw new ClientException('acme/platform: GET ' . self::path($url) . ': the response is no JSON array');
+            }
+            $target = LinkHeader::next($response->headerValues('link'));
+            $next = $target !== null ? LinkHeader::resolve($base, $url, $target) : null;
+            yield new Page($items, $next);
+            if ($next === null) {
+                return;
+            }
+            if (isset($seen[$next])) {
+                throw new ClientException('acme/platform: the next link repeats an earlier page');
+            }
+            $seen[$next] = true;
+            $url = $next;
+        }
+    }
+
+    private function rememberEtag(string $conversationId, Response $response): void
+    {
+        $etag = $response->header('etag');
+        if ($etag === '') {
+            return;
+        }
+        unset($this->etags[$conversationId]);
+        $this->etags[$conversationId] = $etag;
+        if (count($this->etags) > self::ETAG_CACHE_SIZE) {
+            unset($this->etags[array_key_first($this->etags)]);
+        }
+    }
+
+    /**
+     * The last ETag this client saw for the conversation (from a get, create
+     * or update), null when it saw none.
+     */
+    public function etag(string $conversationId): ?string
+    {
+        return $this->etags[$conversationId] ?? null;
+    }
+
+    // -- account service -------------------------------------------------
+
+    /**
+     * The integration definitions of the caller's account (GET
+     * /definitions); an empty array when there are none.
+     *
+     * @return list<Definition>
+     */
+    public function listDefinitions(): array
+    {
+        $url = $this->accountUrl . '/definitions';
+        $doc = self::decode($this->call('GET', $url, retry: true), 'GET', $url);
+        if ($doc === null) {
+            return [];
+        }
+        if (!is_array($doc) || !array_is_list($doc)) {
+            throw new ClientException('acme/platform: GET /definitions: the response is no JSON array');
+        }
+        return $doc;
+    }
+
+    // -- conversations ---------------------------------------------------
+
+    /**
+     * The caller's conversations page by page (newest activity first),
+     * following each page's Link: rel="next"; the next page is requested
+     * only when the loop asks for it. $limit is the page size (1..100; the
+     * service's default 10 when null).
+     *
+     * @return \Generator<int, Page<Conversation>>
+     */
+    public function conversationPages(
+        ?int $limit = null,
+        ?string $status = null,
+        ?string $updatedAfter = null,
+    ): \Generator {
+        $query = array_filter(
+            ['limit' => $limit, 'status' => $status, 'updatedAfter' => $updatedAfter],
+            static fn ($v) => $v !== null,
+        );
+        $url = $this->conversationsEndpoint('/v1/conversations');
+        if ($query !== []) {
+            $url .= '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986);
+        }
+        return $this->walk($url);
+    }
+
+    /**
+     * Every conversation of the caller, newest activity first, across all
+     * pages:
+     *
+     *     foreach ($client->conversations(status: 'open') as $conversation) {
+     *         echo $conversation['subject'], "\n";
+     *     }
+     *
+     * @return \Generator<int, Conversation>
+     */
+    public function conversations(?int $limit = null, ?string $status = null, ?string $updatedAfter = null): \Generator
+    {
+        foreach ($this->conversationPages($limit, $status, $updatedAfter) as $page) {
+            foreach ($page->items as $item) {
+                yield $item;
+            }
+        }
+    }
+
+    /**
+     * One conversation (GET /v1/conversations/{id}); ApiError not_found when
+     * the caller has none with this id.
+     *
+     * @return Conversation
+     */
+    public function getConversation(string $conversationId): array
+    {
+        $url = $this->conversationUrl($conversationId);
+        $response = $this->call('GET', $url, retry: true);
+        $this->rememberEtag($conversationId, $response);
+        return self::decode($response, 'GET', $url);
+    }
+
+    /**
+     * Creates a conversation (POST /v1/conversations). A user is always a
+     * participant; a service client names every participant. The request
+     * carries an Idempotency-Key (a new random one unless given), reused by
+     * the call's own retries, so that a retried creation creates one
+     * conversation.
+     *
+     * @param list<string>|null $participants user ids
+     * @return Conversation
+     */
+    public function createConversation(
+        ?string $subject = null,
+        ?array $participants = null,
+        ?string $status = null,
+        ?string $idempotencyKey = null,
+    ): array {
+        $payload = array_filter(
+            [
+                'subject' => $subject,
+                'participants' => $participants !== null ? array_values($participants) : null,
+                'status' => $status,
+            ],
+            static fn ($v) => $v !== null,
+        );
+        $url = $this->conversationsEndpoint('/v1/conversations');
+        $response = $this->call('POST', $url, (object) $payload, headers: [
+            'Idempotency-Key' => $idempotencyKey ?? self::newIdempotencyKey(),
+        ], retry: true);
+        $conversation = self::decode($response, 'POST', $url);
+        if (is_array($conversation) && is_string($conversation['id'] ?? null)) {
+            $this->rememberEtag($conversation['id'], $response);
+        }
+        return $conversation;
+    }
+
+    /**
+     * Changes the subject and/or status (PATCH, a JSON merge patch). The
+     * request carries If-Match with $ifMatch or, by default, the last ETag
+     * this client saw for the conversation, so that a change made by someone
+     * else in between is an ApiError 412 precondition_failed rather than
+     * silently overwritten: read the conversation again and retry. Without a
+     * known ETag the change is unconditional. Not retried automatically.
+     *
+     * @return Conversation
+     */
+    public function updateConversation(
+        string $conversationId,
+        ?string $subject = null,
+        ?string $status = null,
+        ?string $ifMatch = null,
+    ): array {
+        $patch = array_filter(['subject' => $subject, 'status' => $status], static fn ($v) => $v !== null);
+        if ($patch === []) {
+            throw new \InvalidArgumentException('updateConversation: nothing to change (give subject and/or status)');
+        }
+        $tag = $ifMatch ?? $this->etag($conversationId);
+        $url = $this->conversationUrl($conversationId);
+        $response = $this->call(
+            'PATCH',
+            $url,
+            $patch,
+            'application/merge-patch+json',
+            $tag !== null ? ['If-Match' => $tag] : [],
+        );
+        $this->rememberEtag($conversationId, $response);
+        return self::decode($response, 'PATCH', $url);
+    }
+
+    // -- messages --------------------------------------------------------
+
+    /**
+     * Posts a message (POST /v1/conversations/{id}/messages); the author is
+     * the caller. Like createConversation, it carries an Idempotency-Key
+     * that its retries reuse.
+     *
+     * @param array<string, mixed>|null $metadata
+     * @return Message
+     */
+    public function postMessage(
+        string $conversationId,
+        string $body,
+        ?array $metadata = null,
+        ?string $idempotencyKey = null,
+    ): array {
+        $payload = ['body' => $body];
+        if ($metadata !== null) {
+            $payload['metadata'] = (object) $metadata;
+        }
+        $url = $this->conversationUrl($conversationId) . '/messages';
+        $response = $this->call('POST', $url, $payload, headers: [
+            'Idempotency-Key' => $idempotencyKey ?? self::newIdempotencyKey(),
+        ], retry: true);
+        return self::decode($response, 'POST', $url);
+    }
+
+    /**
+     * The messages of a conversation page by page, newest first, following
+     * Link: rel="next".
+     *
+     * @return \Generator<int, Page<Message>>
+     */
+    public function messagePages(string $conversationId, ?int $limit = null): \Generator
+    {
+        $url = $this->conversationUrl($conversationId) . '/messages';
+        if ($limit !== null) {
+            $url .= '?limit=' . $limit;
+        }
+        return $this->walk($url);
+    }
+
+    /**
+     * Every message of a conversation, newest first, across all pages.
+     *
+     * @return \Generator<int, Message>
+     */
+    public function messages(string $conversationId, ?int $limit = null): \Generator
+    {
+        foreach ($this->messagePages($conversationId, $limit) as $page) {
+            foreach ($page->items as $item) {
+                yield $item;
+            }
+        }
+    }
+
+    /** A random (version 4) UUID. */
+    private static function newIdempotencyKey(): string
+    {
+        $bytes = random_bytes(16);
+        $bytes[6] = chr((ord($bytes[6]) & 0x0f) | 0x40);
+        $bytes[8] = chr((ord($bytes[8]) & 0x3f) | 0x80);
+        return vsprintf('%s%s-%s-%s-%s-%s%s%s', str_split(bin2hex($bytes), 4));
+    }
+}

@@ -1,0 +1,254 @@
+"""The errors of the client: one type for every answer outside 2xx."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, List, Mapping, Optional, Tuple
+
+#: Stable machine-readable codes of the services' problem bodies. New codes
+#: may appear; an answer without a code has the code ``http_<status>``.
+CODE_MALFORMED_JSON = "malformed_json"
+CODE_VALIDATION_FAILED = "validation_failed"
+CODE_INVALID_CREDENTIALS = "invalid_credentials"
+CODE_INVALID_TOKEN = "invalid_token"
+CODE_INSUFFICIENT_SCOPE = "insufficient_scope"
+CODE_NOT_FOUND = "not_found"
+CODE_PRECONDITION_FAILED = "precondition_failed"
+CODE_CONVERSATION_CLOSED = "conversation_closed"
+CODE_IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+CODE_TOO_MANY_REQUESTS = "too_many_requests"
+CODE_UNAVAILABLE = "service_unavailable"
+
+REDACTED = "[redacted]"
+
+# Retry-After values above a year are clamped: nobody waits that long.
+_MAX_RETRY_AFTER = 365 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One offending input of a ``validation_failed`` problem."""
+
+    #: The JSON member or query parameter, e.g. ``"limit"`` or
+    #: ``"participants[2]"``.
+    field: str
+    #: A short human-readable explanation.
+    reason: str
+
+
+class ClientError(Exception):
+    """Base class of every error this package raises."""
+
+
+class TransportError(ClientError):
+    """The request got no HTTP answer: connection refused or reset, timeout,
+    unreadable response. It never names a secret."""
+
+    def __init__(self, method: str, path: str, reason: str) -> None:
+        self.method = method
+        self.path = path
+        self.reason = reason
+        super().__init__(f"acme_platform: {method} {path}: {reason}")
+
+
+class ApiError(ClientError):
+    """An answer of a service outside 2xx, parsed from its problem body
+    (RFC 9457), or from an OAuth 2.0 error body for ``/oauth2/token``.
+
+    Switch on :attr:`code`, never on :attr:`title` or :attr:`detail`, which
+    are for people. Nothing secret is ever part of it: should a service
+    echo a password or token sent with the request, it is replaced by
+    ``[redacted]``.
+    """
+
+    method: str
+    path: str
+    status: int
+    code: str
+    type: str
+    title: str
+    detail: str
+    instance: str
+    fields: Tuple[FieldError, ...]
+    retry_after: Optional[float]
+    request_id: str
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        path: str,
+        status: int,
+        code: str,
+        type: str = "",
+        title: str = "",
+        detail: str = "",
+        instance: str = "",
+        fields: Iterable[FieldError] = (),
+        retry_after: Optional[float] = None,
+        request_id: str = "",
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        self.code = code
+        self.type = type
+        self.title = title
+        self.detail = detail
+        self.instance = instance
+        self.fields = tuple(fields)
+        #: Seconds to wait before retrying (the ``Retry-After`` header of a
+        #: 429 or 503), ``None`` when the answer has none.
+        self.retry_after = retry_after
+        #: The ``X-Request-ID`` of the answer: quote it in a bug report.
+        self.request_id = request_id
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        parts = [f"acme_platform: {self.method} {self.path}: {self.status} {self.code}"]
+        if self.detail:
+            parts.append(f": {self.detail}")
+        if self.fields:
+            parts.append(" (" + "; ".join(f"{f.field}: {f.reason}" for f in self.fields) + ")")
+        if self.retry_after is not None:
+            parts.append(f" [retry after {self.retry_after:g}s]")
+        if self.request_id:
+            parts.append(f" [request id {self.request_id}]")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        return (
+            f"ApiError(status={self.status!r}, code={self.code!r}, method={self.method!r}, "
+            f"path={self.path!r}, fields={list(self.fields)!r}, retry_after={self.retry_after!r}, "
+            f"request_id={self.request_id!r})"
+        )
+
+    def __reduce__(self) -> Any:
+        # Exceptions pickle their args by default; ours are keyword-only.
+        return (_rebuild_api_error, (self.__dict__.copy(),))
+
+    def field(self, name: str) -> Optional[FieldError]:
+        """The error of the named field, ``None`` when it has none."""
+        for f in self.fields:
+            if f.field == name:
+                return f
+        return None
+
+
+def _rebuild_api_error(state: Mapping[str, Any]) -> ApiError:
+    keys = (
+        "method",
+        "path",
+        "status",
+        "code",
+        "type",
+        "title",
+        "detail",
+        "instance",
+        "fields",
+        "retry_after",
+        "request_id",
+    )
+    return ApiError(**{k: state[k] for k in keys})
+
+
+def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Reads a Retry-After value: delay seconds or an HTTP date (RFC 9110
+    section 10.2.3). Anything else, or a time in the past, gives None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        secs = float(int(value))
+        return min(secs, _MAX_RETRY_AFTER) if secs > 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return min(delta, _MAX_RETRY_AFTER) if delta > 0 else None
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
+def _excerpt(body: bytes, limit: int = 200) -> str:
+    text = " ".join(body.decode("utf-8", errors="replace").split())
+    return text if len(text) <= limit else text[:limit] + "\u2026"
+
+
+def _redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def error_from_response(
+    *,
+    method: str,
+    path: str,
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    secrets: Iterable[str],
+    reason: str = "",
+) -> ApiError:
+    """Builds the ApiError of an answer outside 2xx. ``headers`` has
+    lower-case names. Problem bodies give code, title, detail and field
+    errors; an OAuth 2.0 error body (``{"error", "error_description"}``)
+    gives code and detail; any other body the code ``http_<status>``."""
+    secrets = [s for s in secrets if s]
+    media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    doc: Any = None
+    if _is_json(media_type):
+        try:
+            doc = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            doc = None
+    code = type_ = title = detail = instance = ""
+    fields: List[FieldError] = []
+    if isinstance(doc, dict) and (doc.get("code") or doc.get("type") or doc.get("title")):
+        code, type_, title = _str(doc.get("code")), _str(doc.get("type")), _str(doc.get("title"))
+        detail, instance = _str(doc.get("detail")), _str(doc.get("instance"))
+        raw_fields = doc.get("errors")
+        if isinstance(raw_fields, list):
+            for item in raw_fields:
+                if isinstance(item, dict):
+                    fields.append(
+                        FieldError(
+                            _str(item.get("field")), _redact(_str(item.get("reason")), secrets)
+                        )
+                    )
+    elif isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        code, title = doc["error"], reason
+        detail = _str(doc.get("error_description"))
+    else:
+        title = reason
+        if media_type.startswith("text/") or _is_json(media_type):
+            detail = _excerpt(body)
+    return ApiError(
+        method=method,
+        path=path,
+        status=status,
+        code=code or f"http_{status}",
+        type=_redact(type_, secrets),
+        title=_redact(title, secrets),
+        detail=_redact(detail, secrets),
+        instance=_redact(instance, secrets),
+        fields=fields,
+        retry_after=parse_retry_after(headers.get("retry-after")),
+        request_id=headers.get("x-request-id", ""),
+    )

@@ -1,0 +1,230 @@
+"""Shared helpers of the suite, which runs against the real services.
+
+The endpoints and credentials come from the environment that
+deploy/clientstest sets (see its doc.go): ACME_TEST_ACCOUNT_URL,
+ACME_TEST_CONVERSATIONS_URL, ACME_TEST_ACCOUNT_NAME, ACME_TEST_USERNAME, ...
+A missing variable fails the test that needs it; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import json
+import logging
+import os
+import socket
+import threading
+import unittest
+import urllib.parse
+import urllib.request
+from typing import Any, Dict, List, Optional, Tuple
+
+from acme_platform import Client, TokenStore
+
+
+def env(name: str) -> str:
+    value = os.environ.get("ACME_TEST_" + name, "")
+    if not value:
+        raise AssertionError(
+            f"ACME_TEST_{name} is not set: run this suite through deploy/clientstest "
+            "(go test ./deploy/clientstest/...), which starts the services and sets it"
+        )
+    return value
+
+
+def timestamp(value: str) -> datetime.datetime:
+    """Parses an RFC 3339 UTC timestamp of the services (its fraction may
+    have fewer than six digits)."""
+    head, _, frac = value.rstrip("Z").partition(".")
+    micros = int((frac + "000000")[:6])
+    return datetime.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(
+        microsecond=micros, tzinfo=datetime.timezone.utc
+    )
+
+
+def user_client(
+    who: str = "",
+    *,
+    token_store: Optional[TokenStore] = None,
+    conversations_url: Optional[str] = None,
+    password: Optional[str] = None,
+) -> Client:
+    """A client logged in (lazily) as the suite's user, or as the user of
+    the prefix who ("OTHER_", "LOCKOUT_")."""
+    return Client(
+        account_url=env("ACCOUNT_URL"),
+        conversations_url=conversations_url or env("CONVERSATIONS_URL"),
+        username=env(who + "USERNAME"),
+        password=password if password is not None else env(who + "PASSWORD"),
+        account_name=env("ACCOUNT_NAME"),
+        token_store=token_store,
+    )
+
+
+def service_client() -> Client:
+    """A client with the suite's service client credentials."""
+    return Client(
+        account_url=env("ACCOUNT_URL"),
+        conversations_url=env("CONVERSATIONS_URL"),
+        client_id=env("CLIENT_ID"),
+        client_secret=env("CLIENT_SECRET"),
+    )
+
+
+def raw_post(url: str, body: Dict[str, Any]) -> Tuple[int, bytes]:
+    """A plain JSON POST, outside the library: the tests use it to get
+    and revoke token sets behind the library's back."""
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.read()
+
+
+def raw_login() -> Dict[str, Any]:
+    """A token set of the suite's user, by a plain POST /login."""
+    status, body = raw_post(
+        env("ACCOUNT_URL") + "/login",
+        {
+            "username": env("USERNAME"),
+            "password": env("PASSWORD"),
+            "accountName": env("ACCOUNT_NAME"),
+        },
+    )
+    if status != 200:
+        raise AssertionError(f"POST /login: {status} {body[:200]!r}")
+    tokens: Dict[str, Any] = json.loads(body)["tokens"]
+    return tokens
+
+
+class LogCapture(logging.Handler):
+    """Collects the records of the library's logger (level DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: List[logging.LogRecord] = []
+        self._lock2 = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._lock2:
+            self.records.append(record)
+
+    def messages(self) -> List[str]:
+        with self._lock2:
+            return [r.getMessage() for r in self.records]
+
+    def count(self, text: str) -> int:
+        return sum(1 for m in self.messages() if text in m)
+
+
+class LoggedTestCase(unittest.TestCase):
+    """A test case that captures the library's log lines, and checks after
+    every test that none of them holds a secret of the suite."""
+
+    def setUp(self) -> None:
+        self.log = LogCapture()
+        logger = logging.getLogger("acme_platform")
+        self._old_level = logger.level
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(self.log)
+        self.extra_secrets: List[str] = []
+
+        def check() -> None:
+            logger.removeHandler(self.log)
+            logger.setLevel(self._old_level)
+            secrets = [
+                os.environ.get("ACME_TEST_" + n, "")
+                for n in ("PASSWORD", "OTHER_PASSWORD", "LOCKOUT_PASSWORD", "CLIENT_SECRET")
+            ]
+            for line in self.log.messages():
+                for secret in secrets + self.extra_secrets:
+                    if secret and secret in line:
+                        self.fail(f"a secret appears in the log line {line!r}")
+
+        self.addCleanup(check)
+
+
+class DropFirstResponses:
+    """A TCP proxy in front of the real conversations service that forwards
+    every request and, for the first ``drop`` requests matching
+    ``method`` and ``path_prefix``, closes the connection instead of
+    returning the service's answer, as a network failure after the request
+    has been processed would. It fakes nothing of the API: every answer
+    that reaches the client is the service's own."""
+
+    def __init__(self, upstream: str, method: str, path_prefix: str, drop: int) -> None:
+        self._upstream = urllib.parse.urlsplit(upstream)
+        self._method, self._prefix, self._drop = method, path_prefix, drop
+        self._lock = threading.Lock()
+        self.dropped = 0
+        self.forwarded: List[Tuple[str, str, Dict[str, str]]] = []
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self._server.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            stream = conn.makefile("rb")
+            request_line = stream.readline().decode("latin-1").rstrip("\r\n")
+            if not request_line:
+                return
+            method, target, _ = request_line.split(" ", 2)
+            headers: Dict[str, str] = {}
+            while True:
+                line = stream.readline().decode("latin-1").rstrip("\r\n")
+                if not line:
+                    break
+                name, _, value = line.partition(":")
+                headers[name.strip()] = value.strip()
+            length = int(
+                next((v for k, v in headers.items() if k.lower() == "content-length"), "0")
+            )
+            body = stream.read(length) if length else None
+            headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
+            upstream = http.client.HTTPConnection(
+                self._upstream.hostname or "127.0.0.1", self._upstream.port, timeout=10
+            )
+            try:
+                upstream.request(method, target, body=body, headers=headers)
+                resp = upstream.getresponse()
+                data = resp.read()
+                with self._lock:
+                    self.forwarded.append((method, target, headers))
+                    drop = (
+                        method == self._method
+                        and target.startswith(self._prefix)
+                        and self.dropped < self._drop
+                    )
+                    if drop:
+                        self.dropped += 1
+                if drop:
+                    conn.shutdown(socket.SHUT_RDWR)
+                    return
+                out = [f"HTTP/1.1 {resp.status} {resp.reason}"]
+                for name, value in resp.getheaders():
+                    if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        out.append(f"{name}: {value}")
+                out += [f"Content-Length: {len(data)}", "Connection: close", "", ""]
+                conn.sendall("\r\n".join(out).encode("latin-1") + data)
+            finally:
+                upstream.close()

@@ -1,0 +1,85 @@
+"""The mapping of the services' errors onto ApiError."""
+
+from __future__ import annotations
+
+import time
+
+from acme_platform import (
+    CODE_INVALID_CREDENTIALS,
+    CODE_NOT_FOUND,
+    CODE_TOO_MANY_REQUESTS,
+    CODE_VALIDATION_FAILED,
+    ApiError,
+)
+from support import LoggedTestCase, env, user_client
+
+
+class ErrorMappingTest(LoggedTestCase):
+    def test_400_carries_the_field_errors(self) -> None:
+        client = user_client()
+        with self.assertRaises(ApiError) as caught:
+            client.create_conversation(subject="x" * 301, participants=["ok", ""])
+        err = caught.exception
+        self.assertEqual((err.status, err.code), (400, CODE_VALIDATION_FAILED))
+        self.assertEqual({f.field for f in err.fields}, {"subject", "participants[1]"})
+        field = err.field("subject")
+        assert field is not None
+        self.assertTrue(field.reason)
+        self.assertIn("participants[1]", str(err))
+        self.assertIsNone(err.retry_after)
+
+    def test_400_of_a_query_parameter(self) -> None:
+        with self.assertRaises(ApiError) as caught:
+            next(iter(user_client().conversations(limit=0)))
+        self.assertEqual(
+            (caught.exception.status, caught.exception.code), (400, CODE_VALIDATION_FAILED)
+        )
+        self.assertEqual([f.field for f in caught.exception.fields], ["limit"])
+
+    def test_401_wrong_credentials(self) -> None:
+        wrong = "not-" + env("OTHER_PASSWORD")
+        with self.assertRaises(ApiError) as caught:
+            user_client("OTHER_", password=wrong).list_definitions()
+        err = caught.exception
+        self.assertEqual((err.status, err.code), (401, CODE_INVALID_CREDENTIALS))
+        self.assertTrue(err.request_id)
+        self.assertNotIn(wrong, str(err) + repr(err))
+
+    def test_404_unknown_and_foreign_conversations(self) -> None:
+        client = user_client()
+        with self.assertRaises(ApiError) as caught:
+            client.get_conversation("cnv_does_not_exist")
+        self.assertEqual((caught.exception.status, caught.exception.code), (404, CODE_NOT_FOUND))
+        self.assertEqual(caught.exception.path, "/v1/conversations/cnv_does_not_exist")
+
+        # A conversation of the account in which the caller takes no part
+        # does not exist for them.
+        theirs = user_client("OTHER_").create_conversation(subject="not yours")
+        with self.assertRaises(ApiError) as caught:
+            client.get_conversation(theirs["id"])
+        self.assertEqual(caught.exception.status, 404)
+
+    def test_429_carries_retry_after(self) -> None:
+        statuses = []
+        err = None
+        for _ in range(10):
+            wrong = f"wrong-{time.monotonic_ns()}"
+            try:
+                user_client("LOCKOUT_", password=wrong).login()
+            except ApiError as caught:
+                statuses.append(caught.status)
+                if caught.status == 429:
+                    err = caught
+                    break
+        self.assertIsNotNone(err, f"no 429 after {statuses}")
+        assert err is not None
+        self.assertEqual(statuses[:-1], [401] * (len(statuses) - 1))
+        self.assertEqual(err.code, CODE_TOO_MANY_REQUESTS)
+        self.assertIsNotNone(err.retry_after)
+        self.assertGreater(err.retry_after or 0, 0)
+        self.assertIn("retry after", str(err))
+        # The lock holds for the right password too, and the client does not
+        # wait minutes on its own: it raises at once.
+        with self.assertRaises(ApiError) as still:
+            user_client("LOCKOUT_").login()
+        self.assertEqual(still.exception.status, 429)

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/account"
+)
+
+// benchClientScope is the scope of the bench's service client.
+const benchClientScope = account.ScopeConversationsRead
+
+// clientCredentialsRows measures POST /oauth2/token with the
+// client_credentials grant over loopback against its floor: the check of
+// the secret against the stored hash (account.HashClientSecret and a
+// constant-time compare, as the service's client authentication does) plus
+// one access token signed by pkg/token's Issuer.MintClient with a key of
+// the service's algorithm, at the same concurrency on the same cores.
+func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
+	o := s.o
+	id, secret, err := s.createClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := s.storedClient(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	issuer, err := benchIssuerOf(o.signingAlg)
+	if err != nil {
+		return nil, err
+	}
+	// One service client, as one backend with several instances would use.
+	client := loopbackClient(o.workers)
+	form := url.Values{"grant_type": {"client_credentials"}}.Encode()
+	issue := func(ctx context.Context, _ int) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token", strings.NewReader(form))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+		status, body, err := do(client, req)
+		if err != nil {
+			return err
+		}
+		var resp struct {
+			AccessToken string `json:"access_token"`
+		}
+		if status != http.StatusOK || json.Unmarshal(body, &resp) != nil || resp.AccessToken == "" {
+			return fmt.Errorf("token endpoint answered %d: %s", status, body)
+		}
+		return nil
+	}
+	minted := token.Client{ClientID: id, AccountID: stored.AccountID, AccountName: stored.AccountName, Scopes: stored.Scopes}
+	floor := func(ctx context.Context, _ int) error {
+		if subtle.ConstantTimeCompare([]byte(stored.SecretHash), []byte(account.HashClientSecret(secret))) != 1 {
+			return errors.New("the secret does not match the stored hash")
+		}
+		_, err := issuer.MintClient(ctx, minted)
+		return err
+	}
+	sides := []side{
+		{name: "POST /oauth2/token", workers: o.workers, op: issue, cpu: s.account.CPUTime},
+		{name: "secret hash + 1 signature", workers: o.workers, op: floor, cpu: selfCPU},
+	}
+	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
+	if err != nil {
+		return nil, fmt.Errorf("client credentials: %w", err)
+	}
+	if err := s.profile(ctx, s.account, sides[0], "client-credentials"); err != nil {
+		return nil, err
+	}
+	tokens, floors := samples[0], samples[1]
+	vsFloor := ratios(tokens, floors, throughputRatio)
+	perCPU := ratios(tokens, floors, cpuEfficiencyRatio)
+	perSecond := func(s []sample) string { return thousands(medianOf(s, sample.perSecond)) }
+	cpu := func(s []sample) string {
+		return fmt.Sprintf("%.2f ms CPU each", medianOf(s, func(s sample) float64 { return ms(s.cpuPerOp()) }))
+	}
+	title := fmt.Sprintf("Client credentials: POST /oauth2/token (%s keys), %d concurrent", o.signingAlg, o.workers)
+	return []row{
+		{
+			measure: title + ", vs secret hash check + 1 signature",
+			subject: fmt.Sprintf("%s tokens/s; peak RSS of the account process %.0f MiB", perSecond(tokens), s.account.PeakRSS()),
+			against: perSecond(floors) + " floors/s (SHA-256 of the secret against the stored hash + `Issuer.MintClient`, " + o.signingAlg + ")",
+			ratio:   vsFloor, unit: "× floor", target: "≥ 0.80", hasGoal: true, met: vsFloor.median >= 0.80, id: "client-credentials",
+		},
+		{
+			measure: title + ", CPU per token of the account process vs per floor",
+			subject: cpu(tokens) + " (the store's and the load generator's CPU not counted)",
+			against: cpu(floors),
+			ratio:   perCPU, unit: "× floor", id: "client-credentials",
+		},
+	}, nil
+}
+
+// createClient creates the bench's service client with the account
+// binary's operator command and returns its id and secret.
+func (s *stack) createClient(ctx context.Context) (id, secret string, err error) {
+	out, err := runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "",
+		"create-client", "--account", benchAccount, "--name", fmt.Sprintf("bench-%d", time.Now().UnixNano()), "--scopes", benchClientScope)
+	if err != nil {
+		return "", "", err
+	}
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(line, "client_id: "); ok {
+			id = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "client_secret: "); ok {
+			secret = strings.TrimSpace(v)
+		}
+	}
+	if id == "" || secret == "" {
+		return "", "", fmt.Errorf("create-client printed no client_id and client_secret:\n%s", out)
+	}
+	return id, secret, nil
+}
+
+// storedClientDoc is what the floor needs of a stored service client.
+type storedClientDoc struct {
+	AccountID   string   `bson:"account_id"`
+	AccountName string   `bson:"account_name"`
+	Scopes      []string `bson:"scopes"`
+	SecretHash  string   `bson:"secret_hash"`
+}
+
+// storedClient reads the client from the account database, so that the
+// floor compares against exactly the stored hash and signs the claims the
+// service signs.
+func (s *stack) storedClient(ctx context.Context, clientID string) (storedClientDoc, error) {
+	var doc storedClientDoc
+	err := s.client.Database(s.accountDB).Collection("clients").FindOne(ctx, bson.D{{Key: "_id", Value: clientID}}).Decode(&doc)
+	if err != nil {
+		return doc, fmt.Errorf("read the stored client %s: %w", clientID, err)
+	}
+	return doc, nil
+}
+
+// benchIssuerOf returns an Issuer with a new key of alg, configured as the
+// account service configures its own (issuer and audience aside).
+func benchIssuerOf(alg string) (*token.Issuer, error) {
+	key, err := token.GenerateKey(alg)
+	if err != nil {
+		return nil, err
+	}
+	kr, err := token.NewKeyring(key)
+	if err != nil {
+		return nil, err
+	}
+	return token.NewIssuer(token.IssuerConfig{Issuer: benchIssuer, Audience: []string{benchAudience}, Keys: token.StaticKeyring(kr)})
+}

@@ -1,0 +1,328 @@
+package clientstest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
+	"github.com/acme/platform/pkg/testkit/mongotest"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+// suite is one client library's own test suite, run in its folder against
+// the services. Adding a language is one entry in suites.
+type suite struct {
+	// name identifies the suite in SKIP_CLIENTS and names its account.
+	name string
+	// dir is the library's folder, relative to the repository root.
+	dir string
+	// tools are the programs the suite needs; a missing one fails the run
+	// with the package that provides it.
+	tools []tool
+	// prepare runs before the suite, in dir, one command after another
+	// (installing locked dependencies, building).
+	prepare [][]string
+	// run is the command of the suite, in dir; it passes when it exits 0.
+	run []string
+}
+
+// tool is a program a suite needs and where it comes from.
+type tool struct {
+	program string
+	// install says how to get it, e.g. "apt-get install nodejs".
+	install string
+}
+
+var suites = []suite{
+	{
+		name: "js",
+		dir:  "clients/js",
+		tools: []tool{
+			{"node", "apt-get install nodejs (Node 20 or later)"},
+			{"npm", "apt-get install npm"},
+			{"chromium", "apt-get install chromium"},
+		},
+		prepare: [][]string{
+			{"npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error"},
+			{"npm", "run", "--silent", "build"},
+		},
+		// node finds the suite's files itself (test/*.test.js); one file
+		// at a time, since the browser test and the renewal tests wait.
+		run: []string{"node", "--test", "--test-reporter=spec", "--test-concurrency=1"},
+	},
+	{
+		name:  "python",
+		dir:   "clients/python",
+		tools: []tool{{"python3", "apt-get install python3 (Python 3.9 or later)"}},
+		prepare: [][]string{
+			{"python3", "-c", `import sys; sys.exit(sys.version_info < (3, 9) and "python3 is " + sys.version.split()[0] + ": the client needs Python 3.9 or later")`},
+		},
+		// The package from its source folder: the suite needs no install.
+		run: []string{"env", "PYTHONPATH=src", "python3", "-m", "unittest", "discover", "-s", "tests", "-v"},
+	},
+	{
+		name: "php",
+		dir:  "clients/php",
+		tools: []tool{
+			{"php", "apt-get install php-cli php-curl (PHP 8.1 or later)"},
+			{"phpunit", "apt-get install phpunit"},
+		},
+		prepare: [][]string{
+			{"php", "-r", `if (PHP_VERSION_ID < 80100 || !extension_loaded("curl")) { fwrite(STDERR, "the client needs PHP 8.1 or later with curl: apt-get install php-cli php-curl\n"); exit(1); }`},
+		},
+		// phpunit.xml.dist bootstraps a PSR-4 autoloader: no composer install.
+		run: []string{"phpunit", "--testdox"},
+	},
+}
+
+// skipEnv names the suites to leave out, comma-separated.
+const skipEnv = "SKIP_CLIENTS"
+
+// tokenTTL is the lifetime of the id and access tokens the services issue
+// to the suites: short, so that every suite sees its tokens renewed.
+const tokenTTL = 4 * time.Second
+
+// suiteTimeout bounds one suite, preparation included.
+const suiteTimeout = 5 * time.Minute
+
+func TestClients(t *testing.T) {
+	skipped, err := skippedSuites(os.Getenv(skipEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every toolchain is checked before anything starts: a machine that
+	// lacks several learns all of them at once.
+	var missing []string
+	for _, s := range suites {
+		if skipped[s.name] {
+			continue
+		}
+		for _, tl := range s.tools {
+			if _, err := exec.LookPath(tl.program); err != nil {
+				missing = append(missing, fmt.Sprintf("%s suite: %s not found: %s (or leave the client out with %s=%s)", s.name, tl.program, tl.install, skipEnv, s.name))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		t.Fatalf("missing toolchains:\n%s", strings.Join(missing, "\n"))
+	}
+
+	browserOrigin := "http://" + freeAddr(t)
+	st := startStack(t, browserOrigin)
+	for _, s := range suites {
+		t.Run(s.name, func(t *testing.T) {
+			if skipped[s.name] {
+				t.Skipf("left out by %s", skipEnv)
+			}
+			// Each suite has an account of its own, and they mostly wait
+			// (token lifetimes, a browser): side by side they take the
+			// time of the longest.
+			t.Parallel()
+			env := append(st.seed(t, s.name), "ACME_TEST_BROWSER_ORIGIN="+browserOrigin)
+			runSuite(t, filepath.Join(root, s.dir), s, env)
+		})
+	}
+}
+
+// skippedSuites parses SKIP_CLIENTS; an unknown name is an error.
+func skippedSuites(v string) (map[string]bool, error) {
+	skipped := map[string]bool{}
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.ContainsFunc(suites, func(s suite) bool { return s.name == name }) {
+			var names []string
+			for _, s := range suites {
+				names = append(names, s.name)
+			}
+			return nil, fmt.Errorf("%s: unknown client %q (known: %s)", skipEnv, name, strings.Join(names, ", "))
+		}
+		skipped[name] = true
+	}
+	return skipped, nil
+}
+
+// runSuite prepares and runs one suite in dir with env added.
+func runSuite(t *testing.T, dir string, s suite, env []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), suiteTimeout)
+	defer cancel()
+	for _, args := range append(slices.Clone(s.prepare), s.run) {
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), env...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.WaitDelay = 10 * time.Second
+		start := time.Now()
+		err := cmd.Run()
+		t.Logf("%s (in %s, %s):\n%s", strings.Join(args, " "), s.dir, time.Since(start).Round(time.Millisecond), out.String())
+		if err != nil {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+	}
+}
+
+// stack is both services on a fresh database.
+type stack struct {
+	bin                    string
+	accountURL, convURL    string
+	accountEnv             []string
+	definitionFile         string
+	definitionName, defTyp string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	addr, err := svcproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// startStack starts both services on fresh databases, with tokens of
+// tokenTTL and CORS for browserOrigin; the test's cleanup stops them.
+func startStack(t *testing.T, browserOrigin string) *stack {
+	t.Helper()
+	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account", "conversations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := mongotest.URI(t)
+	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
+	accAddr, convAddr, accOps, convOps := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	s := &stack{bin: bin, accountURL: "http://" + accAddr, convURL: "http://" + convAddr,
+		definitionName: "CRM", defTyp: "salesforce"}
+	s.accountEnv = []string{
+		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
+		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + accOps,
+		"ACCOUNT_ISSUER=" + s.accountURL,
+		"ACCOUNT_TOKEN_TTL=" + tokenTTL.String(),
+		"ACCOUNT_CORS_ORIGINS=" + browserOrigin,
+		// Cheap hashes: the suites log in often; the parameters are not
+		// what they test.
+		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
+	}
+	convEnv := []string{
+		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=" + convDB,
+		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + convOps,
+		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
+		"CONVERSATIONS_ISSUER=" + s.accountURL,
+		"CONVERSATIONS_CORS_ORIGINS=" + browserOrigin,
+	}
+	s.definitionFile = filepath.Join(t.TempDir(), "definition.json")
+	def := fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp)
+	if err := os.WriteFile(s.definitionFile, []byte(def), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start(t, filepath.Join(bin, "account"), s.accountEnv, accOps)
+	start(t, filepath.Join(bin, "conversations"), convEnv, convOps)
+	return s
+}
+
+// start runs a service binary until the test ends, then stops it with
+// SIGTERM and requires a clean exit. When the test failed, it shows what
+// the service logged above info level (the causes of 5xx answers).
+func start(t *testing.T, bin string, env []string, opsAddr string) {
+	t.Helper()
+	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(20 * time.Second); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			var lines []string
+			for line := range strings.Lines(p.Logs.String()) {
+				if !strings.Contains(line, `"level":"INFO"`) && !strings.Contains(line, `"level":"DEBUG"`) {
+					lines = append(lines, line)
+				}
+			}
+			t.Logf("%s logged:\n%s", filepath.Base(bin), strings.Join(lines, ""))
+		}
+	})
+}
+
+// admin runs a subcommand of the account binary and returns its output.
+func (s *stack) admin(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, "account"), args...)
+	cmd.Env = append(os.Environ(), s.accountEnv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("account %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+var (
+	userIDPattern       = regexp.MustCompile(`\(id ([^)\s]+)\)`)
+	clientIDPattern     = regexp.MustCompile(`(?m)^client_id: (\S+)$`)
+	clientSecretPattern = regexp.MustCompile(`(?m)^client_secret: (cs_\S+)$`)
+)
+
+// seed creates the account of suite name with its users, its service
+// client and its definition, and returns the suite's environment (see the
+// package documentation).
+func (s *stack) seed(t *testing.T, name string) []string {
+	t.Helper()
+	s.admin(t, "", "create-account", name)
+	s.admin(t, "", "create-definition", "--account", name, "--file", s.definitionFile)
+	env := []string{
+		"ACME_TEST_ACCOUNT_URL=" + s.accountURL,
+		"ACME_TEST_CONVERSATIONS_URL=" + s.convURL,
+		"ACME_TEST_ACCOUNT_NAME=" + name,
+		"ACME_TEST_TOKEN_TTL=" + strconv.Itoa(int(tokenTTL/time.Second)),
+		"ACME_TEST_DEFINITION_NAME=" + s.definitionName,
+		"ACME_TEST_DEFINITION_TYPE=" + s.defTyp,
+	}
+	for _, u := range []struct{ prefix, username string }{
+		{"ACME_TEST_", "alice"}, {"ACME_TEST_OTHER_", "bob"}, {"ACME_TEST_LOCKOUT_", "mallory"},
+	} {
+		pw := randomSecret(t)
+		out := s.admin(t, pw+"\n", "create-user", "--account", name, "--username", u.username)
+		m := userIDPattern.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("create-user printed no user id: %q", out)
+		}
+		env = append(env, u.prefix+"USERNAME="+u.username, u.prefix+"PASSWORD="+pw, u.prefix+"USER_ID="+m[1])
+	}
+	out := s.admin(t, "", "create-client", "--account", name, "--name", name+"-tests",
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
+	id, secret := clientIDPattern.FindStringSubmatch(out), clientSecretPattern.FindStringSubmatch(out)
+	if id == nil || secret == nil {
+		t.Fatalf("create-client printed no client_id and client_secret (%d bytes of output)", len(out))
+	}
+	return append(env, "ACME_TEST_CLIENT_ID="+id[1], "ACME_TEST_CLIENT_SECRET="+secret[1])
+}
+
+// randomSecret is a password of 128 random bits.
+func randomSecret(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "pw-" + hex.EncodeToString(b)
+}

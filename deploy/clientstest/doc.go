@@ -1,0 +1,60 @@
+// Package clientstest proves the client libraries under clients/ against
+// the real services: it starts the account and conversations binaries on a
+// fresh database (the embedded store, or MONGODB_URI), seeds one account per
+// library, and runs each library's own test suite as a subprocess with the
+// endpoints and credentials in environment variables. No mock of our API is
+// involved anywhere.
+//
+//	go test ./deploy/clientstest/...        # or: make test-clients
+//	SKIP_CLIENTS=php,python make test       # leave clients out on a developer's machine
+//
+// # Adding a language
+//
+// One entry in the suites table (clients_test.go): its name (as used in
+// SKIP_CLIENTS), its folder, the programs it needs with the Debian or npm
+// package that provides each (a missing program fails the run with that
+// package, it never skips), the commands that prepare it (e.g. npm ci) and
+// the command that runs its suite, in its folder. The suite passes when the
+// command exits 0.
+//
+// The suites run side by side, each in its own account; the output of each
+// is shown when it fails (and with -v).
+//
+// # Leaving a client out
+//
+// SKIP_CLIENTS is a comma-separated list of suite names (js, python, php)
+// that are not run; each shows as skipped with the reason. An unknown name
+// fails the run, so that a typo cannot leave a client out silently. CI never
+// sets it.
+//
+// # The environment of a suite
+//
+// Every suite gets these variables (and the harness's own environment).
+// Each suite has an account of its own, so suites never see each other's
+// data, and a suite may rely on the account being empty of conversations
+// when it starts.
+//
+//	ACME_TEST_ACCOUNT_URL        base URL of the account service, e.g. http://127.0.0.1:40123 (no trailing slash)
+//	ACME_TEST_CONVERSATIONS_URL  base URL of the conversations service
+//	ACME_TEST_ACCOUNT_NAME       the suite's account (its name: "js", "python", "php")
+//	ACME_TEST_USERNAME           a user of that account …
+//	ACME_TEST_PASSWORD           … and its password
+//	ACME_TEST_USER_ID            … and its user id (the sub of its tokens, a conversation participant)
+//	ACME_TEST_OTHER_USERNAME     a second user of the account (a participant to add, a non-participant for a 404)
+//	ACME_TEST_OTHER_PASSWORD
+//	ACME_TEST_OTHER_USER_ID
+//	ACME_TEST_LOCKOUT_USERNAME   a third user the suite may lock out with five wrong passwords (429 + Retry-After);
+//	ACME_TEST_LOCKOUT_PASSWORD   nothing else uses it
+//	ACME_TEST_CLIENT_ID          a service client of the account (POST /oauth2/token, grant client_credentials) …
+//	ACME_TEST_CLIENT_SECRET      … with every scope: definitions:read definitions:write conversations:read conversations:write
+//	ACME_TEST_TOKEN_TTL          lifetime of id and access tokens in seconds (expires_in): a few seconds, so that
+//	                             a suite sees its tokens renewed; refresh tokens live long
+//	ACME_TEST_DEFINITION_NAME    the account holds exactly one integration definition, of this name …
+//	ACME_TEST_DEFINITION_TYPE    … and this type
+//	ACME_TEST_BROWSER_ORIGIN     an origin both services allow by CORS (http://127.0.0.1:PORT) whose port is free:
+//	                             a browser test serves its page there, so that its calls are cross-origin
+//
+// The login throttle is the services' default: five wrong passwords of one
+// user lock it for 15 minutes; a hundred failures from one address lock the
+// address, so a suite should not spend more than a few dozen.
+package clientstest

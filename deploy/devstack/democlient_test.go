@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
+	"github.com/acme/platform/pkg/testkit/mongotest"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+// The demo service client is created once per data folder, with the
+// account binary, and its credentials are kept there: every later start
+// prints the same ones without creating another client.
+func TestDemoClientIsCreatedOnceAndKept(t *testing.T) {
+	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account")
+	if err != nil {
+		t.Fatal(err)
+	}
+	account := filepath.Join(bin, "account")
+	db := mongotest.New(t)
+	env := []string{"ACCOUNT_MONGODB_URI=" + mongotest.URI(t), "ACCOUNT_MONGODB_DATABASE=" + db.Name()}
+	accountCmd := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), account, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("account %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	accountCmd("create-account", demoAccount) // what seedOnce's provisioning does
+	dataDir := t.TempDir()
+
+	var out bytes.Buffer
+	first, err := ensureDemoClient(t.Context(), dataDir, account, env, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(first.ID, "cli_") || !strings.HasPrefix(first.Secret, "cs_") || !strings.Contains(out.String(), first.ID) {
+		t.Fatalf("first start: client %+v, output %q", first, out.String())
+	}
+	info, err := os.Stat(filepath.Join(dataDir, demoClientFile))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("credentials file: %v, %v; want it readable by its owner only", info, err)
+	}
+	// The file is what the README sources: shell variables.
+	sourced, err := exec.Command("sh", "-c", `. "$1" && printf '%s:%s' "$CLIENT_ID" "$CLIENT_SECRET"`, "sh", filepath.Join(dataDir, demoClientFile)).Output()
+	if err != nil || string(sourced) != first.ID+":"+first.Secret {
+		t.Fatalf("sourcing %s gives %q, %v; want %s:%s", demoClientFile, sourced, err, first.ID, first.Secret)
+	}
+
+	again, err := ensureDemoClient(t.Context(), dataDir, account, env, &out)
+	if err != nil || again != first {
+		t.Fatalf("second start: %+v, %v; want the first client %+v", again, err, first)
+	}
+	list := accountCmd("list-clients", "--account", demoAccount)
+	if strings.Count(list, "cli_") != 1 || !strings.Contains(list, first.ID) ||
+		!strings.Contains(list, "conversations:read,conversations:write,definitions:read") {
+		t.Fatalf("list-clients after two starts:\n%s\nwant exactly the demo client with its scopes", list)
+	}
+}

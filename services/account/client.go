@@ -1,0 +1,379 @@
+package account
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Service clients (contract section 9): backends of an account that obtain
+// access tokens with the client-credentials grant. A client authenticates
+// with its client_id and a secret that only it knows; the service keeps a
+// hash of the secret, never the secret.
+
+// Client errors.
+var (
+	// ErrInvalidClient is the one answer to every failed client
+	// authentication: an unknown client, a wrong secret, a disabled client
+	// and a previous secret whose overlap has ended alike (RFC 6749
+	// invalid_client), so that a caller learns nothing about which it was.
+	ErrInvalidClient = errors.New("invalid client")
+	// ErrInvalidScope: a scope that does not exist, or that the client
+	// does not hold (RFC 6749 invalid_scope).
+	ErrInvalidScope = errors.New("invalid scope")
+	// ErrConflict: a conditional update lost to a concurrent one (two
+	// rotations of one secret at once); the caller may retry.
+	ErrConflict = errors.New("changed concurrently")
+)
+
+// The scopes a service client may hold (contract section 9).
+const (
+	ScopeDefinitionsRead    = "definitions:read"
+	ScopeDefinitionsWrite   = "definitions:write"
+	ScopeConversationsRead  = "conversations:read"
+	ScopeConversationsWrite = "conversations:write"
+)
+
+// Scopes lists every scope, in the order discovery documents them.
+func Scopes() []string {
+	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite}
+}
+
+// Limits of service clients.
+const (
+	MaxClientNameLen = 200
+	// MaxClientIDLen and MaxClientSecretLen bound what Authenticate looks
+	// at: generated ids and secrets are far shorter, anything longer is
+	// wrong without a lookup.
+	MaxClientIDLen     = 128
+	MaxClientSecretLen = 256
+	// MaxClientsPerAccount bounds ListClients, an operator listing.
+	MaxClientsPerAccount = 1000
+)
+
+// ClientSecretPrefix starts every client secret, so that a leaked one is
+// recognisable (secret scanners, logs) and never mistaken for a password.
+const ClientSecretPrefix = "cs_"
+
+// clientSecretBytes is the entropy of a secret: 256 random bits.
+const clientSecretBytes = 32
+
+// DefaultSecretOverlap is how long, by default, a rotated-out secret keeps
+// working beside the new one: a day to roll the new secret out to every
+// instance of the calling backend.
+const DefaultSecretOverlap = 24 * time.Hour
+
+// ServiceClient is a backend of one account that may obtain access tokens.
+type ServiceClient struct {
+	ID        string // the client_id, unique across accounts
+	AccountID string
+	// AccountName is the account's name at creation. Account names never
+	// change, so tokens take it from here without a lookup per token.
+	AccountName string
+	Name        string   // what the operator calls it, 1..200 chars
+	Scopes      []string // sorted, distinct, each one of Scopes()
+	Disabled    bool
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	// SecretHash is the hash of the current secret (HashClientSecret).
+	SecretHash string
+	// PreviousSecretHash is the hash of the secret that the last rotation
+	// replaced; it keeps working until PreviousSecretExpiresAt, so that
+	// the calling backend can switch without downtime. Empty when none.
+	PreviousSecretHash      string
+	PreviousSecretExpiresAt time.Time
+}
+
+// HasScope reports whether the client holds scope.
+func (c ServiceClient) HasScope(scope string) bool { return slices.Contains(c.Scopes, scope) }
+
+// GrantScopes returns the scopes of a token for the client: all of its
+// scopes when requested is empty, else requested (normalized), which may
+// narrow the client's scopes but never widen them: a scope the client does
+// not hold, or that does not exist, is ErrInvalidScope (RFC 6749 §4.4.2,
+// §5.2). requested is the token request's space-separated scope parameter.
+func (c ServiceClient) GrantScopes(requested string) ([]string, error) {
+	fields := strings.Fields(requested)
+	if len(fields) == 0 {
+		return slices.Clone(c.Scopes), nil
+	}
+	scopes, err := NormalizeScopes(fields)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range scopes {
+		if !c.HasScope(s) {
+			return nil, fmt.Errorf("scope %q is not granted to this client: %w", s, ErrInvalidScope)
+		}
+	}
+	return scopes, nil
+}
+
+// secretMatches reports whether secret is the client's current secret, or
+// its previous one while the overlap lasts. Both hashes are compared every
+// time, in constant time, so that which one matched (or that there is no
+// previous one) does not show in the timing.
+func (c ServiceClient) secretMatches(secret string, now time.Time) bool {
+	h := HashClientSecret(secret)
+	current := hashEqual(c.SecretHash, h)
+	previous := hashEqual(c.PreviousSecretHash, h) && now.Before(c.PreviousSecretExpiresAt)
+	return current || previous
+}
+
+// NormalizeScopes checks that every scope exists and returns them sorted
+// and without duplicates. An empty list is ErrInvalidScope: a client
+// without a scope could do nothing.
+func NormalizeScopes(scopes []string) ([]string, error) {
+	out := make([]string, 0, len(scopes))
+	for _, s := range scopes {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(Scopes(), s) {
+			return nil, fmt.Errorf("unknown scope %q (known: %s): %w", s, strings.Join(Scopes(), ", "), ErrInvalidScope)
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scope given: %w", ErrInvalidScope)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// NewServiceClient returns a client of acc to store (the store assigns its
+// ID and times) and its secret, to hand to the operator once: the client
+// keeps only its hash.
+func NewServiceClient(acc Account, name string, scopes []string) (ServiceClient, string, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || utf8.RuneCountInString(name) > MaxClientNameLen {
+		return ServiceClient{}, "", fmt.Errorf("a client name must have 1 to %d characters", MaxClientNameLen)
+	}
+	scopes, err := NormalizeScopes(scopes)
+	if err != nil {
+		return ServiceClient{}, "", err
+	}
+	secret := NewClientSecret()
+	return ServiceClient{
+		AccountID: acc.ID, AccountName: acc.Name, Name: name, Scopes: scopes,
+		SecretHash: HashClientSecret(secret),
+	}, secret, nil
+}
+
+// NewClientSecret returns a new secret: ClientSecretPrefix and 256 random
+// bits, base64url without padding (URL-, header- and form-safe).
+func NewClientSecret() string {
+	var b [clientSecretBytes]byte
+	_, _ = rand.Read(b[:]) // never fails since Go 1.24
+	return ClientSecretPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// clientHashScheme names the hash in stored values, so that another can be
+// introduced later beside it.
+const clientHashScheme = "sha256:"
+
+// HashClientSecret is what is stored of a secret: its SHA-256, hex.
+//
+// Unlike passwords, secrets are 256 random bits chosen by the service: no
+// dictionary, salt-precomputed table or GPU farm gets anywhere near
+// guessing one from its hash, so a slow, memory-hard hash (argon2id) would
+// add nothing but cost (tens of milliseconds and 19 MiB per token, the
+// throughput of the token endpoint capped by the hashing concurrency
+// limit). One SHA-256, a microsecond, is the standard for high-entropy
+// secrets (GitHub tokens, API keys); a salt or pepper would likewise guard
+// against nothing that 256 bits do not. See docs/decisions.md, "Service
+// clients".
+func HashClientSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return clientHashScheme + hex.EncodeToString(sum[:])
+}
+
+// hashEqual compares two stored hashes in constant time; an empty stored
+// hash matches nothing.
+func hashEqual(stored, computed string) bool {
+	return stored != "" && subtle.ConstantTimeCompare([]byte(stored), []byte(computed)) == 1
+}
+
+// dummySecretHash is compared against when the client does not exist, so
+// that an unknown client_id costs what a wrong secret costs. No secret has
+// it: that would take a SHA-256 preimage.
+const dummySecretHash = clientHashScheme + "0000000000000000000000000000000000000000000000000000000000000000"
+
+// ClientStore persists service clients. Reads and writes by operators are
+// scoped by account; only ClientByID is not, because a client
+// authenticates before anyone knows its account.
+type ClientStore interface {
+	// CreateClient stores c with a new ID and creation time, and returns it.
+	CreateClient(ctx context.Context, c ServiceClient) (ServiceClient, error)
+	// ClientByID returns a client of any account, or ErrNotFound.
+	ClientByID(ctx context.Context, clientID string) (ServiceClient, error)
+	// ListClients returns the clients of an account, oldest first; an
+	// empty slice when none.
+	ListClients(ctx context.Context, accountID string) ([]ServiceClient, error)
+	// RotateClientSecret makes nextHash the client's secret and keeps the
+	// current one, currentHash, working until previousExpiresAt (replacing
+	// an older previous secret). It is one conditional update: when the
+	// client's secret is no longer currentHash (a concurrent rotation) it
+	// changes nothing and returns ErrConflict. An unknown client, or one
+	// of another account, is ErrNotFound.
+	RotateClientSecret(ctx context.Context, accountID, clientID, currentHash, nextHash string, previousExpiresAt time.Time) error
+	// SetClientDisabled disables or re-enables a client of an account.
+	SetClientDisabled(ctx context.Context, accountID, clientID string, disabled bool) error
+}
+
+// ClientThrottledError is returned by ClientAuthenticator.Authenticate
+// while the client id is locked after too many failed authentications:
+// the request is refused (429) whatever the secret.
+type ClientThrottledError struct {
+	RetryAfter time.Duration
+}
+
+func (e *ClientThrottledError) Error() string {
+	return fmt.Sprintf("too many failed client authentications; retry after %v", e.RetryAfter)
+}
+
+// ClientAuthenticator authenticates service clients.
+type ClientAuthenticator struct {
+	Clients ClientStore
+	// Throttle counts failed authentications per client id, under its
+	// Policy.User limit, in the same store as the login counters (so
+	// across replicas). Nil throttles nothing.
+	Throttle *LoginThrottle
+	// Now is the clock that ends a previous secret's overlap; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Authenticate returns the client whose id and secret are given. An
+// unknown client, a wrong secret, a disabled client and a previous secret
+// past its overlap are all the same ErrInvalidClient, and each costs one
+// hash comparison. While the client id is locked it returns a
+// *ClientThrottledError before looking at the secret. Any other error
+// means the check could not run (the database): the caller must refuse.
+//
+// Throttling counts failures only, when they happen, and resets the count
+// on a success; unlike a login it takes no place in the window for an
+// attempt in flight. That reservation exists so that parallel guesses at a
+// password cannot overrun the limit; a 256-bit secret cannot be guessed
+// with any number of extra tries, and a successful authentication then
+// costs one counter read, not two writes (the token endpoint's speed).
+func (a ClientAuthenticator) Authenticate(ctx context.Context, clientID, secret string) (ServiceClient, error) {
+	key := ClientThrottleKey(clientID)
+	var before ThrottleState
+	if a.throttled() {
+		st, err := a.Throttle.Store.LoginThrottleState(ctx, key)
+		if err != nil {
+			return ServiceClient{}, fmt.Errorf("authenticate client: %w", err)
+		}
+		if now := a.Throttle.now(); st.Locked(now) {
+			return ServiceClient{}, &ClientThrottledError{RetryAfter: waitFor(st, now)}
+		}
+		before = st
+	}
+	c, ok, err := a.verify(ctx, clientID, secret)
+	if err != nil {
+		return ServiceClient{}, err
+	}
+	if !ok {
+		if err := a.failed(ctx, key); err != nil {
+			return ServiceClient{}, err
+		}
+		return ServiceClient{}, ErrInvalidClient
+	}
+	if a.throttled() && (before.Failures > 0 || before.Lockouts > 0) {
+		if err := a.reset(ctx, key); err != nil {
+			return ServiceClient{}, err
+		}
+	}
+	return c, nil
+}
+
+// verify looks the client up and checks the secret; ok is false for every
+// reason that is ErrInvalidClient.
+func (a ClientAuthenticator) verify(ctx context.Context, clientID, secret string) (c ServiceClient, ok bool, err error) {
+	if clientID == "" || len(clientID) > MaxClientIDLen || len(secret) > MaxClientSecretLen {
+		_ = ServiceClient{SecretHash: dummySecretHash}.secretMatches(secret, time.Time{})
+		return ServiceClient{}, false, nil
+	}
+	c, err = a.Clients.ClientByID(ctx, clientID)
+	if errors.Is(err, ErrNotFound) {
+		_ = ServiceClient{SecretHash: dummySecretHash}.secretMatches(secret, time.Time{})
+		return ServiceClient{}, false, nil
+	}
+	if err != nil {
+		return ServiceClient{}, false, fmt.Errorf("authenticate client: %w", err)
+	}
+	matches := c.secretMatches(secret, a.now())
+	return c, matches && !c.Disabled, nil
+}
+
+func (a ClientAuthenticator) throttled() bool {
+	return a.Throttle != nil && a.Throttle.Policy.User.Enabled()
+}
+
+// failed counts a failure of key (locking it at the limit), even when the
+// caller has gone away. Lease 0: counted as failed at once.
+func (a ClientAuthenticator) failed(ctx context.Context, key string) error {
+	if !a.throttled() {
+		return nil
+	}
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	th := a.Throttle
+	if _, _, err := th.Store.TakeLoginAttempt(ctx, key, th.now(), th.Policy.User, 0); err != nil {
+		return fmt.Errorf("client throttle: %w", err)
+	}
+	return nil
+}
+
+func (a ClientAuthenticator) reset(ctx context.Context, key string) error {
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	if err := a.Throttle.Store.ResetLoginThrottle(ctx, key); err != nil {
+		return fmt.Errorf("client throttle: %w", err)
+	}
+	return nil
+}
+
+func (a ClientAuthenticator) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// ClientThrottleKey is the counter key of a client id as presented. Like
+// UserThrottleKey it is a hash: ids that do not exist get counters too, and
+// what a caller typed is not stored.
+func ClientThrottleKey(clientID string) string {
+	sum := sha256.Sum256([]byte(clientID))
+	return "client:" + hex.EncodeToString(sum[:])
+}
+
+// RotateClientSecret gives a client of an account a new secret and returns
+// it; the current secret keeps working for overlap after now (0: it stops
+// at once), replacing any older previous secret.
+func RotateClientSecret(ctx context.Context, clients ClientStore, accountID, clientID string, overlap time.Duration, now time.Time) (string, error) {
+	if overlap < 0 {
+		return "", fmt.Errorf("rotate client secret: the overlap %v is negative", overlap)
+	}
+	c, err := clients.ClientByID(ctx, clientID)
+	if err == nil && c.AccountID != accountID {
+		err = fmt.Errorf("client %q: %w", clientID, ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("rotate client secret: %w", err)
+	}
+	secret := NewClientSecret()
+	if err := clients.RotateClientSecret(ctx, accountID, clientID, c.SecretHash, HashClientSecret(secret), now.Add(overlap)); err != nil {
+		return "", fmt.Errorf("rotate client secret: %w", err)
+	}
+	return secret, nil
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/services/account"
+	"github.com/acme/platform/services/account/mongo"
+)
+
+// credentialsIn picks the client_id and client_secret lines out of a
+// command's output, failing the test when either is missing.
+func credentialsIn(t *testing.T, out string) (id, secret string) {
+	t.Helper()
+	idLine := regexp.MustCompile(`(?m)^client_id: (cli_[0-9a-f]+)$`).FindStringSubmatch(out)
+	secretLine := regexp.MustCompile(`(?m)^client_secret: (cs_[A-Za-z0-9_-]{43,})$`).FindStringSubmatch(out)
+	if idLine == nil || secretLine == nil {
+		t.Fatalf("output %q does not print client_id and client_secret", out)
+	}
+	return idLine[1], secretLine[1]
+}
+
+func mustRun(t *testing.T, want string, args ...string) string {
+	t.Helper()
+	out, err := runCmd(t, "", args...)
+	if err != nil || !strings.Contains(out, want) {
+		t.Fatalf("%v = %q, %v; want output containing %q", args, out, err, want)
+	}
+	return out
+}
+
+func TestClientCommands(t *testing.T) {
+	useDatabase(t)
+	t.Setenv("ACCOUNT_CLIENT_SECRET_OVERLAP", "1h")
+	// The credentials the commands print are checked the way the token
+	// endpoint checks them.
+	store := mongo.New(mongotest.Client(t).Database(os.Getenv("ACCOUNT_MONGODB_DATABASE")))
+	auth := account.ClientAuthenticator{Clients: store}
+	works := func(what, id, secret string, want bool) {
+		t.Helper()
+		c, err := auth.Authenticate(context.Background(), id, secret)
+		switch {
+		case want && (err != nil || c.ID != id):
+			t.Fatalf("%s: Authenticate = %+v, %v; want the client", what, c, err)
+		case !want && !errors.Is(err, account.ErrInvalidClient):
+			t.Fatalf("%s: Authenticate err = %v; want ErrInvalidClient", what, err)
+		}
+	}
+
+	mustRun(t, "created account acme", "create-account", "acme")
+	mustRun(t, "created account other", "create-account", "other")
+	out := mustRun(t, "created client billing in account acme with scopes conversations:read definitions:read",
+		"create-client", "--account", "Acme", "--name", "billing", "--scopes", "definitions:read,conversations:read")
+	id, first := credentialsIn(t, out)
+	works("created", id, first, true)
+	if c, _ := store.ClientByID(context.Background(), id); c.SecretHash == "" || strings.Contains(c.SecretHash, first) {
+		t.Fatalf("stored client %+v: want only a hash of the secret", c)
+	}
+
+	for _, bad := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"create-client", "--account", "acme", "--name", "x", "--scopes", "definitions:read,admin"}, `unknown scope "admin"`},
+		{[]string{"create-client", "--account", "acme", "--name", "x"}, "usage: account create-client"},
+		{[]string{"create-client", "--account", "acme", "--scopes", "definitions:read"}, "usage: account create-client"},
+		{[]string{"create-client", "--account", "nope", "--name", "x", "--scopes", "definitions:read"}, "not found"},
+		{[]string{"create-client", "--account", "acme", "--name", "x", "--scopes", "definitions:read", "--secret", "s"}, "flag provided but not defined"},
+		{[]string{"list-clients"}, "usage: account list-clients"},
+		{[]string{"list-clients", "--account", "nope"}, "not found"},
+		{[]string{"rotate-client-secret", "--account", "acme"}, "usage: account rotate-client-secret"},
+		{[]string{"rotate-client-secret", "--account", "other", "--client", id}, "not found"},
+		{[]string{"rotate-client-secret", "--account", "acme", "--client", "cli_nope"}, "not found"},
+		{[]string{"rotate-client-secret", "--account", "acme", "--client", id, "--overlap", "-1h"}, "negative"},
+		{[]string{"rotate-client-secret", "--account", "acme", "--client", id, "--overlap", "soon"}, "invalid value"},
+		{[]string{"disable-client", "--account", "other", "--client", id}, "not found"},
+		{[]string{"disable-client", "--account", "acme"}, "usage: account disable-client"},
+	} {
+		if out, err := runCmd(t, "", bad.args...); err == nil || !strings.Contains(err.Error(), bad.wantErr) {
+			t.Errorf("%v = %q, %v; want an error containing %q", bad.args, out, err, bad.wantErr)
+		}
+	}
+	works("after refused commands", id, first, true)
+	if list := mustRun(t, "", "list-clients", "--account", "acme"); strings.Count(list, "cli_") != 1 {
+		t.Fatalf("refused create-client commands created clients:\n%s", list)
+	}
+
+	// Rotation with the configured default overlap: both secrets work.
+	out = mustRun(t, "the old secret works until", "rotate-client-secret", "--account", "acme", "--client", id)
+	rotatedID, second := credentialsIn(t, out)
+	if rotatedID != id || second == first {
+		t.Fatalf("rotation printed %s, %s", rotatedID, second)
+	}
+	works("new secret", id, second, true)
+	works("old secret within the overlap", id, first, true)
+	list := mustRun(t, "PREVIOUS SECRET VALID UNTIL", "list-clients", "--account", "acme")
+	if !regexp.MustCompile(id + `\s+billing\s+conversations:read,definitions:read\s+enabled\s+\S+\s+\d{4}-`).MatchString(list) {
+		t.Fatalf("list-clients does not show the client with its overlap:\n%s", list)
+	}
+	if other := mustRun(t, "CLIENT_ID", "list-clients", "--account", "other"); strings.Contains(other, id) {
+		t.Fatalf("list-clients of another account shows %s:\n%s", id, other)
+	}
+
+	// Without overlap the replaced secret stops at once.
+	out = mustRun(t, "the old secret no longer works", "rotate-client-secret", "--account", "acme", "--client", id, "--overlap", "0")
+	_, third := credentialsIn(t, out)
+	works("newest secret", id, third, true)
+	works("secret replaced without overlap", id, second, false)
+	works("first secret", id, first, false)
+
+	mustRun(t, "disabled", "disable-client", "--account", "acme", "--client", id)
+	works("disabled client", id, third, false)
+	mustRun(t, id+"  billing  conversations:read,definitions:read  disabled", "list-clients", "--account", "acme")
+	mustRun(t, "enabled", "enable-client", "--account", "acme", "--client", id)
+	works("re-enabled client", id, third, true)
+}
+
+func TestHelpListsClientCommands(t *testing.T) {
+	out, err := runCmd(t, "", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"create-client", "list-clients", "rotate-client-secret", "disable-client", "enable-client", "ACCOUNT_CLIENT_SECRET_OVERLAP"} {
+		if !strings.Contains(out, cmd) {
+			t.Errorf("--help does not list %s", cmd)
+		}
+	}
+}

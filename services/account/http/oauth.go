@@ -1,0 +1,384 @@
+package http
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/account"
+	"github.com/acme/platform/services/account/password"
+)
+
+// The OAuth 2.0 endpoints (CONTRACT.md section 9): POST /oauth2/token (RFC
+// 6749 section 3.2) and POST /oauth2/revoke (RFC 7009). They take
+// form-encoded parameters and answer errors as RFC 6749 section 5.2 JSON,
+// because that is what OAuth client libraries parse; the work is done by
+// account.Sessions, exactly as for /login, /token/refresh and /logout.
+
+// Grant types of the token endpoint.
+const (
+	grantClientCredentials = "client_credentials"
+	grantPassword          = "password"
+	grantRefreshToken      = "refresh_token"
+)
+
+// grantTypes lists them as discovery does.
+var grantTypes = []string{grantClientCredentials, grantPassword, grantRefreshToken}
+
+// clientAuthChallenge is the WWW-Authenticate of a failed client
+// authentication (RFC 6749 section 5.2: the scheme the client may use).
+const clientAuthChallenge = `Basic realm="oauth2", charset="UTF-8"`
+
+// oauthError is an RFC 6749 section 5.2 error response.
+type oauthError struct {
+	Code        string `json:"error"`
+	Description string `json:"error_description,omitempty"`
+
+	status     int
+	retryAfter time.Duration
+	challenge  string
+}
+
+func (e *oauthError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.status, e.Code, e.Description)
+}
+
+func newOAuthError(status int, code, description string) *oauthError {
+	return &oauthError{status: status, Code: code, Description: description}
+}
+
+func invalidRequest(description string) *oauthError {
+	return newOAuthError(http.StatusBadRequest, "invalid_request", description)
+}
+
+func invalidClient(description string) *oauthError {
+	e := newOAuthError(http.StatusUnauthorized, "invalid_client", description)
+	e.challenge = clientAuthChallenge
+	return e
+}
+
+// oauthErrorFor is the one function that decides the answer of a failed
+// request to the OAuth 2.0 endpoints. Throttling is a 429 with
+// Retry-After and slow_down (RFC 8628's code for "too many requests" at
+// the token endpoint); an unavailable dependency a 503 with Retry-After
+// and temporarily_unavailable; anything unexpected a 500 server_error,
+// its cause logged and never sent.
+func oauthErrorFor(err error) *oauthError {
+	var oe *oauthError
+	var loginThrottled *account.LoginThrottledError
+	var clientThrottled *account.ClientThrottledError
+	switch {
+	case errors.As(err, &oe):
+		return oe
+	case errors.As(err, &loginThrottled):
+		return slowDown(loginThrottled.RetryAfter)
+	case errors.As(err, &clientThrottled):
+		return slowDown(clientThrottled.RetryAfter)
+	case errors.Is(err, account.ErrInvalidClient):
+		return invalidClient("Client authentication failed.")
+	case errors.Is(err, account.ErrInvalidCredentials):
+		return newOAuthError(http.StatusBadRequest, "invalid_grant", "The account name, username or password is wrong.")
+	case errors.Is(err, account.ErrInvalidRefreshToken):
+		return newOAuthError(http.StatusBadRequest, "invalid_grant", "The refresh token is not valid; log in again.")
+	case errors.Is(err, account.ErrInvalidScope):
+		return newOAuthError(http.StatusBadRequest, "invalid_scope", "The requested scope is not granted to this client.")
+	case errors.Is(err, password.ErrBusy):
+		return unavailable(problem.Busy())
+	case errors.Is(err, token.ErrKeysUnavailable):
+		return unavailable(problem.KeysUnavailable())
+	}
+	if p := web.ProblemFor(err); p.Status == http.StatusServiceUnavailable {
+		return unavailable(p)
+	}
+	return newOAuthError(http.StatusInternalServerError, "server_error", "An unexpected error occurred.")
+}
+
+func slowDown(retryAfter time.Duration) *oauthError {
+	e := newOAuthError(http.StatusTooManyRequests, "slow_down", "Too many failed attempts; retry later.")
+	e.retryAfter = retryAfter
+	return e
+}
+
+// unavailable is the OAuth shape of a 503 problem, with its Retry-After.
+func unavailable(p *problem.Problem) *oauthError {
+	e := newOAuthError(http.StatusServiceUnavailable, "temporarily_unavailable", p.Detail)
+	e.retryAfter = p.RetryAfter
+	return e
+}
+
+// oauthEndpoint writes the error of h as RFC 6749 JSON and returns it
+// still: the response is committed then, so the observer (pkg/web) records
+// the status written and logs the cause of a 5xx without writing again.
+func oauthEndpoint(h echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		err := h(c)
+		if err == nil {
+			return nil
+		}
+		e := oauthErrorFor(err)
+		hdr := c.Response().Header()
+		noStore(c)
+		if e.retryAfter > 0 {
+			hdr.Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
+		}
+		if e.challenge != "" {
+			hdr.Set("WWW-Authenticate", e.challenge)
+		}
+		if werr := c.JSON(e.status, e); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
+	}
+}
+
+// maxTokenRequestBody is the login body limit of the contract, for the
+// token and revocation requests alike.
+const maxTokenRequestBody = maxLoginBody
+
+// readForm reads the parameters of a request to an OAuth 2.0 endpoint:
+// form-encoded in the body (RFC 6749 section 3.2), at most
+// maxTokenRequestBody bytes, none of them repeated (section 3.2 forbids
+// it), none in the URL (where credentials would end up in logs: section
+// 2.3.1). Empty parameters count as absent (section 3.2), which url.Values'
+// Get gives.
+func readForm(c *echo.Context) (url.Values, error) {
+	r := c.Request()
+	if r.URL.RawQuery != "" {
+		return nil, invalidRequest("Parameters must be sent in the request body, not in the URL.")
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
+		return nil, invalidRequest("The request body must be sent with Content-Type: application/x-www-form-urlencoded.")
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, maxTokenRequestBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			e := invalidRequest(fmt.Sprintf("The request body must not exceed %d bytes.", maxTokenRequestBody))
+			e.status = http.StatusRequestEntityTooLarge
+			return nil, e
+		}
+		return nil, invalidRequest("The request body could not be read.")
+	}
+	form, err := url.ParseQuery(string(data))
+	if err != nil {
+		return nil, invalidRequest("The request body is not valid form encoding.")
+	}
+	for name, values := range form {
+		if len(values) > 1 {
+			return nil, invalidRequest(fmt.Sprintf("The parameter %q is repeated.", name))
+		}
+		if !utf8.ValidString(name) || !utf8.ValidString(values[0]) {
+			return nil, invalidRequest("The parameters must be UTF-8.")
+		}
+	}
+	return form, nil
+}
+
+// requireParams answers invalid_request naming the first of names that
+// form lacks.
+func requireParams(form url.Values, names ...string) error {
+	for _, n := range names {
+		if form.Get(n) == "" {
+			return invalidRequest(fmt.Sprintf("The parameter %q is required.", n))
+		}
+	}
+	return nil
+}
+
+// authenticateClient authenticates the client of an OAuth 2.0 request,
+// when it presents credentials: HTTP Basic (client_secret_basic) or the
+// client_id and client_secret parameters (client_secret_post), never both
+// (RFC 6749 section 2.3: one method per request), and never two
+// Authorization headers. It returns nil for a request without client
+// credentials.
+func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Values) (*account.ServiceClient, error) {
+	headers := c.Request().Header.Values("Authorization")
+	inForm := form.Has("client_id") || form.Has("client_secret")
+	var id, secret string
+	switch {
+	case len(headers) > 1:
+		return nil, invalidRequest("The request carries more than one Authorization header.")
+	case len(headers) == 1 && inForm:
+		return nil, invalidRequest("The request carries client credentials both in the Authorization header and in the body.")
+	case len(headers) == 1:
+		var ok bool
+		if id, secret, ok = basicCredentials(headers[0]); !ok {
+			return nil, invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters.")
+		}
+	case inForm:
+		id, secret = form.Get("client_id"), form.Get("client_secret")
+	default:
+		return nil, nil
+	}
+	client, err := sessions.AuthenticateClient(c.Request().Context(), id, secret)
+	if err != nil {
+		return nil, err
+	}
+	return &client, nil
+}
+
+// basicCredentials decodes an "Authorization: Basic" header value. The
+// client id and secret are form-encoded before they are joined (RFC 6749
+// section 2.3.1), so they are decoded after the split.
+func basicCredentials(header string) (id, secret string, ok bool) {
+	const scheme = "basic "
+	if len(header) < len(scheme) || !strings.EqualFold(header[:len(scheme)], scheme) {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(header[len(scheme):]))
+	if err != nil {
+		return "", "", false
+	}
+	encodedID, encodedSecret, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return "", "", false
+	}
+	if id, err = url.QueryUnescape(encodedID); err != nil {
+		return "", "", false
+	}
+	if secret, err = url.QueryUnescape(encodedSecret); err != nil {
+		return "", "", false
+	}
+	return id, secret, true
+}
+
+// tokenResponse is a successful token response (RFC 6749 section 5.1).
+// A client's token has a scope and no refresh or id token; a user's token
+// set has no scope (user tokens act as the user, not by scope).
+type tokenResponse struct {
+	AccessToken  string `json:"access_token"`
+	TokenType    string `json:"token_type"`
+	ExpiresIn    int    `json:"expires_in"`
+	RefreshToken string `json:"refresh_token,omitempty"`
+	IDToken      string `json:"id_token,omitempty"`
+	Scope        string `json:"scope,omitempty"`
+}
+
+func userTokenResponse(set token.Set) tokenResponse {
+	return tokenResponse{
+		AccessToken: set.AccessToken, TokenType: "Bearer", ExpiresIn: set.ExpiresIn,
+		RefreshToken: set.RefreshToken, IDToken: set.IDToken,
+	}
+}
+
+// handleToken is POST /oauth2/token. The grant type is checked first, then
+// the client's credentials (when any: a wrong one is invalid_client before
+// anything else is looked at), then the grant's parameters.
+func handleToken(sessions *account.Sessions) echo.HandlerFunc {
+	return oauthEndpoint(func(c *echo.Context) error {
+		form, err := readForm(c)
+		if err != nil {
+			return err
+		}
+		grant := form.Get("grant_type")
+		switch grant {
+		case "":
+			return invalidRequest(`The parameter "grant_type" is required.`)
+		case grantClientCredentials, grantPassword, grantRefreshToken:
+		default:
+			return newOAuthError(http.StatusBadRequest, "unsupported_grant_type",
+				"The grant type must be one of "+strings.Join(grantTypes, ", ")+".")
+		}
+		client, err := authenticateClient(c, sessions, form)
+		if err != nil {
+			return err
+		}
+		ctx := c.Request().Context()
+		var resp tokenResponse
+		switch grant {
+		case grantClientCredentials:
+			if client == nil {
+				return invalidClient("The client_credentials grant requires client authentication.")
+			}
+			tok, err := sessions.ClientToken(ctx, *client, form.Get("scope"))
+			if err != nil {
+				return err
+			}
+			resp = tokenResponse{AccessToken: tok.AccessToken, TokenType: "Bearer", ExpiresIn: tok.ExpiresIn, Scope: tok.Scope}
+		case grantPassword:
+			if err := passwordGrantParams(form, client != nil); err != nil {
+				return err
+			}
+			set, err := sessions.LogIn(ctx, account.PasswordLogin{
+				AccountName: form.Get("account_name"), Username: form.Get("username"), Password: form.Get("password"),
+				ClientIP: c.RealIP(), Client: client,
+			})
+			if err != nil {
+				return err
+			}
+			resp = userTokenResponse(set)
+		case grantRefreshToken:
+			if err := requireParams(form, "refresh_token"); err != nil {
+				return err
+			}
+			set, err := sessions.Refresh(ctx, form.Get("refresh_token"), client)
+			if err != nil {
+				return err
+			}
+			resp = userTokenResponse(set)
+		}
+		noStore(c)
+		return c.JSON(http.StatusOK, resp)
+	})
+}
+
+// passwordGrantParams checks the password grant's parameters like
+// loginRequest.validate checks the login body. account_name may be left
+// out by an authenticated client: it defaults to the client's account
+// (OAuth libraries send no extra parameter with this grant).
+func passwordGrantParams(form url.Values, authenticated bool) error {
+	required := []string{"username", "password"}
+	if !authenticated {
+		required = append(required, "account_name")
+	}
+	if err := requireParams(form, required...); err != nil {
+		return err
+	}
+	for name, limit := range map[string]int{
+		"account_name": account.MaxAccountNameLen, "username": account.MaxUsernameLen, "password": account.MaxPasswordLen,
+	} {
+		if utf8.RuneCountInString(form.Get(name)) > limit {
+			return invalidRequest(fmt.Sprintf("The parameter %q is too long.", name))
+		}
+	}
+	return nil
+}
+
+// handleRevoke is POST /oauth2/revoke (RFC 7009): a refresh token ends its
+// session; any other token, one of another client, or one already
+// revoked is accepted and changes nothing. token_type_hint is only a hint
+// (section 2.1), so any value is accepted and every token is looked at as
+// a refresh token.
+func handleRevoke(sessions *account.Sessions) echo.HandlerFunc {
+	return oauthEndpoint(func(c *echo.Context) error {
+		form, err := readForm(c)
+		if err != nil {
+			return err
+		}
+		client, err := authenticateClient(c, sessions, form)
+		if err != nil {
+			return err
+		}
+		if err := requireParams(form, "token"); err != nil {
+			return err
+		}
+		if err := sessions.Revoke(c.Request().Context(), form.Get("token"), client); err != nil {
+			return err
+		}
+		noStore(c)
+		return c.NoContent(http.StatusOK)
+	})
+}

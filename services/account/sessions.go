@@ -1,0 +1,282 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/acme/platform/pkg/token"
+)
+
+// ErrInvalidRefreshToken is the one answer for every refresh token that
+// cannot be exchanged or acted on: malformed, forged, expired, of an ended
+// or unknown session, spent (reuse, which also ends the session), of a
+// disabled user, or presented by another client than the session's. When
+// the token itself did not verify, the error also wraps the
+// *token.TokenError, whose reason is safe to show.
+var ErrInvalidRefreshToken = errors.New("invalid refresh token")
+
+// LoginThrottledError refuses a login while the account name + username or
+// the client address is locked (or the user's window stays full of
+// attempts in flight): no password was checked.
+type LoginThrottledError struct {
+	RetryAfter time.Duration
+}
+
+func (e *LoginThrottledError) Error() string {
+	return fmt.Sprintf("too many failed logins; retry after %v", e.RetryAfter)
+}
+
+// Sessions is the one implementation of every way a caller obtains, renews
+// and ends tokens: POST /login, /token/refresh, /logout and the grants and
+// revocation of the OAuth 2.0 endpoints all call it, so throttling,
+// uniform failures, refresh rotation and reuse detection exist once.
+type Sessions struct {
+	// Authenticator checks passwords; Throttle limits failed logins (nil:
+	// none).
+	Authenticator Authenticator
+	Throttle      *LoginThrottle
+	// Clients checks service clients' credentials.
+	Clients ClientAuthenticator
+	Store   SessionStore
+	Issuer  *token.Issuer
+	// RefreshTokens verifies presented refresh tokens (token.UseRefresh).
+	RefreshTokens *token.Verifier
+	// ReuseGrace is how long after its first exchange a refresh token
+	// presented again counts as a retry of a client whose response was
+	// lost, not as reuse (CONTRACT.md section 9); 0 is strict.
+	ReuseGrace time.Duration
+	// Now is the clock of sessions (auth_time, exchanges); nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// PasswordLogin is a log in with a password.
+type PasswordLogin struct {
+	AccountName, Username, Password string
+	// ClientIP is the caller's address, for the throttle.
+	ClientIP string
+	// Client is the service client that asks for the user's tokens (the
+	// password grant with client authentication), nil for none. The
+	// session is bound to it, and the user must be of its account, which
+	// AccountName defaults to.
+	Client *ServiceClient
+}
+
+// LogIn checks the throttle before any password work, then the password,
+// and starts a session. Failures: *LoginThrottledError, ErrInvalidCredentials
+// (for every wrong part alike), or an error of the hasher or the database.
+func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, error) {
+	if in.AccountName == "" && in.Client != nil {
+		in.AccountName = in.Client.AccountName
+	}
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, in.AccountName, in.Username, in.ClientIP)
+	if err != nil {
+		return token.Set{}, err
+	}
+	if retryAfter > 0 {
+		return token.Set{}, &LoginThrottledError{RetryAfter: retryAfter}
+	}
+	acc, user, err := s.Authenticator.Authenticate(ctx, in.AccountName, in.Username, in.Password)
+	if err == nil && in.Client != nil && in.Client.AccountID != acc.ID {
+		// A client acts within its own account only. The password was
+		// checked, so this costs what any failure costs, and counts as one.
+		err = ErrInvalidCredentials
+	}
+	switch {
+	case errors.Is(err, ErrInvalidCredentials):
+		if err := attempt.Failed(ctx); err != nil {
+			return token.Set{}, err
+		}
+		return token.Set{}, ErrInvalidCredentials
+	case err != nil:
+		// The password was not checked: the attempt does not count.
+		attempt.Abandon(ctx)
+		return token.Set{}, err
+	}
+	if err := attempt.Succeeded(ctx); err != nil {
+		return token.Set{}, err
+	}
+	authTime := s.now()
+	set, err := s.Issuer.Mint(ctx, token.Subject{
+		UserID: user.ID, AccountID: acc.ID, AccountName: acc.Name, Username: user.Username, AuthTime: authTime,
+	})
+	if err != nil {
+		return token.Set{}, err
+	}
+	err = s.Store.CreateSession(ctx, Session{
+		ID: set.SessionID, AccountID: acc.ID, UserID: user.ID, ClientID: clientIDOf(in.Client),
+		RefreshID: set.RefreshTokenID, AuthTime: authTime, ExpiresAt: set.RefreshExpiresAt,
+	})
+	if err != nil {
+		return token.Set{}, fmt.Errorf("start session: %w", err)
+	}
+	return set, nil
+}
+
+// Refresh exchanges a refresh token, presented by client (nil: no client),
+// for a new token set of the same session. The exchange is one conditional
+// update: of concurrent exchanges of one token exactly one rotates it. A
+// spent token presented again within ReuseGrace of its exchange gets a set
+// whose refresh token is the session's current one (see retryOrRevoke);
+// otherwise, or for any older token, it ends the session (reuse
+// detection). Failures: ErrInvalidRefreshToken, or token.ErrKeysUnavailable
+// and database errors.
+func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClient) (token.Set, error) {
+	claims, sess, err := s.session(ctx, raw, client)
+	if err != nil {
+		return token.Set{}, err
+	}
+	user, err := s.Authenticator.Users.UserByID(ctx, claims.AccountID, claims.Subject)
+	if errors.Is(err, ErrNotFound) || err == nil && user.Disabled {
+		// A disabled user's sessions end here for good.
+		if err := s.Store.RevokeSession(ctx, claims.AccountID, claims.SessionID); err != nil && !errors.Is(err, ErrNotFound) {
+			return token.Set{}, err
+		}
+		return token.Set{}, fmt.Errorf("%w: the user is disabled", ErrInvalidRefreshToken)
+	}
+	if err != nil {
+		return token.Set{}, err
+	}
+	subject := token.Subject{
+		UserID: user.ID, AccountID: claims.AccountID, AccountName: claims.AccountName,
+		Username: user.Username, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
+	}
+	// The new set is minted first so that its refresh token id is written
+	// by the same conditional update that spends the presented one; the
+	// set is thrown away when the exchange fails. auth_time stays the
+	// time of the password login.
+	set, err := s.Issuer.Mint(ctx, subject)
+	if err != nil {
+		return token.Set{}, err
+	}
+	now := s.now()
+	err = s.Store.RotateRefresh(ctx, claims.AccountID, claims.SessionID, claims.ID, set.RefreshTokenID, now, set.RefreshExpiresAt)
+	switch {
+	case err == nil:
+		return set, nil
+	case errors.Is(err, ErrRefreshNotCurrent):
+		return s.retryOrRevoke(ctx, claims, subject, now)
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrSessionRevoked):
+		return token.Set{}, fmt.Errorf("%w: %w", ErrInvalidRefreshToken, err)
+	default:
+		return token.Set{}, err
+	}
+}
+
+// retryOrRevoke decides about a refresh token that was exchanged before.
+// Presented again within ReuseGrace of that exchange, and the last token
+// exchanged, it is a client retrying a request whose response it never
+// got: it gets a new set whose refresh token carries the session's current
+// jti and expiry, so whichever copy of that token is exchanged first
+// rotates the session, and no write is needed. Anything else is reuse: the
+// session ends.
+func (s *Sessions) retryOrRevoke(ctx context.Context, claims *token.Claims, subject token.Subject, now time.Time) (token.Set, error) {
+	sess, err := s.Store.SessionByID(ctx, claims.AccountID, claims.SessionID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return token.Set{}, fmt.Errorf("%w: %w", ErrInvalidRefreshToken, err)
+	case err != nil:
+		return token.Set{}, err
+	case sess.Revoked:
+		return token.Set{}, fmt.Errorf("%w: %w", ErrInvalidRefreshToken, ErrSessionRevoked)
+	}
+	if s.ReuseGrace > 0 && sess.PreviousRefreshID == claims.ID && now.Before(sess.RotatedAt.Add(s.ReuseGrace)) {
+		subject.RefreshTokenID, subject.RefreshExpiresAt = sess.RefreshID, sess.ExpiresAt
+		return s.Issuer.Mint(ctx, subject)
+	}
+	if err := s.Store.RevokeSession(ctx, claims.AccountID, claims.SessionID); err != nil && !errors.Is(err, ErrNotFound) {
+		return token.Set{}, err
+	}
+	return token.Set{}, fmt.Errorf("%w: %w", ErrInvalidRefreshToken, ErrRefreshReused)
+}
+
+// LogOut ends the session of a refresh token presented by client (nil: no
+// client). Ending an ended or purged session is not an error, so that a
+// client may retry. Failures: ErrInvalidRefreshToken (the token does not
+// verify, or the session is another client's), or token.ErrKeysUnavailable
+// and database errors.
+func (s *Sessions) LogOut(ctx context.Context, raw string, client *ServiceClient) error {
+	claims, _, err := s.session(ctx, raw, client)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.Store.RevokeSession(ctx, claims.AccountID, claims.SessionID); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Revoke is token revocation (RFC 7009): a refresh token ends its session,
+// when presented by the session's client (or, for a session of no client,
+// by a request of no client); anything else is accepted and changes
+// nothing. It fails only when it cannot tell (keys or database
+// unavailable).
+func (s *Sessions) Revoke(ctx context.Context, raw string, client *ServiceClient) error {
+	if err := s.LogOut(ctx, raw, client); err != nil && !errors.Is(err, ErrInvalidRefreshToken) {
+		return err
+	}
+	return nil
+}
+
+// AuthenticateClient checks a service client's credentials (see
+// ClientAuthenticator.Authenticate for its failures).
+func (s *Sessions) AuthenticateClient(ctx context.Context, clientID, secret string) (ServiceClient, error) {
+	return s.Clients.Authenticate(ctx, clientID, secret)
+}
+
+// ClientToken issues an access token to an authenticated client (the
+// client-credentials grant), for scope: the client's scopes when empty,
+// else a subset of them (ErrInvalidScope otherwise). A client gets neither
+// a refresh token nor an id token, and no session.
+func (s *Sessions) ClientToken(ctx context.Context, client ServiceClient, scope string) (token.ClientToken, error) {
+	scopes, err := client.GrantScopes(scope)
+	if err != nil {
+		return token.ClientToken{}, err
+	}
+	return s.Issuer.MintClient(ctx, token.Client{
+		ClientID: client.ID, AccountID: client.AccountID, AccountName: client.AccountName, Scopes: scopes,
+	})
+}
+
+// session verifies a presented refresh token and loads its session, which
+// must be bound to client. An unknown session is ErrNotFound (wrapped), so
+// that LogOut can tell it; every other refusal is ErrInvalidRefreshToken
+// and changes nothing.
+func (s *Sessions) session(ctx context.Context, raw string, client *ServiceClient) (*token.Claims, Session, error) {
+	claims, err := s.RefreshTokens.Verify(ctx, raw)
+	if errors.Is(err, token.ErrInvalidToken) {
+		return nil, Session{}, fmt.Errorf("%w: %w", ErrInvalidRefreshToken, err)
+	}
+	if err != nil {
+		return nil, Session{}, err
+	}
+	sess, err := s.Store.SessionByID(ctx, claims.AccountID, claims.SessionID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return claims, Session{}, fmt.Errorf("%w: %w", ErrInvalidRefreshToken, err)
+	case err != nil:
+		return nil, Session{}, err
+	case sess.ClientID != clientIDOf(client):
+		return nil, Session{}, fmt.Errorf("%w: the session is another client's", ErrInvalidRefreshToken)
+	}
+	return claims, sess, nil
+}
+
+func clientIDOf(c *ServiceClient) string {
+	if c == nil {
+		return ""
+	}
+	return c.ID
+}
+
+func (s *Sessions) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}

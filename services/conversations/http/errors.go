@@ -1,0 +1,51 @@
+package http
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/services/conversations"
+)
+
+// Problem codes of this service, beside pkg/problem's.
+const (
+	codeConversationClosed   = "conversation_closed"
+	codeTooManyParticipants  = "too_many_participants"
+	codeLastParticipant      = "last_participant"
+	codePreconditionFailed   = "precondition_failed"
+	codeIdempotencyKeyReused = "idempotency_key_reused"
+)
+
+// storeProblem is where the domain's errors get their HTTP status: every
+// handler passes the errors of the store through it. Anything else (a
+// validation error, an unreachable database) goes on to web.ProblemFor.
+func storeProblem(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, conversations.ErrMessageNotFound):
+		return problem.NotFound("No message with this id in this conversation.")
+	case errors.Is(err, conversations.ErrNotFound):
+		return problem.NotFound("No conversation with this id among yours.")
+	case errors.Is(err, conversations.ErrConversationClosed):
+		return problem.New(http.StatusConflict, codeConversationClosed,
+			"The conversation is closed: reopen it (PATCH status open) to post messages.")
+	case errors.Is(err, conversations.ErrTooManyParticipants):
+		return problem.New(http.StatusConflict, codeTooManyParticipants,
+			"The conversation already has the largest number of participants (100).")
+	case errors.Is(err, conversations.ErrLastParticipant):
+		return problem.New(http.StatusConflict, codeLastParticipant,
+			"The last participant cannot be removed: a conversation has at least one.")
+	case errors.Is(err, conversations.ErrPreconditionFailed):
+		return problem.New(http.StatusPreconditionFailed, codePreconditionFailed,
+			"The conversation changed since the ETag given in If-Match: read it again.")
+	case errors.Is(err, conversations.ErrContended):
+		return problem.New(http.StatusConflict, problem.CodeConflict,
+			"The conversation is being changed by many requests at once; retry.")
+	case errors.Is(err, conversations.ErrIdempotencyKeyReused):
+		return problem.New(http.StatusUnprocessableEntity, codeIdempotencyKeyReused,
+			"This Idempotency-Key was used with another request in the last 24 hours; use a new key.")
+	}
+	return err
+}

@@ -1,0 +1,59 @@
+package conversations
+
+import (
+	"context"
+	"time"
+)
+
+// IdempotencyTTL is how long a key is remembered (contract section 8).
+const IdempotencyTTL = 24 * time.Hour
+
+// MaxIdempotencyKeyLen bounds the Idempotency-Key header.
+const MaxIdempotencyKeyLen = 255
+
+// IdempotencyKey names one key of one caller.
+type IdempotencyKey struct {
+	AccountID string
+	Caller    string
+	Key       string
+}
+
+// IdempotencyRecord is what a store keeps for one key: the request it was
+// first used with (Fingerprint), the id reserved for the resource that
+// request creates, and, once it succeeded, its response.
+//
+// The reserved id is what makes concurrent and retried requests create one
+// resource: every request with the key and the same body creates its
+// resource under that id, and a store refuses a second resource with an
+// id it already holds (the _id index), returning the first instead.
+type IdempotencyRecord struct {
+	IdempotencyKey
+	Fingerprint string
+	ResourceID  string
+	CreatedAt   time.Time
+	Response    *SavedResponse // nil until the first request succeeded
+}
+
+// SavedResponse is the first successful response to a key, replayed to
+// every retry.
+type SavedResponse struct {
+	Status   int
+	Location string
+	ETag     string
+	Body     []byte
+}
+
+// IdempotencyStore keeps idempotency keys.
+type IdempotencyStore interface {
+	// ClaimIdempotencyKey returns the record of rec's key: the stored one
+	// if it was made within IdempotencyTTL (whatever its fingerprint:
+	// the caller compares), otherwise rec, stored with CreatedAt now.
+	// Concurrent claims of one key all return the same record.
+	ClaimIdempotencyKey(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, error)
+	// SaveIdempotentResponse stores the response of the record's key,
+	// unless one is stored already (the first one stays).
+	SaveIdempotentResponse(ctx context.Context, key IdempotencyKey, resp SavedResponse) error
+	// PurgeIdempotencyKeys deletes the keys made before t minus
+	// IdempotencyTTL. It stands in for a TTL index.
+	PurgeIdempotencyKeys(ctx context.Context, t time.Time) (int64, error)
+}
