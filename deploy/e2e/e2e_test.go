@@ -247,6 +247,7 @@ func (s *stack) client(t *testing.T, user string, rt http.RoundTripper) *client.
 // token on the conversations service, which fetched the keys over HTTP from
 // the account service's JWKS endpoint.
 func TestLoginThenConversations(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	// The conversations service starts first, while the account service is
 	// down: it must come up and become ready once the JWKS is reachable.
@@ -312,6 +313,7 @@ func TestLoginThenConversations(t *testing.T) {
 // and accepts the new tokens, without a restart. A key that was never
 // published is refused.
 func TestNewSigningKeyIsAcceptedWithoutRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyFile := func(name, alg string) string {
 		key, err := token.GenerateKey(alg)

@@ -226,6 +226,7 @@ func startEmbeddedDB(t *testing.T, dir, addr string) *mongoproc.Process {
 // neither process exits; when the database is back on the same address,
 // both services recover by themselves and the data written before is there.
 func TestDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	dir, addr := t.TempDir(), freeAddr(t)
 	db := startEmbeddedDB(t, dir, addr)
 	s := newStackOnServer(t, db.URI())
@@ -453,6 +454,7 @@ func TestDatabaseOutage(t *testing.T) {
 //     any HTTP answer; never a 5xx, never a hang;
 //   - the process exits with status 0 within the drain timeout.
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
+	t.Parallel()
 	const drain = 10 * time.Second
 	s := newStack(t)
 	// Realistic hashing: the binary's argon2 defaults, for the stored hash
@@ -696,6 +698,7 @@ func (p *jwksProxy) good() int {
 // most once per refresh interval, and once the endpoint is healthy again it
 // accepts tokens of a key published meanwhile.
 func TestJWKSGarbageKeepsLastGoodKeys(t *testing.T) {
+	t.Parallel()
 	const refreshEvery = 2 * time.Second
 	dir := t.TempDir()
 	keyFile := func(name string) string {

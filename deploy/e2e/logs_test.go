@@ -23,6 +23,7 @@ import (
 // password, token, password hash or private key may appear anywhere in
 // either service's output.
 func TestLogsHoldNoSecrets(t *testing.T) {
+	t.Parallel()
 	key, err := token.GenerateKey("ES256")
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ type exchange struct {
 // the ones operators met: a 301-character subject (a 400 the access log
 // called a 500 at level ERROR), and the 503s of a service still starting.
 func TestClientLogAndMetricsAgree(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	account := s.startAccount(t)
 	conv := s.startConversations(t)

@@ -114,6 +114,7 @@ func rotJWKS(c *http.Client, base string) ([]string, error) {
 // must be in both replicas' JWKS well before it signs; the replicas must
 // agree on every key (each added once) and end with the same JWKS.
 func TestKeyRotationUnderLoad(t *testing.T) {
+	t.Parallel()
 	began := time.Now()
 	s := newStack(t,
 		"ACCOUNT_KEY_ROTATION_PERIOD="+rotPeriod.String(),

@@ -27,6 +27,7 @@ func (f *fixture) mintClient(t testing.TB, scopes ...string) string {
 }
 
 func TestMintClient(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)
@@ -63,6 +64,7 @@ func TestMintClient(t *testing.T) {
 }
 
 func TestMintClientRequiresScopes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgES256)
 	for _, c := range []token.Client{
 		{ClientID: "cli_1", AccountID: "acct-1"},
@@ -76,6 +78,7 @@ func TestMintClientRequiresScopes(t *testing.T) {
 }
 
 func TestUserTokensAreNotClients(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgES256)
 	c, err := f.verifier.Verify(context.Background(), f.mint(t).AccessToken)
 	if err != nil {
@@ -89,6 +92,7 @@ func TestUserTokensAreNotClients(t *testing.T) {
 // A token that claims a client but is not shaped as a client's access
 // token is refused, even when properly signed.
 func TestMalformedClientTokens(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgES256)
 	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
 		Issuer: testIssuer, Audience: []string{testAudience}, Uses: []token.Use{token.UseRefresh},
@@ -120,6 +124,7 @@ func TestMalformedClientTokens(t *testing.T) {
 }
 
 func TestParseScope(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string][]string{
 		"":                                    nil,
 		"definitions:read":                    {"definitions:read"},
@@ -141,6 +146,7 @@ func newScopedApp(v *token.Verifier) *echo.Echo {
 }
 
 func TestRequireScope(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	app := newScopedApp(f.verifier)
 	for _, tc := range []struct {
@@ -177,6 +183,7 @@ func TestRequireScope(t *testing.T) {
 // Two Authorization headers never authenticate, even when both carry the
 // same valid token, nor when only one of them is a bearer token.
 func TestMiddlewareRefusesTwoAuthorizationHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	set := f.mint(t)
 	app := newEchoApp(f.verifier)

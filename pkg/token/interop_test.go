@@ -18,6 +18,7 @@ import (
 // TestInteropGolangJWT: tokens minted here verify with another library,
 // whose only knowledge of the keys is the JSON served by JWKSHandler.
 func TestInteropGolangJWT(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)

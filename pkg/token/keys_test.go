@@ -58,6 +58,7 @@ func checkSigningKey(t *testing.T, k jwk.Key, wantAlg string) {
 }
 
 func TestGenerateKey(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		k, err := token.GenerateKey(alg)
 		if err != nil {
@@ -93,6 +94,7 @@ func TestGenerateKey(t *testing.T) {
 // TestThumbprintRFC7638Example checks kids against the worked example of
 // RFC 7638 section 3.1 (a public key, so it goes in as a published key).
 func TestThumbprintRFC7638Example(t *testing.T) {
+	t.Parallel()
 	pub, err := jwk.ParseKey([]byte(`{"kty":"RSA","e":"AQAB","kid":"2011-04-29","n":"0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +127,7 @@ func pemBytes(typ string, der []byte) []byte {
 }
 
 func TestLoadKeyFilePEM(t *testing.T) {
+	t.Parallel()
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +187,7 @@ func TestLoadKeyFilePEM(t *testing.T) {
 }
 
 func TestLoadKeyFileJWK(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			k, err := token.GenerateKey(alg)
@@ -214,6 +218,7 @@ func TestLoadKeyFileJWK(t *testing.T) {
 }
 
 func TestParseKeyInfersOrChecksAlg(t *testing.T) {
+	t.Parallel()
 	k, _ := token.GenerateKey(token.AlgES256)
 	data, _ := token.MarshalPrivateJWK(k)
 	// Without "alg", the key type decides.
@@ -241,6 +246,7 @@ func TestParseKeyInfersOrChecksAlg(t *testing.T) {
 }
 
 func TestParseKeyRejects(t *testing.T) {
+	t.Parallel()
 	small, err := rsa.GenerateKey(rand.Reader, 1024)
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +292,7 @@ func TestParseKeyRejects(t *testing.T) {
 }
 
 func TestKeyringRejectsBadKeys(t *testing.T) {
+	t.Parallel()
 	priv, _ := token.GenerateKey(token.AlgRS256)
 	pub, _ := priv.PublicKey()
 	if _, err := token.NewKeyring(pub); err == nil {
@@ -312,6 +319,7 @@ func TestKeyringRejectsBadKeys(t *testing.T) {
 }
 
 func TestJWKSHandlerPublishesPublicKeysOnly(t *testing.T) {
+	t.Parallel()
 	var keys []jwk.Key
 	for _, alg := range algs() {
 		k, err := token.GenerateKey(alg)

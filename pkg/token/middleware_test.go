@@ -36,6 +36,7 @@ type problemBody struct {
 }
 
 func TestMiddleware(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	set := f.mint(t)
 	app := newEchoApp(f.verifier)
@@ -95,6 +96,7 @@ func TestMiddleware(t *testing.T) {
 }
 
 func TestMiddlewareKeysUnavailable(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(nil)), token.VerifierConfig{Issuer: testIssuer, Audience: []string{testAudience}})
 	if err != nil {
@@ -115,6 +117,7 @@ func TestMiddlewareKeysUnavailable(t *testing.T) {
 }
 
 func TestClaimsContext(t *testing.T) {
+	t.Parallel()
 	if _, ok := token.ClaimsFromContext(context.Background()); ok {
 		t.Error("claims in an empty context")
 	}

@@ -15,6 +15,7 @@ import (
 // time of the last success and sets the key count; a failure (an error
 // status, a set without keys) counts as one and leaves both alone.
 func TestRemoteKeySetMetrics(t *testing.T) {
+	t.Parallel()
 	first := newKeyring(t, token.AlgRS256)
 	server := newJWKSServer(t, first)
 	// Background refreshes wait an hour (max-age), so that after the first
@@ -60,6 +61,7 @@ func TestRemoteKeySetMetrics(t *testing.T) {
 }
 
 func TestRemoteKeySetMetricsBeforeTheFirstFetch(t *testing.T) {
+	t.Parallel()
 	server := newJWKSServer(t, newKeyring(t, token.AlgRS256))
 	gate := make(chan struct{}) // the first fetch waits for the test's end
 	server.mu.Lock()
@@ -74,6 +76,7 @@ func TestRemoteKeySetMetricsBeforeTheFirstFetch(t *testing.T) {
 }
 
 func TestRemoteKeySetRefusesASecondKeySetOnOneRegistry(t *testing.T) {
+	t.Parallel()
 	server := newJWKSServer(t, newKeyring(t, token.AlgRS256))
 	reg := prometheus.NewRegistry()
 	newRemote(t, server, token.RemoteOptions{Metrics: reg})

@@ -136,6 +136,7 @@ func newKeyring(t *testing.T, alg string, others ...*token.Keyring) *token.Keyri
 }
 
 func TestRemoteKeySetReadyAfterFirstFetch(t *testing.T) {
+	t.Parallel()
 	kr := newKeyring(t, token.AlgRS256)
 	server := newJWKSServer(t, kr)
 	gate := make(chan struct{})
@@ -162,6 +163,7 @@ func TestRemoteKeySetReadyAfterFirstFetch(t *testing.T) {
 }
 
 func TestRemoteKeySetRefetchesOnUnknownKidOncePerMinInterval(t *testing.T) {
+	t.Parallel()
 	first := newKeyring(t, token.AlgRS256)
 	server := newJWKSServer(t, first)
 	r := newRemote(t, server, token.RemoteOptions{MinRefreshInterval: time.Minute, RefreshInterval: time.Hour})
@@ -197,6 +199,7 @@ func TestRemoteKeySetRefetchesOnUnknownKidOncePerMinInterval(t *testing.T) {
 }
 
 func TestRemoteKeySetUnknownKidDoesNotStampede(t *testing.T) {
+	t.Parallel()
 	first := newKeyring(t, token.AlgRS256)
 	server := newJWKSServer(t, first)
 	r := newRemote(t, server, token.RemoteOptions{MinRefreshInterval: time.Minute, RefreshInterval: time.Hour})
@@ -237,6 +240,7 @@ func TestRemoteKeySetUnknownKidDoesNotStampede(t *testing.T) {
 }
 
 func TestRemoteKeySetKeepsLastGoodKeys(t *testing.T) {
+	t.Parallel()
 	for name, failure := range map[string]struct {
 		status int
 		body   string
@@ -280,6 +284,7 @@ func TestRemoteKeySetKeepsLastGoodKeys(t *testing.T) {
 // A JWKS that parses but holds no key (a misconfigured deploy, a proxy's
 // placeholder) must not make every token unverifiable.
 func TestRemoteKeySetIgnoresAnEmptyKeySet(t *testing.T) {
+	t.Parallel()
 	kr := newKeyring(t, token.AlgRS256)
 	server := newJWKSServer(t, kr)
 	r := newRemote(t, server, token.RemoteOptions{MinRefreshInterval: time.Second, RefreshInterval: time.Hour})
@@ -297,6 +302,7 @@ func TestRemoteKeySetIgnoresAnEmptyKeySet(t *testing.T) {
 }
 
 func TestRemoteKeySetStartsWhileJWKSHostIsDown(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -331,6 +337,7 @@ func TestRemoteKeySetStartsWhileJWKSHostIsDown(t *testing.T) {
 // A service started before its JWKS host must become ready within moments
 // of the host answering, not after the cache's 30 s minimum interval.
 func TestRemoteKeySetBecomesReadySoonAfterHostRecovers(t *testing.T) {
+	t.Parallel()
 	ring := newKeyring(t, token.AlgES256)
 	var up atomic.Bool
 	jwks := token.JWKSHandler(token.StaticKeyring(ring))
@@ -362,6 +369,7 @@ func TestRemoteKeySetBecomesReadySoonAfterHostRecovers(t *testing.T) {
 }
 
 func TestNewRemoteKeySetRejectsBadURL(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"", "not a url", "ftp://example.com/jwks", "file:///etc/passwd", "http://"} {
 		if rks, err := token.NewRemoteKeySet(context.Background(), u, token.RemoteOptions{}); err == nil {
 			rks.Close()

@@ -19,6 +19,7 @@ import (
 )
 
 func TestMintedTokensCarryTheContractClaims(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)
@@ -91,6 +92,7 @@ func TestMintedTokensCarryTheContractClaims(t *testing.T) {
 }
 
 func TestMintKeepsAGivenSessionID(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgEdDSA)
 	s := testSubject()
 	s.SessionID = "family-42"
@@ -106,6 +108,7 @@ func TestMintKeepsAGivenSessionID(t *testing.T) {
 }
 
 func TestVerifyAcceptsIDAndAccessTokens(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)
@@ -133,6 +136,7 @@ func TestVerifyAcceptsIDAndAccessTokens(t *testing.T) {
 }
 
 func TestRefreshVerifierAcceptsOnlyRefreshTokens(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
 		Issuer: testIssuer, Audience: []string{testAudience}, Uses: []token.Use{token.UseRefresh},
@@ -157,6 +161,7 @@ func TestRefreshVerifierAcceptsOnlyRefreshTokens(t *testing.T) {
 // TestVerifyRejects: every case must fail with ErrInvalidToken, with the
 // expected reason, and without echoing the token.
 func TestVerifyRejects(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	set := f.mint(t)
 	kid := kidOf(t, f.key)
@@ -341,6 +346,7 @@ func TestVerifyRejects(t *testing.T) {
 // Forged tokens that are otherwise valid must pass, or the rejections above
 // would prove nothing about the one thing each of them changes.
 func TestVerifyAcceptsRawSignedTokenWithTheRightKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	c, _ := json.Marshal(f.validClaims(token.UseAccess))
 	raw := signRaw(t, gjwt.SigningMethodRS256, rawKey(t, f.key), `{"alg":"RS256","kid":"`+kidOf(t, f.key)+`","typ":"at+jwt"}`, string(c))
@@ -350,6 +356,7 @@ func TestVerifyAcceptsRawSignedTokenWithTheRightKey(t *testing.T) {
 }
 
 func TestVerifyAcceptsForeignLibraryTokenSignedWithTheRightKey(t *testing.T) {
+	t.Parallel()
 	for _, alg := range algs() {
 		f := newFixture(t, alg)
 		raw := forge(t, methodFor(alg), rawKey(t, f.key), map[string]any{"kid": kidOf(t, f.key), "typ": "at+jwt"}, f.validClaims(token.UseAccess))
@@ -365,6 +372,7 @@ func TestVerifyAcceptsForeignLibraryTokenSignedWithTheRightKey(t *testing.T) {
 }
 
 func TestVerifyLeeway(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgES256)
 	set := f.mint(t)
 	minted := f.now
@@ -408,6 +416,7 @@ func TestVerifyLeeway(t *testing.T) {
 }
 
 func TestNewVerifierRefusesSymmetricAndNone(t *testing.T) {
+	t.Parallel()
 	keys := token.KeyringKeySet(token.StaticKeyring(nil))
 	for _, alg := range []string{"none", "HS256", "HS384", "HS512", "", "rs256", "ES256K"} {
 		_, err := token.NewVerifier(keys, token.VerifierConfig{Issuer: testIssuer, Audience: []string{testAudience}, Algorithms: []string{token.AlgRS256, alg}})
@@ -424,6 +433,7 @@ func TestNewVerifierRefusesSymmetricAndNone(t *testing.T) {
 }
 
 func TestVerifyRestrictedAlgorithms(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgEdDSA)
 	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
 		Issuer: testIssuer, Audience: []string{testAudience}, Algorithms: []string{token.AlgRS256},
@@ -438,6 +448,7 @@ func TestVerifyRestrictedAlgorithms(t *testing.T) {
 }
 
 func TestVerifyWithoutKeyring(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(nil)), token.VerifierConfig{Issuer: testIssuer, Audience: []string{testAudience}})
 	if err != nil {
@@ -451,6 +462,7 @@ func TestVerifyWithoutKeyring(t *testing.T) {
 // A keyring swapped behind the provider is used at once by the issuer and
 // by the verifier: the seam key rotation will use.
 func TestRotationThroughKeyringProvider(t *testing.T) {
+	t.Parallel()
 	oldKey, _ := token.GenerateKey(token.AlgRS256)
 	newKey, _ := token.GenerateKey(token.AlgES256)
 	before, err := token.NewKeyring(oldKey)
@@ -488,6 +500,7 @@ type swappable struct{ k *token.Keyring }
 func (s *swappable) Keyring() *token.Keyring { return s.k }
 
 func TestNewIssuerValidates(t *testing.T) {
+	t.Parallel()
 	kr := newFixture(t, token.AlgEdDSA).keyring
 	for name, cfg := range map[string]token.IssuerConfig{
 		"no issuer":   {Audience: []string{"a"}, Keys: token.StaticKeyring(kr)},
@@ -510,6 +523,7 @@ func TestNewIssuerValidates(t *testing.T) {
 // The verifier keeps the decoded headers of verified tokens; a token that
 // reuses such a header must still pass every other check.
 func TestVerifyCachedHeaderStillChecksEverything(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, token.AlgEdDSA)
 	set := f.mint(t)
 	ctx := context.Background()
@@ -531,6 +545,7 @@ func TestVerifyCachedHeaderStillChecksEverything(t *testing.T) {
 // More signing keys than the header cache holds: every token verifies, in
 // any order, and bad ones still fail.
 func TestVerifyManySigningKeys(t *testing.T) {
+	t.Parallel()
 	const n = 100
 	keys := make([]jwk.Key, n)
 	for i := range keys {

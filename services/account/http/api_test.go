@@ -160,6 +160,7 @@ func loginBody(accountName, username, pw string) string {
 }
 
 func TestAPI(t *testing.T) {
+	t.Parallel()
 	a := newAPI(t)
 
 	t.Run("LoginReturnsTokenSet", func(t *testing.T) { testLogin(t, a) })

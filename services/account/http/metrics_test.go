@@ -75,6 +75,7 @@ func postJSON(t *testing.T, srv *httptest.Server, path, body string) (int, []byt
 // Every answer of /login and /token/refresh counts once, under the
 // outcome its status means; outcomes that did not happen are exported as 0.
 func TestLoginAndRefreshOutcomesAreCounted(t *testing.T) {
+	t.Parallel()
 	srv, reg := metricsAPI(t)
 	login := func(pw string) (int, []byte) { return postJSON(t, srv, "/login", loginBody("acme", "alice", pw)) }
 
@@ -143,6 +144,7 @@ account_token_refreshes_total{outcome="unavailable"} 0
 // Handlers of one process may share a registry: they count into the same
 // series.
 func TestHandlersShareTheirRegistry(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	for range 2 {
 		srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{Metrics: reg}))

@@ -228,6 +228,7 @@ func (r response) tokens(t *testing.T) tokenResponse {
 }
 
 func TestOAuth(t *testing.T) {
+	t.Parallel()
 	doc := openapitest.Load(t, accounthttp.OpenAPI)
 	o := newOAuthAPI(t, doc, 0)
 

@@ -135,6 +135,7 @@ func repeat(s string, n int) []string {
 // moment, with the default limits (5 failures per user). Every login gets
 // its tokens; none is throttled.
 func TestSimultaneousCorrectLoginsAreAllAllowed(t *testing.T) {
+	t.Parallel()
 	a := newThrottledAPI(t, throttleSetup{policy: account.DefaultThrottlePolicy, users: []string{"alice"}})
 	for _, n := range []int{10, 20} {
 		for round := range 3 {
@@ -160,6 +161,7 @@ func TestSimultaneousCorrectLoginsAreAllAllowed(t *testing.T) {
 // their outcome, and once those are confirmed failures get 429 with the
 // full lockout. The right password is refused too while it lasts.
 func TestParallelWrongGuessesStayWithinTheLimit(t *testing.T) {
+	t.Parallel()
 	policy := account.DefaultThrottlePolicy
 	lockout := policy.User.Lockout
 	// A QueueWait far longer than 5 checks take, so that every refusal
@@ -206,6 +208,7 @@ func TestParallelWrongGuessesStayWithinTheLimit(t *testing.T) {
 // waits for QueueWait, then is refused with the short Retry-After, not a
 // lock. Once they succeed, the user logs in again.
 func TestLoginWindowFullOfAttemptsInFlight(t *testing.T) {
+	t.Parallel()
 	policy := account.DefaultThrottlePolicy
 	g := newGate()
 	a := newThrottledAPI(t, throttleSetup{policy: policy, queueWait: 50 * time.Millisecond, gate: g, users: []string{"alice"}})
@@ -237,6 +240,7 @@ func TestLoginWindowFullOfAttemptsInFlight(t *testing.T) {
 // until account.AttemptLease has passed, then count as failures: a window
 // full of them locks the user, for the full lockout.
 func TestLoginAttemptsThatNeverReportCountAsFailed(t *testing.T) {
+	t.Parallel()
 	policy := account.DefaultThrottlePolicy
 	g := newGate()
 	a := newThrottledAPI(t, throttleSetup{policy: policy, queueWait: 50 * time.Millisecond, gate: g, users: []string{"alice"}})

@@ -209,6 +209,7 @@ var testPolicy = account.ThrottlePolicy{
 }
 
 func TestLoginThrottleLocksTheUserUntilTheLockoutEnds(t *testing.T) {
+	t.Parallel()
 	a := newThrottledAPI(t, throttleSetup{policy: testPolicy, users: []string{"alice", "bob"}})
 	for range 3 {
 		a.clock.Advance(time.Second)
@@ -247,6 +248,7 @@ func TestLoginThrottleLocksTheUserUntilTheLockoutEnds(t *testing.T) {
 }
 
 func TestLoginThrottleSuccessResetsTheUserCounter(t *testing.T) {
+	t.Parallel()
 	a := newThrottledAPI(t, throttleSetup{policy: testPolicy, users: []string{"alice"}})
 	for round := range 3 {
 		for range 2 {
@@ -269,6 +271,7 @@ func TestLoginThrottleSuccessResetsTheUserCounter(t *testing.T) {
 }
 
 func TestLoginThrottleOfOneUserDoesNotLockOutAnother(t *testing.T) {
+	t.Parallel()
 	a := newThrottledAPI(t, throttleSetup{policy: testPolicy, users: []string{"alice", "bob"}})
 	for range 3 {
 		a.loginStatus("alice", "wrong")
@@ -290,6 +293,7 @@ func TestLoginThrottleOfOneUserDoesNotLockOutAnother(t *testing.T) {
 }
 
 func TestLoginThrottleByAddressAcrossUsernames(t *testing.T) {
+	t.Parallel()
 	a := newThrottledAPI(t, throttleSetup{policy: testPolicy, users: []string{"bob"}})
 	// One failure each for 10 usernames: no user limit is reached, the
 	// address limit is.
@@ -311,6 +315,7 @@ func TestLoginThrottleByAddressAcrossUsernames(t *testing.T) {
 }
 
 func TestLoginThrottleTrustedProxies(t *testing.T) {
+	t.Parallel()
 	policy := testPolicy
 	policy.IP.MaxFailures = 3
 	policy.User.MaxFailures = 100
@@ -367,6 +372,7 @@ func TestLoginThrottleTrustedProxies(t *testing.T) {
 // process stays up, every answer is 200, 429 or 503 (hashing at capacity)
 // with Retry-After, and the Go heap stays far below 200 × 19 MiB.
 func TestLoginBurstIsBoundedInMemory(t *testing.T) {
+	t.Parallel()
 	const logins = 200
 	hasher, err := password.New(password.Options{Concurrency: 2, QueueWait: 500 * time.Millisecond})
 	if err != nil {

@@ -177,6 +177,7 @@ func (a *api) page(bearer, path string) ([]conversation, string) {
 }
 
 func TestAPI(t *testing.T) {
+	t.Parallel()
 	a := newAPI(t)
 	t.Run("Paging", func(t *testing.T) { testPaging(t, a) })
 	t.Run("InsertsBetweenPages", func(t *testing.T) { testInsertsBetweenPages(t, a) })

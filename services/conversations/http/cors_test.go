@@ -18,6 +18,7 @@ import (
 // headers the API uses are answered, and the headers a client must read
 // (Link, ETag, Location) are exposed. Another origin gets no CORS header.
 func TestCORS(t *testing.T) {
+	t.Parallel()
 	const allowed = "https://app.example"
 	store := mongo.New(mongotest.New(t))
 	if err := store.EnsureIndexes(context.Background()); err != nil {
