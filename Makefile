@@ -13,7 +13,7 @@ FUZZTIME ?= 60s
 .PHONY: run test test-clients lint tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 # Extra flags of the local stack, e.g. other ports:
 # make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080' (./bin/devstack --help lists them).

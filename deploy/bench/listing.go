@@ -38,7 +38,7 @@ type conversationDoc struct {
 func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
 	client := loopbackClient(o.workers)
-	bearer, err := s.login(ctx, client)
+	bearer, err := s.login(ctx, client, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +166,9 @@ func (s *stack) listingCPURow(ctx context.Context, client *http.Client, bearer s
 	}, nil
 }
 
-// login returns an access token of the first bench user.
-func (s *stack) login(ctx context.Context, client *http.Client) (string, error) {
-	name, password := benchUser(0)
+// login returns an access token of bench user i.
+func (s *stack) login(ctx context.Context, client *http.Client, i int) (string, error) {
+	name, password := benchUser(i)
 	body, _ := json.Marshal(map[string]string{"username": name, "password": password, "accountName": benchAccount})
 	status, resp, err := post(ctx, client, s.accountURL+"/login", string(body))
 	if err != nil {

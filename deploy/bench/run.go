@@ -37,7 +37,7 @@ type benchOptions struct {
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "listing", "messages", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "messages", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -128,8 +128,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}{
 			{"login", loginRows},
 			{"client-credentials", clientCredentialsRows},
-			{"listing", listingRows},
 			{"messages", messagesRows},
+			{"listing", listingRows},
 			{"startup", startupRows},
 		} {
 			if !want(m.name) {

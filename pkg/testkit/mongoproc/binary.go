@@ -75,12 +75,11 @@ func locate(ctx context.Context) (binary, error) {
 }
 
 // build runs go build for b, once per process, unless b is prebuilt; go
-// build leaves an up-to-date binary alone. It builds with go build's
-// defaults, without -race, as "make run" builds the dev stack and as
-// "make test" vets and tests the embedded store's own packages: all share
-// one compilation of FerretDB and SQLite, by far the longest of the
-// workspace. (CGO_ENABLED=0 -trimpath, as "make build" builds the
-// services, would be another one.)
+// build leaves an up-to-date binary alone. It builds without -race and
+// with the caller's GOFLAGS (make's -trimpath), as "make run" builds the
+// dev stack and as "make test" vets and tests the embedded store's own
+// packages: all share one compilation of FerretDB and SQLite, by far the
+// longest of the workspace.
 func build(ctx context.Context, b binary) error {
 	binMu.Lock()
 	defer binMu.Unlock()
