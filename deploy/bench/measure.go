@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -148,18 +149,41 @@ func spreadOf(values []float64) spread {
 
 // ratios pairs the rounds of two sides: round i of a against round i of b,
 // measured next to each other.
+//
+// A round whose ratio is not a number (a CPU time below the clock's 10 ms
+// tick measures 0) says nothing and is left out; when every round is such,
+// the ratio of all rounds pooled stands for them, as one round.
 func ratios(a, b []sample, f func(a, b sample) float64) spread {
 	v := make([]float64, 0, len(a))
+	var pooledA, pooledB sample
 	for i := range min(len(a), len(b)) {
-		v = append(v, f(a[i], b[i]))
+		pooledA, pooledB = pooledA.add(a[i]), pooledB.add(b[i])
+		if r := f(a[i], b[i]); !math.IsInf(r, 0) && !math.IsNaN(r) {
+			v = append(v, r)
+		}
+	}
+	if len(v) == 0 {
+		if r := f(pooledA, pooledB); !math.IsInf(r, 0) && !math.IsNaN(r) {
+			v = append(v, r)
+		}
 	}
 	return spreadOf(v)
+}
+
+// add is s and t as one run.
+func (s sample) add(t sample) sample {
+	return sample{ops: s.ops + t.ops, elapsed: s.elapsed + t.elapsed, mallocs: s.mallocs + t.mallocs, cpu: s.cpu + t.cpu}
 }
 
 // cpuEfficiencyRatio is how many operations a does per CPU-second of its
 // process for b's one: throughput with the cost of everything else on
 // the machine (a co-located store, the load generator) taken out.
-func cpuEfficiencyRatio(a, b sample) float64 { return float64(b.cpuPerOp()) / float64(a.cpuPerOp()) }
+func cpuEfficiencyRatio(a, b sample) float64 {
+	if a.cpuPerOp() == 0 || b.cpuPerOp() == 0 {
+		return math.NaN() // below the clock's resolution: no figure
+	}
+	return float64(b.cpuPerOp()) / float64(a.cpuPerOp())
+}
 
 // throughputRatio is how many operations a does per b's one.
 func throughputRatio(a, b sample) float64 { return a.perSecond() / b.perSecond() }

@@ -24,7 +24,9 @@ import (
 const (
 	rotPeriod       = 5 * time.Second
 	rotPublishAhead = 3 * time.Second
-	rotLoad         = 15 * time.Second
+	// rotJWKSRefresh is the conversations service's JWKS refresh interval.
+	rotJWKSRefresh = time.Second
+	rotLoad        = 15 * time.Second
 )
 
 // rotRecorder collects what the load loop saw: failed requests, and when
@@ -122,7 +124,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 		"ACCOUNT_KEY_CHECK_INTERVAL=250ms",
 	)
 	s.convEnv = append(s.convEnv, // later entries win
-		"CONVERSATIONS_JWKS_REFRESH_INTERVAL=1s",
+		"CONVERSATIONS_JWKS_REFRESH_INTERVAL="+rotJWKSRefresh.String(),
 		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
 	)
 	replica1 := s.startAccount(t)
@@ -269,9 +271,12 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 			switch {
 			case !ok:
 				t.Errorf("kid %s signed tokens but never appeared in the JWKS of %s", kid, r)
-			case signed.Sub(published) < 2*time.Second:
-				t.Errorf("kid %s was published by %s only %v before its first token, want at least 2s (publish-ahead %v)",
-					kid, r, signed.Sub(published).Round(time.Millisecond), rotPublishAhead)
+			case signed.Sub(published) < rotJWKSRefresh:
+				// The publish-ahead is 3s; the test's view of the JWKS
+				// lags behind under load (it polls), so the margin checked
+				// is the claim itself: more than one refresh interval.
+				t.Errorf("kid %s was published by %s only %v before its first token, want at least the refresh interval %v (publish-ahead %v)",
+					kid, r, signed.Sub(published).Round(time.Millisecond), rotJWKSRefresh, rotPublishAhead)
 			}
 		}
 		checked++
