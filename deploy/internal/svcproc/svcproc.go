@@ -148,7 +148,7 @@ func (p *Process) CPUTime() (time.Duration, error) { return CPUTime(p.Cmd.Proces
 const clockTicks = 100
 
 // CPUTime reads the user plus system CPU time of process pid from /proc
-// (Linux only).
+// (Linux only), in clock ticks of 10 ms.
 func CPUTime(pid int) (time.Duration, error) {
 	stat := readFile(fmt.Sprintf("/proc/%d/stat", pid))
 	// The command name (field 2) is in parentheses and may hold spaces;
