@@ -95,9 +95,11 @@ tidy-check: ## fail when a module's go.mod or go.sum is not what go mod tidy mak
 fmt-check: ## fail when a file is not gofmt-formatted
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The two sets side by side, as make test tests them.
 vet: ## go vet every module (with the test build flags; see test)
-	$(GO) vet -race $(RACE_PACKAGES)
-	$(GO) vet $(OTHER_PACKAGES)
+	@set -x; $(GO) vet -race $(RACE_PACKAGES) & race=$$!; \
+	$(GO) vet $(OTHER_PACKAGES); other=$$?; \
+	wait $$race && [ $$other -eq 0 ]
 
 lint: fmt-check vet ## gofmt, go vet and staticcheck
 	$(GO) run $(STATICCHECK) $(PACKAGES)
