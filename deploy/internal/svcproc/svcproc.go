@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -170,8 +171,18 @@ func CPUTime(pid int) (time.Duration, error) {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment
-// ago.
+// ago. The port is drawn below Linux's ephemeral range (32768 and up): the
+// kernel hands those out as the local ports of outgoing connections, and
+// with many tests connecting at once one of them may take a service's port
+// between this check and the service's bind, or while it restarts.
 func FreeAddr() (string, error) {
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
