@@ -119,6 +119,9 @@ FUZZ_TARGETS := \
 	FuzzLogin:./services/account/http \
 	FuzzDefinitionInput:./services/account \
 	FuzzListParams:./services/conversations/http \
+	FuzzIfMatch:./services/conversations/http \
+	FuzzNewMessage:./services/conversations \
+	FuzzMergePatch:./services/conversations \
 	FuzzDecode:./services/conversations/cursor
 
 fuzz: ## run each fuzz target for FUZZTIME (default 60s), one after another
