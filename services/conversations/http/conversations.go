@@ -104,8 +104,6 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 // timeParam formats a time as the list links carry it.
 func timeParam(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
-var badCursor = problem.FieldError{Field: "cursor", Reason: "is not a cursor of this listing: use the next link of the previous page"}
-
 func handleList(store conversations.ConversationStore, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		p, err := parseListParams(c.QueryParams(), defaultLimit, maxLimit)
@@ -117,30 +115,25 @@ func handleList(store conversations.ConversationStore, cursors *cursor.Codec, de
 		if p.updatedAfter != nil {
 			scope.UpdatedAfter = strconv.FormatInt(p.updatedAfter.UnixMilli(), 10)
 		}
-		q := conversations.ListQuery{Caller: who, Status: p.status, UpdatedAfter: p.updatedAfter, Limit: p.limit}
-		if p.cursor != "" {
-			pos, err := cursors.Decode(scope, p.cursor)
-			if err != nil {
-				return problem.Validation(badCursor)
-			}
-			q.After = &pos
+		after, err := pageAfter(cursors, scope, p.cursor)
+		if err != nil {
+			return err
 		}
-		page, err := store.ListConversations(c.Request().Context(), q)
+		page, err := store.ListConversations(c.Request().Context(), conversations.ListQuery{
+			Caller: who, Status: p.status, UpdatedAfter: p.updatedAfter, Limit: p.limit, After: after,
+		})
 		if err != nil {
 			return storeProblem(err)
 		}
-		if page.Next != nil {
-			next := url.Values{}
-			next.Set("limit", strconv.Itoa(p.limit))
-			if p.status != "" {
-				next.Set("status", string(p.status))
-			}
-			if p.updatedAfter != nil {
-				next.Set("updatedAfter", timeParam(*p.updatedAfter))
-			}
-			next.Set("cursor", cursors.Encode(scope, *page.Next))
-			c.Response().Header().Set("Link", `</v1/conversations?`+next.Encode()+`>; rel="next"`)
+		next := url.Values{}
+		next.Set("limit", strconv.Itoa(p.limit))
+		if p.status != "" {
+			next.Set("status", string(p.status))
 		}
+		if p.updatedAfter != nil {
+			next.Set("updatedAfter", timeParam(*p.updatedAfter))
+		}
+		setNextLink(c, "/v1/conversations", next, cursors, scope, page.Next)
 		return c.JSON(http.StatusOK, page.Conversations)
 	}
 }

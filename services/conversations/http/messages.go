@@ -10,7 +10,6 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 )
@@ -54,24 +53,17 @@ func handleListMessages(store conversations.MessageStore, cursors *cursor.Codec,
 		}
 		who, conversationID := caller(c), c.Param("id")
 		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, ConversationID: conversationID}
-		q := conversations.MessageQuery{Caller: who, ConversationID: conversationID, Limit: p.limit}
-		if p.cursor != "" {
-			pos, err := cursors.Decode(scope, p.cursor)
-			if err != nil {
-				return problem.Validation(badCursor)
-			}
-			q.After = &pos
+		after, err := pageAfter(cursors, scope, p.cursor)
+		if err != nil {
+			return err
 		}
-		page, err := store.ListMessages(c.Request().Context(), q)
+		page, err := store.ListMessages(c.Request().Context(), conversations.MessageQuery{
+			Caller: who, ConversationID: conversationID, Limit: p.limit, After: after,
+		})
 		if err != nil {
 			return storeProblem(err)
 		}
-		if page.Next != nil {
-			next := url.Values{}
-			next.Set("limit", strconv.Itoa(p.limit))
-			next.Set("cursor", cursors.Encode(scope, *page.Next))
-			c.Response().Header().Set("Link", `<`+messagesPath(conversationID)+`?`+next.Encode()+`>; rel="next"`)
-		}
+		setNextLink(c, messagesPath(conversationID), url.Values{"limit": {strconv.Itoa(p.limit)}}, cursors, scope, page.Next)
 		return c.JSON(http.StatusOK, page.Messages)
 	}
 }
