@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/acme/platform/pkg/token"
 )
 
 // Service clients (contract section 9): backends of an account that obtain
@@ -35,18 +37,17 @@ var (
 	ErrConflict = errors.New("changed concurrently")
 )
 
-// The scopes a service client may hold (contract section 9).
+// The scopes a service client may hold (contract section 9): pkg/token's,
+// which the services verify.
 const (
-	ScopeDefinitionsRead    = "definitions:read"
-	ScopeDefinitionsWrite   = "definitions:write"
-	ScopeConversationsRead  = "conversations:read"
-	ScopeConversationsWrite = "conversations:write"
+	ScopeDefinitionsRead    = token.ScopeDefinitionsRead
+	ScopeDefinitionsWrite   = token.ScopeDefinitionsWrite
+	ScopeConversationsRead  = token.ScopeConversationsRead
+	ScopeConversationsWrite = token.ScopeConversationsWrite
 )
 
 // Scopes lists every scope, in the order discovery documents them.
-func Scopes() []string {
-	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite}
-}
+func Scopes() []string { return token.Scopes() }
 
 // Limits of service clients.
 const (

@@ -8,7 +8,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/services/account"
@@ -59,22 +58,11 @@ func (s *Store) ClientByID(ctx context.Context, clientID string) (account.Servic
 // ListClients returns the clients of an account, oldest first, served by
 // the {account_id, created_at, _id} index.
 func (s *Store) ListClients(ctx context.Context, accountID string) ([]account.ServiceClient, error) {
-	cur, err := s.clients.Find(ctx, bson.D{{Key: "account_id", Value: accountID}},
-		options.Find().
-			SetSort(bson.D{{Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}).
-			SetLimit(account.MaxClientsPerAccount))
+	clients, err := listOfAccount(ctx, s.clients, accountID, account.MaxClientsPerAccount, clientDoc.domain)
 	if err != nil {
 		return nil, mongodb.Wrap(err, "list clients")
 	}
-	var docs []clientDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, mongodb.Wrap(err, "list clients")
-	}
-	out := make([]account.ServiceClient, 0, len(docs))
-	for _, doc := range docs {
-		out = append(out, doc.domain())
-	}
-	return out, nil
+	return clients, nil
 }
 
 // RotateClientSecret is one update conditional on the current hash, so of

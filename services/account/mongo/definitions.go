@@ -40,20 +40,31 @@ func (s *Store) CreateDefinition(ctx context.Context, d account.Definition) (acc
 
 // ListDefinitions returns the definitions of an account, oldest first.
 func (s *Store) ListDefinitions(ctx context.Context, accountID string) ([]account.Definition, error) {
-	cur, err := s.definitions.Find(ctx, bson.D{{Key: "account_id", Value: accountID}},
-		options.Find().
-			SetSort(bson.D{{Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}).
-			SetLimit(account.MaxDefinitionsPerAcc))
+	defs, err := listOfAccount(ctx, s.definitions, accountID, account.MaxDefinitionsPerAcc, definitionDoc.domain)
 	if err != nil {
 		return nil, mongodb.Wrap(err, "list definitions")
 	}
-	var docs []definitionDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, mongodb.Wrap(err, "list definitions")
+	return defs, nil
+}
+
+// listOfAccount finds the documents of an account, oldest first (the
+// {account_id, created_at, _id} indexes of definitions and clients), at
+// most limit of them.
+func listOfAccount[D, T any](ctx context.Context, coll *mongo.Collection, accountID string, limit int64, domain func(D) T) ([]T, error) {
+	cur, err := coll.Find(ctx, bson.D{{Key: "account_id", Value: accountID}},
+		options.Find().
+			SetSort(bson.D{{Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}).
+			SetLimit(limit))
+	if err != nil {
+		return nil, err
 	}
-	out := make([]account.Definition, 0, len(docs))
+	var docs []D
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	out := make([]T, 0, len(docs))
 	for _, doc := range docs {
-		out = append(out, doc.domain())
+		out = append(out, domain(doc))
 	}
 	return out, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/acme/platform/pkg/mongodb"
 	"github.com/acme/platform/services/conversations"
@@ -132,30 +131,14 @@ func (s *Store) ListMessages(ctx context.Context, q conversations.MessageQuery) 
 		{Key: "account_id", Value: q.Caller.AccountID},
 		{Key: "conversation_id", Value: q.ConversationID},
 	}
-	if q.After != nil {
-		filter = append(filter, keysetAfter("created_at", *q.After))
-	}
-	opts := options.Find().
-		SetSort(bson.D{{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}}).
-		SetLimit(int64(q.Limit) + 1).
-		SetHint("by_conversation")
-	cur, err := s.messages.Find(ctx, filter, opts)
+	items, next, err := findPage(ctx, s.messages, filter, "created_at", "by_conversation", q.After, q.Limit,
+		messageDoc.domain, func(m conversations.Message) conversations.Position {
+			return conversations.Position{Time: m.CreatedAt, ID: m.ID}
+		})
 	if err != nil {
 		return conversations.MessagePage{}, mongodb.Wrap(err, "list messages")
 	}
-	var docs []messageDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return conversations.MessagePage{}, mongodb.Wrap(err, "list messages")
-	}
-	page := conversations.MessagePage{Messages: make([]conversations.Message, 0, min(len(docs), q.Limit))}
-	for i, d := range docs {
-		if i == q.Limit {
-			last := page.Messages[q.Limit-1]
-			page.Next = &conversations.Position{Time: last.CreatedAt, ID: last.ID}
-			break
-		}
-		page.Messages = append(page.Messages, d.domain())
-	}
+	page := conversations.MessagePage{Messages: items, Next: next}
 	if len(page.Messages) > 0 {
 		// The newest message of the page is its first.
 		if err := s.repair(ctx, q.Caller, &conv, page.Messages[0].CreatedAt); err != nil {

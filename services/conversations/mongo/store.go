@@ -240,32 +240,47 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.ListQuery
 		// The same index: updated_at follows the equality fields.
 		filter = append(filter, bson.E{Key: "updated_at", Value: bson.D{{Key: "$gt", Value: q.UpdatedAfter.UTC()}}})
 	}
-	if q.After != nil {
-		filter = append(filter, keysetAfter("updated_at", *q.After))
-	}
-	// One more than a page tells whether another page follows.
-	opts := options.Find().
-		SetSort(bson.D{{Key: "updated_at", Value: -1}, {Key: "_id", Value: -1}}).
-		SetLimit(int64(q.Limit) + 1).
-		SetHint(hint)
-	cur, err := s.conversations.Find(ctx, filter, opts)
+	items, next, err := findPage(ctx, s.conversations, filter, "updated_at", hint, q.After, q.Limit,
+		conversationDoc.domain, func(c conversations.Conversation) conversations.Position {
+			return conversations.Position{Time: c.UpdatedAt, ID: c.ID}
+		})
 	if err != nil {
 		return conversations.Page{}, mongodb.Wrap(err, "list conversations")
 	}
-	var docs []conversationDoc
+	return conversations.Page{Conversations: items, Next: next}, nil
+}
+
+// findPage runs one keyset-paged find of both listings: sorted by field
+// descending, then _id descending, strictly after the position after, and
+// one more than limit, which tells whether another page follows (next, the
+// position of the page's last item).
+func findPage[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, field, hint string,
+	after *conversations.Position, limit int, domain func(D) T, position func(T) conversations.Position,
+) (items []T, next *conversations.Position, err error) {
+	if after != nil {
+		filter = append(filter, keysetAfter(field, *after))
+	}
+	opts := options.Find().
+		SetSort(bson.D{{Key: field, Value: -1}, {Key: "_id", Value: -1}}).
+		SetLimit(int64(limit) + 1).
+		SetHint(hint)
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	var docs []D
 	if err := cur.All(ctx, &docs); err != nil {
-		return conversations.Page{}, mongodb.Wrap(err, "list conversations")
+		return nil, nil, err
 	}
-	page := conversations.Page{Conversations: make([]conversations.Conversation, 0, min(len(docs), q.Limit))}
+	items = make([]T, 0, min(len(docs), limit))
 	for i, d := range docs {
-		if i == q.Limit {
-			last := page.Conversations[q.Limit-1]
-			page.Next = &conversations.Position{Time: last.UpdatedAt, ID: last.ID}
-			break
+		if i == limit {
+			pos := position(items[limit-1])
+			return items, &pos, nil
 		}
-		page.Conversations = append(page.Conversations, d.domain())
+		items = append(items, domain(d))
 	}
-	return page, nil
+	return items, nil, nil
 }
 
 // keysetAfter is the condition "strictly after pos" of a listing ordered
