@@ -53,28 +53,45 @@ export GOFLAGS += -trimpath
 #    builds it, so all share one compilation.
 # On a cold build cache the two sets compile side by side, which keeps both
 # cores busy; warm, their tests overlap.
-BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,e2e bench observabilitytest clientstest devstack)
+BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench observabilitytest devstack)
 STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
 OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)
-RACE_PACKAGES = $(filter-out $(OTHER_PACKAGES),$(shell $(GO) list $(PACKAGES)))
+# go test starts a set's test binaries in the order it is given them, so
+# the longest go first: started last, one of them would run alone at the
+# end while the other core idles. The two HTTP suites lead, then the long
+# ones that need no database: the embedded store runs one command at a
+# time for every test binary, and the HTTP suites' bursts of concurrent
+# logins should not queue behind the other store tests.
+LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/http services/conversations/http clients/go/contract pkg/token pkg/testkit/internal/wireproxy services/account/password)
+RACE_PACKAGES = $(LONGEST_RACE) $(filter-out $(OTHER_PACKAGES) $(LONGEST_RACE),$(shell $(GO) list $(PACKAGES)))
 CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
 # the embedded store or on a service process, so more than the two cores.
 TEST_PARALLEL ?= 4
 # The service binaries are built once for every test that runs them
 # (SERVICE_BINARIES, see deploy/internal/svcproc): on a cold cache each
-# would otherwise compile them, at the same time.
+# would otherwise compile them, at the same time. So is the embedded store
+# (EMBEDDEDMONGO_BIN, see pkg/testkit/mongoproc): each test binary that
+# needs a database would otherwise run go list and go build to find it up
+# to date, about a CPU-second each.
 # The tests get a $TMPDIR of their own, so the embedded store processes
 # they start (pkg/testkit/mongoproc) are theirs alone; none may still run
 # EMBEDDED_EXIT_WAIT seconds after the tests.
 EMBEDDED_EXIT_WAIT := 10
+# The test binaries, the service binaries and the embedded store that make
+# test builds go without DWARF: a warm make test spends more CPU linking its
+# 38 test binaries (each linked anew with -count=1) than in most of the
+# tests, and DWARF is about a quarter of that. Stack traces keep their file
+# and line; a debugger wants a build of its own (dlv test).
+TEST_LDFLAGS := -ldflags=-w
 
 test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them (see OTHER_PACKAGES for those without -race); fails if an embedded store process outlives them
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
-	( set -x && $(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
-	  SERVICE_BINARIES=$$tmp/bin $(GO) test -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
-	( set -x && $(GO) test -race -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(RACE_PACKAGES) ); race=$$?; \
+	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./pkg/testkit/cmd/embeddedmongo ) || exit; export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo; \
+	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
+	  SERVICE_BINARIES=$$tmp/bin $(GO) test $(TEST_LDFLAGS) -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
+	( set -x && $(GO) test $(TEST_LDFLAGS) -race -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(RACE_PACKAGES) ); race=$$?; \
 	wait $$other; rc=$$?; cat $$tmp/other.log; \
 	[ $$race -eq 0 ] && [ $$rc -eq 0 ] || exit 1; \
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \

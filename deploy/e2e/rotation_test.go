@@ -25,6 +25,12 @@ const (
 	rotPeriod       = 5 * time.Second
 	rotPublishAhead = 3 * time.Second
 	rotLoad         = 15 * time.Second
+	// rotPace is the least time between two rounds (a login and two
+	// verified calls) of one user: about 7 rounds a second per user keep
+	// tokens minted and verified around every key change (each key signs
+	// for some 60 rounds), without a busy loop taking both cores from the
+	// rest of make test for 15 s (a login costs about 10 ms of CPU).
+	rotPace = 150 * time.Millisecond
 )
 
 // rotRecorder collects what the load loop saw: failed requests, and when
@@ -196,14 +202,17 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 			}
 		}
 	})
-	// Two users, each logging in on the replicas alternately.
+	// Two users, each logging in on the replicas alternately, a round
+	// every rotPace at most.
 	for _, user := range []string{"alice", "bob"} {
 		wg.Go(func() {
+			pace := time.NewTicker(rotPace)
+			defer pace.Stop()
 			for i := 0; ; i++ {
 				select {
 				case <-done:
 					return
-				default:
+				case <-pace.C:
 				}
 				replica := i % 2
 				idToken, accessToken, ok := login(replica, user)

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/acme/platform/pkg/problem"
@@ -50,15 +51,21 @@ func Ping(ctx context.Context, client *mongo.Client) error {
 }
 
 // Classify wraps err with problem.ErrUnavailable when it means the database
-// could not be reached (no server selectable, network failure, timeout), so
-// that the HTTP layer answers 503 with Retry-After. Other errors are returned
-// as they are.
+// could not be reached (no server selectable, network failure, timeout, a
+// connection pool cleared by another operation's network failure), so that
+// the HTTP layer answers 503 with Retry-After. Other errors are returned as
+// they are.
 func Classify(err error) error {
 	if err == nil || errors.Is(err, problem.ErrUnavailable) {
 		return err
 	}
 	var selErr topology.ServerSelectionError
+	// A pool cleared while the database goes away fails the operations
+	// waiting on it with a retryable pool error, not a network one; its
+	// retry fails the same way while the database is still down.
+	var poolErr driver.RetryablePoolError
 	if errors.As(err, &selErr) || mongo.IsNetworkError(err) || mongo.IsTimeout(err) ||
+		(errors.As(err, &poolErr) && poolErr.Retryable()) ||
 		errors.Is(err, mongo.ErrClientDisconnected) || errors.Is(err, topology.ErrTopologyClosed) {
 		return errors.Join(problem.ErrUnavailable, err)
 	}

@@ -5,6 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +37,49 @@ type fixture struct {
 	now      time.Time
 }
 
-func newFixture(t testing.TB, alg string) *fixture {
+// fixedRSAKeys is how many fixed RSA keys testdata holds (rsa-N.pem).
+const fixedRSAKeys = 4
+
+// testKey returns a signing key for alg whose kid none of avoid publishes.
+// RSA keys come from testdata: generating a 2048-bit one costs 100 ms of
+// CPU or more (most of this package's test time once), and what these
+// tests check is not the generation (TestGenerateKey does). The others are
+// generated, which is cheap.
+func testKey(t testing.TB, alg string, avoid ...*token.Keyring) jwk.Key {
 	t.Helper()
+	if alg == token.AlgRS256 {
+		var taken []string
+		for _, kr := range avoid {
+			for i := range kr.PublicSet().Len() {
+				k, _ := kr.PublicSet().Key(i)
+				kid, _ := k.KeyID()
+				taken = append(taken, kid)
+			}
+		}
+		for i := range fixedRSAKeys {
+			pem, err := os.ReadFile(fmt.Sprintf("testdata/rsa-%d.pem", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := token.ParseKey(pem, alg)
+			if err != nil {
+				t.Fatalf("testdata/rsa-%d.pem: %v", i, err)
+			}
+			if kid, _ := key.KeyID(); !slices.Contains(taken, kid) {
+				return key
+			}
+		}
+	}
 	key, err := token.GenerateKey(alg)
 	if err != nil {
 		t.Fatalf("GenerateKey(%s): %v", alg, err)
 	}
+	return key
+}
+
+func newFixture(t testing.TB, alg string) *fixture {
+	t.Helper()
+	key := testKey(t, alg)
 	kr, err := token.NewKeyring(key)
 	if err != nil {
 		t.Fatalf("NewKeyring: %v", err)

@@ -117,10 +117,7 @@ func mintWith(t *testing.T, kr *token.Keyring) string {
 // every key of others: an issuer after a rotation.
 func newKeyring(t *testing.T, alg string, others ...*token.Keyring) *token.Keyring {
 	t.Helper()
-	k, err := token.GenerateKey(alg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := testKey(t, alg, others...)
 	var published []jwk.Key
 	for _, o := range others {
 		for i := range o.PublicSet().Len() {

@@ -172,10 +172,7 @@ func TestVerifyRejects(t *testing.T) {
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pkix})
 	pkcs1 := x509.MarshalPKCS1PublicKey(&priv.PublicKey)
-	stranger, err := token.GenerateKey(token.AlgRS256)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stranger := testKey(t, token.AlgRS256, f.keyring)
 	strangerRaw := rawKey(t, stranger)
 	atHeader := map[string]any{"kid": kid, "typ": "at+jwt"}
 
@@ -463,8 +460,8 @@ func TestVerifyWithoutKeyring(t *testing.T) {
 // by the verifier: the seam key rotation will use.
 func TestRotationThroughKeyringProvider(t *testing.T) {
 	t.Parallel()
-	oldKey, _ := token.GenerateKey(token.AlgRS256)
-	newKey, _ := token.GenerateKey(token.AlgES256)
+	oldKey := testKey(t, token.AlgRS256)
+	newKey := testKey(t, token.AlgES256)
 	before, err := token.NewKeyring(oldKey)
 	if err != nil {
 		t.Fatal(err)

@@ -71,11 +71,13 @@ func helper(h string) error {
 
 // startHelper runs this test binary as a helper (see envHelper) and
 // returns it, with the pid of the server it holds, and its standard input.
-func startHelper(t *testing.T, mode, dir string) (*exec.Cmd, int, io.WriteCloser) {
+// env is added to the helper's environment.
+func startHelper(t *testing.T, mode, dir string, env ...string) (*exec.Cmd, int, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// Its own temporary folder, for what a killed helper leaves behind.
 	cmd.Env = append(os.Environ(), envHelper+"="+mode+" "+dir, "TMPDIR="+t.TempDir())
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -218,6 +220,19 @@ func TestStartOnBusyAddrFailsWithTheServersLog(t *testing.T) {
 	if !strings.Contains(err.Error(), "cannot listen on "+p.Addr()) {
 		t.Errorf("error does not quote the server's reason: %v", err)
 	}
+}
+
+// TestBuildsTheServerWithoutEnvBinary: with no prebuilt binary named (make
+// test names one, built once for all its test binaries), the starter finds
+// the command's source and builds it itself, as on a go test of one package.
+func TestBuildsTheServerWithoutEnvBinary(t *testing.T) {
+	t.Parallel()
+	_, pid, stdin := startHelper(t, "private", t.TempDir(), mongoproc.EnvBinary+"=")
+	if !procfile.Alive(pid) {
+		t.Fatalf("server %d not running", pid)
+	}
+	_ = stdin.Close()
+	waitGone(t, pid, "its starter released it")
 }
 
 // TestPrivateServerEndsWithItsStarter: a private server does not outlive

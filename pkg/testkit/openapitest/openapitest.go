@@ -71,15 +71,21 @@ import (
 // which documented responses the checked exchanges exercised. It is safe for
 // concurrent use, e.g. by parallel subtests.
 type Validator struct {
+	*compiled // shared by every Validator of the same document
+
+	mu   sync.Mutex
+	seen map[Response]bool
+}
+
+// compiled is what a Validator needs of its document, built once per
+// document and process (see compile) and never changed afterwards.
+type compiled struct {
 	doc       *openapi3.T
 	router    routers.Router
 	basePaths []string // the paths of the server URLs, e.g. "/v1"
 	options   *openapi3filter.Options
 	noBodies  *openapi3filter.Options // options, without body validation
 	ops       []Response              // every documented operation and response, in document order
-
-	mu   sync.Mutex
-	seen map[Response]bool
 }
 
 // Response names one documented response of one operation: the method, the
@@ -128,6 +134,30 @@ func LoadFile(t testing.TB, path string) *Validator {
 // New is Load without a testing.TB: it returns the problems of an invalid
 // document as an error.
 func New(spec []byte) (*Validator, error) {
+	c, err := compile(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &Validator{compiled: c, seen: map[Response]bool{}}, nil
+}
+
+// compiledDocuments memoizes compile by the document's bytes: a test
+// package typically loads its document for every test, and parsing,
+// validating and routing one (every schema and example compiled as JSON
+// Schema) costs far more than the exchanges a test checks, most of all
+// under -race.
+var compiledDocuments sync.Map // string(spec) -> func() (*compiled, error)
+
+// compile parses, validates and routes spec, once per process for the same
+// bytes; the result is shared and must not be changed.
+func compile(spec []byte) (*compiled, error) {
+	once, _ := compiledDocuments.LoadOrStore(string(spec), sync.OnceValues(func() (*compiled, error) {
+		return compileDocument(spec)
+	}))
+	return once.(func() (*compiled, error))()
+}
+
+func compileDocument(spec []byte) (*compiled, error) {
 	d, err := parse(spec)
 	if err != nil {
 		return nil, err
@@ -149,7 +179,7 @@ func New(spec []byte) (*Validator, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Validator{
+	c := &compiled{
 		doc:       d.model,
 		router:    router,
 		basePaths: basePaths(d.model),
@@ -163,13 +193,12 @@ func New(spec []byte) (*Validator, error) {
 				openapi3.WithStringFormatValidators(formats),
 			},
 		},
-		seen: map[Response]bool{},
 	}
-	noBodies := *v.options
+	noBodies := *c.options
 	noBodies.ExcludeRequestBody, noBodies.ExcludeResponseBody = true, true
-	v.noBodies = &noBodies
-	v.ops = documentedResponses(d)
-	return v, nil
+	c.noBodies = &noBodies
+	c.ops = documentedResponses(d)
+	return c, nil
 }
 
 // ValidateDocument reports whether spec is a valid OpenAPI 3.x document: it
