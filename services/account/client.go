@@ -250,6 +250,9 @@ type ClientAuthenticator struct {
 	// Now is the clock that ends a previous secret's overlap; nil means
 	// time.Now.
 	Now func() time.Time
+	// Cache remembers recent successful authentications (see
+	// ClientCache); nil reads the store every time.
+	Cache *ClientCache
 }
 
 // Authenticate returns the client whose id and secret are given. An
@@ -265,7 +268,13 @@ type ClientAuthenticator struct {
 // password cannot overrun the limit; a 256-bit secret cannot be guessed
 // with any number of extra tries, and a successful authentication then
 // costs one counter read, not two writes (the token endpoint's speed).
+// With a Cache, a client that authenticated with the same secret within
+// its TTL is answered without reading the store at all.
 func (a ClientAuthenticator) Authenticate(ctx context.Context, clientID, secret string) (ServiceClient, error) {
+	secretHash := HashClientSecret(secret)
+	if c, ok := a.Cache.get(clientID, secretHash, a.now()); ok {
+		return c, nil
+	}
 	key := ClientThrottleKey(clientID)
 	var before ThrottleState
 	if a.throttled() {
@@ -283,6 +292,7 @@ func (a ClientAuthenticator) Authenticate(ctx context.Context, clientID, secret 
 		return ServiceClient{}, err
 	}
 	if !ok {
+		a.Cache.forget(clientID)
 		if err := a.failed(ctx, key); err != nil {
 			return ServiceClient{}, err
 		}
@@ -293,6 +303,7 @@ func (a ClientAuthenticator) Authenticate(ctx context.Context, clientID, secret 
 			return ServiceClient{}, err
 		}
 	}
+	a.Cache.put(c, secretHash, a.now())
 	return c, nil
 }
 

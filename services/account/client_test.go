@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -274,6 +275,86 @@ func BenchmarkClientSecretCheck(b *testing.B) {
 	for b.Loop() {
 		if account.HashClientSecret(secret) != c.SecretHash {
 			b.Fatal("mismatch")
+		}
+	}
+}
+
+// TestClientCacheAnswersWithinItsTTL: a client that authenticated is
+// answered from the cache for its TTL, whatever the store says meanwhile
+// (the documented delay of a disable), and from the store after it; a
+// different secret is never answered from the cache, and a failure forgets
+// the client at once.
+func TestClientCacheAnswersWithinItsTTL(t *testing.T) {
+	f := newClientFixture(t)
+	ctx := context.Background()
+	const ttl = 5 * time.Second
+	f.auth.Cache = account.NewClientCache(ttl, 0)
+	f.wantValid(t, "first authentication", f.secret)
+	if err := f.store.SetClientDisabled(ctx, f.acc.ID, f.client.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.t = f.clock.t.Add(ttl - time.Millisecond)
+	f.wantValid(t, "disabled in the store, within the TTL", f.secret)
+	f.wantInvalid(t, "another secret, within the TTL", f.client.ID, account.NewClientSecret())
+	f.wantInvalid(t, "the right secret after a failure forgot the client", f.client.ID, f.secret)
+
+	if err := f.store.SetClientDisabled(ctx, f.acc.ID, f.client.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	f.wantValid(t, "re-enabled", f.secret)
+	if err := f.store.SetClientDisabled(ctx, f.acc.ID, f.client.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.t = f.clock.t.Add(ttl)
+	f.wantInvalid(t, "disabled in the store, once the TTL has passed", f.client.ID, f.secret)
+}
+
+// TestClientCacheKeepsNoPreviousSecretPastItsOverlap: an entry of a
+// rotated-out secret ends with the secret's overlap, even when the TTL is
+// longer.
+func TestClientCacheKeepsNoPreviousSecretPastItsOverlap(t *testing.T) {
+	f := newClientFixture(t)
+	ctx := context.Background()
+	f.auth.Cache = account.NewClientCache(time.Hour, 0)
+	next, err := account.RotateClientSecret(ctx, f.store, f.acc.ID, f.client.ID, time.Minute, f.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wantValid(t, "previous secret within the overlap", f.secret)
+	f.wantValid(t, "new secret", next)
+	f.clock.t = f.clock.t.Add(time.Minute)
+	f.wantInvalid(t, "previous secret once the overlap has ended", f.client.ID, f.secret)
+	f.wantValid(t, "new secret, still cached", next)
+}
+
+// TestClientCacheIsBounded: past its size the cache keeps answering, each
+// client still authenticated by its own secret only.
+func TestClientCacheIsBounded(t *testing.T) {
+	f := newClientFixture(t)
+	ctx := context.Background()
+	f.auth.Cache = account.NewClientCache(time.Hour, 2)
+	secrets := map[string]string{f.client.ID: f.secret}
+	for i := range 4 {
+		c, secret, err := account.NewServiceClient(f.acc, fmt.Sprintf("extra-%d", i), []string{account.ScopeDefinitionsRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = f.store.CreateClient(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		secrets[c.ID] = secret
+	}
+	for round := range 2 {
+		for id, secret := range secrets {
+			if c, err := f.auth.Authenticate(ctx, id, secret); err != nil || c.ID != id {
+				t.Fatalf("round %d, client %s: %+v, %v", round, id, c, err)
+			}
+			for other, otherSecret := range secrets {
+				if other != id {
+					f.wantInvalid(t, "another client's secret", id, otherSecret)
+					break
+				}
+			}
 		}
 	}
 }

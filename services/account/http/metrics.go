@@ -1,12 +1,14 @@
 package http
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/account"
 )
 
 // Outcomes of a login or a token refresh, the values of the outcome label.
@@ -40,11 +42,11 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 	m := &authMetrics{
 		logins: registerCounterVec(reg, prometheus.CounterOpts{
 			Name: "account_login_attempts_total",
-			Help: "POST /login requests by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
+			Help: "POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
 		}, outcomeSuccess, outcomeInvalidCredentials, outcomeThrottled, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
 		refreshes: registerCounterVec(reg, prometheus.CounterOpts{
 			Name: "account_token_refreshes_total",
-			Help: "POST /token/refresh requests by outcome: success, rejected (401), unavailable (503), invalid_request, error.",
+			Help: "POST /token/refresh requests and refresh_token grants of POST /oauth2/token by outcome: success, rejected (401; invalid_grant on the token endpoint), unavailable (503), invalid_request, error.",
 		}, outcomeSuccess, outcomeRejected, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
 	}
 	return m
@@ -85,13 +87,60 @@ func (m *authMetrics) countRefreshes(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// grantKey is where handleToken puts the grant type of a request whose
+// grant_type is one it serves, for countGrants.
+const grantKey = "oauth2.grant_type"
+
+// countGrants is the route middleware of POST /oauth2/token: a password
+// grant is a login and a refresh_token grant a refresh, so they count in
+// the same counters as POST /login and POST /token/refresh and the
+// brute-force signal (and its alerts) sees both doors. Client credentials
+// grants are not logins; the HTTP metric counts them.
+func (m *authMetrics) countGrants(next echo.HandlerFunc) echo.HandlerFunc {
+	if m == nil {
+		return next
+	}
+	return func(c *echo.Context) error {
+		err := next(c)
+		switch c.Get(grantKey) {
+		case grantPassword:
+			m.logins.WithLabelValues(grantOutcome(c, err, account.ErrInvalidCredentials, outcomeInvalidCredentials)).Inc()
+		case grantRefreshToken:
+			m.refreshes.WithLabelValues(grantOutcome(c, err, account.ErrInvalidRefreshToken, outcomeRejected)).Inc()
+		}
+		return err
+	}
+}
+
+// grantOutcome names the answer of a grant: the token endpoint answers a
+// refused credential with 400 invalid_grant (not a 401), so the refusal is
+// told by its cause, and the rest by the status written (oauthEndpoint has
+// written it by then).
+func grantOutcome(c *echo.Context, err, refused error, name string) string {
+	if err == nil {
+		return outcomeSuccess
+	}
+	if errors.Is(err, refused) {
+		return name
+	}
+	// A 401 there is the client's authentication, not the user's.
+	resp, _ := echo.UnwrapResponse(c.Response())
+	return statusOutcome(resp.Status, outcomeInvalidRequest)
+}
+
 // outcome names the answer a handler's error becomes; unauthorized is the
 // name of a 401 on that route.
 func outcome(err error, unauthorized string) string {
 	if err == nil {
 		return outcomeSuccess
 	}
-	switch status := web.ProblemFor(err).Status; {
+	return statusOutcome(web.ProblemFor(err).Status, unauthorized)
+}
+
+// statusOutcome names the outcome of an error answered with status;
+// unauthorized is the name of a 401.
+func statusOutcome(status int, unauthorized string) string {
+	switch {
 	case status == http.StatusUnauthorized:
 		return unauthorized
 	case status == http.StatusTooManyRequests:

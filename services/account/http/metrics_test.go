@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,12 @@ func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 
 func postJSON(t *testing.T, srv *httptest.Server, path, body string) (int, []byte) {
 	t.Helper()
-	resp, err := srv.Client().Post(srv.URL+path, "application/json", strings.NewReader(body))
+	return post(t, srv, path, "application/json", body)
+}
+
+func post(t *testing.T, srv *httptest.Server, path, contentType, body string) (int, []byte) {
+	t.Helper()
+	resp, err := srv.Client().Post(srv.URL+path, contentType, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,16 +97,7 @@ func TestLoginAndRefreshOutcomesAreCounted(t *testing.T) {
 	if err := json.Unmarshal(body, &set); err != nil {
 		t.Fatal(err)
 	}
-	// Wrong passwords until the throttle locks the user.
-	failed := 0
-	for status, body = login("wrong"); status == http.StatusUnauthorized; status, body = login("wrong") {
-		if failed++; failed > 10 {
-			t.Fatal("no lock after 10 failed logins")
-		}
-	}
-	if status != http.StatusTooManyRequests {
-		t.Fatalf("login after %d failures: %d %s", failed, status, body)
-	}
+	failed := failUntilLocked(t, "login", http.StatusUnauthorized, func() (int, []byte) { return login("wrong") })
 	if status, body := postJSON(t, srv, "/login", `{"username":"alice"}`); status != http.StatusBadRequest {
 		t.Fatalf("login without password: %d %s", status, body)
 	}
@@ -119,23 +116,100 @@ func TestLoginAndRefreshOutcomesAreCounted(t *testing.T) {
 		}
 	}
 
-	want := fmt.Sprintf(`
-# HELP account_login_attempts_total POST /login requests by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.
-# TYPE account_login_attempts_total counter
-account_login_attempts_total{outcome="error"} 0
-account_login_attempts_total{outcome="invalid_credentials"} %d
-account_login_attempts_total{outcome="invalid_request"} 1
-account_login_attempts_total{outcome="success"} 1
-account_login_attempts_total{outcome="throttled"} 1
-account_login_attempts_total{outcome="unavailable"} 0
-# HELP account_token_refreshes_total POST /token/refresh requests by outcome: success, rejected (401), unavailable (503), invalid_request, error.
-# TYPE account_token_refreshes_total counter
-account_token_refreshes_total{outcome="error"} 0
-account_token_refreshes_total{outcome="invalid_request"} 1
-account_token_refreshes_total{outcome="rejected"} 2
-account_token_refreshes_total{outcome="success"} 1
-account_token_refreshes_total{outcome="unavailable"} 0
-`, failed)
+	want := authCounters(
+		map[string]int{"invalid_credentials": failed, "invalid_request": 1, "success": 1, "throttled": 1},
+		map[string]int{"invalid_request": 1, "rejected": 2, "success": 1})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "account_login_attempts_total", "account_token_refreshes_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// failUntilLocked makes wrong attempts, answered refused, until the
+// throttle locks (429), and returns how many were refused.
+func failUntilLocked(t *testing.T, what string, refused int, attempt func() (int, []byte)) int {
+	t.Helper()
+	failed := 0
+	status, body := attempt()
+	for ; status == refused; status, body = attempt() {
+		if failed++; failed > 10 {
+			t.Fatalf("no lock after 10 failed %ss", what)
+		}
+	}
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("%s after %d failures: %d %s", what, failed, status, body)
+	}
+	return failed
+}
+
+// authCounters is the exposition of the login and refresh counters with
+// the counts given by outcome, every other outcome at 0.
+func authCounters(logins, refreshes map[string]int) string {
+	var b strings.Builder
+	for _, c := range []struct {
+		name, help string
+		outcomes   []string
+		counts     map[string]int
+	}{
+		{"account_login_attempts_total",
+			"POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
+			[]string{"error", "invalid_credentials", "invalid_request", "success", "throttled", "unavailable"}, logins},
+		{"account_token_refreshes_total",
+			"POST /token/refresh requests and refresh_token grants of POST /oauth2/token by outcome: success, rejected (401; invalid_grant on the token endpoint), unavailable (503), invalid_request, error.",
+			[]string{"error", "invalid_request", "rejected", "success", "unavailable"}, refreshes},
+	} {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", c.name, c.help, c.name)
+		for _, o := range c.outcomes {
+			fmt.Fprintf(&b, "%s{outcome=%q} %d\n", c.name, o, c.counts[o])
+		}
+	}
+	return b.String()
+}
+
+// The password and refresh_token grants of the token endpoint count as
+// logins and refreshes, under the outcome their answer means (a refused
+// credential is invalid_grant there); client credentials count as
+// neither.
+func TestTokenEndpointGrantsAreCountedAsLoginsAndRefreshes(t *testing.T) {
+	t.Parallel()
+	srv, reg := metricsAPI(t)
+	grant := func(form url.Values) (int, []byte) {
+		t.Helper()
+		return post(t, srv, "/oauth2/token", "application/x-www-form-urlencoded", form.Encode())
+	}
+	password := func(pw string) (int, []byte) {
+		return grant(url.Values{"grant_type": {"password"}, "account_name": {"acme"}, "username": {"alice"}, "password": {pw}})
+	}
+	status, body := password("alice-password")
+	if status != http.StatusOK {
+		t.Fatalf("password grant: %d %s", status, body)
+	}
+	var set struct {
+		RefreshToken string `json:"refresh_token"`
+	}
+	if err := json.Unmarshal(body, &set); err != nil || set.RefreshToken == "" {
+		t.Fatalf("password grant: %s (%v)", body, err)
+	}
+	failed := failUntilLocked(t, "password grant", http.StatusBadRequest, func() (int, []byte) { return password("wrong") })
+	if status, body := grant(url.Values{"grant_type": {"password"}, "account_name": {"acme"}, "username": {"alice"}}); status != http.StatusBadRequest {
+		t.Fatalf("password grant without password: %d %s", status, body)
+	}
+	for _, tc := range []struct {
+		form url.Values
+		want int
+	}{
+		{url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken}}, http.StatusOK},
+		{url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken + "x"}}, http.StatusBadRequest},
+		{url.Values{"grant_type": {"refresh_token"}}, http.StatusBadRequest},
+		{url.Values{"grant_type": {"client_credentials"}}, http.StatusUnauthorized},
+		{url.Values{"grant_type": {"authorization_code"}}, http.StatusBadRequest},
+	} {
+		if status, body := grant(tc.form); status != tc.want {
+			t.Fatalf("grant %v: %d %s, want %d", tc.form, status, body, tc.want)
+		}
+	}
+	want := authCounters(
+		map[string]int{"invalid_credentials": failed, "invalid_request": 1, "success": 1, "throttled": 1},
+		map[string]int{"invalid_request": 1, "rejected": 1, "success": 1})
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "account_login_attempts_total", "account_token_refreshes_total"); err != nil {
 		t.Error(err)
 	}
@@ -154,7 +228,7 @@ func TestHandlersShareTheirRegistry(t *testing.T) {
 		}
 	}
 	const want = `
-# HELP account_login_attempts_total POST /login requests by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.
+# HELP account_login_attempts_total POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.
 # TYPE account_login_attempts_total counter
 account_login_attempts_total{outcome="error"} 0
 account_login_attempts_total{outcome="invalid_credentials"} 0

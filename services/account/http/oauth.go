@@ -288,6 +288,7 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		case "":
 			return invalidRequest(`The parameter "grant_type" is required.`)
 		case grantClientCredentials, grantPassword, grantRefreshToken:
+			c.Set(grantKey, grant)
 		default:
 			return newOAuthError(http.StatusBadRequest, "unsupported_grant_type",
 				"The grant type must be one of "+strings.Join(grantTypes, ", ")+".")

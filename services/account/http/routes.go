@@ -19,7 +19,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/login", handleLogin(d.Sessions), counts.countLogins, singleAuthorization)
 	e.POST("/token/refresh", handleRefresh(d.Sessions), counts.countRefreshes, singleAuthorization)
 	e.POST("/logout", handleLogout(d.Sessions), singleAuthorization)
-	e.POST("/oauth2/token", handleToken(d.Sessions))
+	e.POST("/oauth2/token", handleToken(d.Sessions), counts.countGrants)
 	e.POST("/oauth2/revoke", handleRevoke(d.Sessions))
 
 	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer, read)

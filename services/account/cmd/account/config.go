@@ -54,9 +54,14 @@ type config struct {
 
 	// Service clients (see docs/decisions.md, "Service clients").
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
+	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
 
 	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
+
+// maxClientAuthCacheTTL bounds ACCOUNT_CLIENT_AUTH_CACHE_TTL: how late a
+// disable may take effect.
+const maxClientAuthCacheTTL = time.Minute
 
 func loadConfig() (config, error) {
 	var cfg config
@@ -82,6 +87,9 @@ func (c config) validate() error {
 	}
 	if c.RefreshReuseGrace < 0 {
 		return errors.New("configuration: ACCOUNT_REFRESH_REUSE_GRACE must not be negative")
+	}
+	if c.ClientAuthCacheTTL < 0 || c.ClientAuthCacheTTL > maxClientAuthCacheTTL {
+		return fmt.Errorf("configuration: ACCOUNT_CLIENT_AUTH_CACHE_TTL (%v) must be between 0 and %v: a disabled client keeps getting tokens that long", c.ClientAuthCacheTTL, maxClientAuthCacheTTL)
 	}
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)

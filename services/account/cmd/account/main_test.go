@@ -407,6 +407,8 @@ func TestServeChecksTheWholeConfigurationBeforeListening(t *testing.T) {
 		{"symmetric signing algorithm", map[string]string{"ACCOUNT_SIGNING_ALG": "HS256"}, "HS256"},
 		{"issuer that is no URL", map[string]string{"ACCOUNT_ISSUER": "account service"}, "issuer"},
 		{"duration that is no duration", map[string]string{"ACCOUNT_TOKEN_TTL": "soon"}, "TOKEN_TTL"},
+		{"negative client cache", map[string]string{"ACCOUNT_CLIENT_AUTH_CACHE_TTL": "-1s"}, "ACCOUNT_CLIENT_AUTH_CACHE_TTL"},
+		{"client cache past a minute", map[string]string{"ACCOUNT_CLIENT_AUTH_CACHE_TTL": "2m"}, "ACCOUNT_CLIENT_AUTH_CACHE_TTL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ACCOUNT_MONGODB_URI", "mongodb://127.0.0.1:1/?connectTimeoutMS=200")

@@ -137,7 +137,7 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		Sessions: &account.Sessions{
 			Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
 			Throttle:      throttle,
-			Clients:       account.ClientAuthenticator{Clients: store, Throttle: throttle},
+			Clients:       account.ClientAuthenticator{Clients: store, Throttle: throttle, Cache: account.NewClientCache(cfg.ClientAuthCacheTTL, 0)},
 			Store:         store,
 			Issuer:        issuer,
 			RefreshTokens: refreshVerifier,
