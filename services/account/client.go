@@ -336,9 +336,9 @@ func (a ClientAuthenticator) failed(ctx context.Context, key string) error {
 	if !a.throttled() {
 		return nil
 	}
-	ctx, cancel := settleContext(ctx)
-	defer cancel()
 	th := a.Throttle
+	ctx, cancel := th.settleContext(ctx)
+	defer cancel()
 	if _, _, err := th.Store.TakeLoginAttempt(ctx, key, th.now(), th.Policy.User, 0); err != nil {
 		return fmt.Errorf("client throttle: %w", err)
 	}
@@ -346,7 +346,7 @@ func (a ClientAuthenticator) failed(ctx context.Context, key string) error {
 }
 
 func (a ClientAuthenticator) reset(ctx context.Context, key string) error {
-	ctx, cancel := settleContext(ctx)
+	ctx, cancel := a.Throttle.settleContext(ctx)
 	defer cancel()
 	if err := a.Throttle.Store.ResetLoginThrottle(ctx, key); err != nil {
 		return fmt.Errorf("client throttle: %w", err)

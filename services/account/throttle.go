@@ -41,7 +41,7 @@ import (
 // AttemptLease is how long an attempt in flight holds its place in the
 // user's window. It is far longer than an attempt takes (a hash waits at
 // most a couple of seconds for a slot, then takes tens of milliseconds; the
-// updates that settle it are bounded by settleTimeout): an attempt that
+// updates that settle it are bounded by SettleTimeout): an attempt that
 // has not reported by then is presumed dead with its replica, and counts
 // as a failure (fail closed: it may have checked its password).
 const AttemptLease = 10 * time.Second
@@ -245,11 +245,17 @@ type LoginThrottle struct {
 	// QueueWait bounds how long Begin waits for a place in a user's window
 	// that attempts still in flight fill; 0 means DefaultQueueWait.
 	QueueWait time.Duration
+	// SettleTimeout bounds each update made after the password check (they
+	// run even when the client has gone away); 0 means
+	// DefaultSettleTimeout. It must stay well below AttemptLease, after
+	// which an attempt that has not reported counts as failed.
+	SettleTimeout time.Duration
 }
 
-// settleTimeout bounds the updates made after the password check, which
-// run even when the client has gone away.
-const settleTimeout = 5 * time.Second
+// DefaultSettleTimeout is LoginThrottle.SettleTimeout's default: an update
+// of one counter document that takes longer means the database is in
+// trouble, and the attempt answers 503.
+const DefaultSettleTimeout = 5 * time.Second
 
 // The waits between two looks at a window full of attempts in flight:
 // short at first (an attempt takes milliseconds to tens of milliseconds),
@@ -366,8 +372,12 @@ type LoginAttempt struct {
 
 // settleContext outlives the request: a client that hangs up after its
 // password was checked must not save the attempt from being counted.
-func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+func (th *LoginThrottle) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := th.SettleTimeout
+	if d <= 0 {
+		d = DefaultSettleTimeout
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 // Failed records a wrong password: the user's attempt becomes a confirmed
@@ -377,9 +387,9 @@ func (a *LoginAttempt) Failed(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
-	ctx, cancel := settleContext(ctx)
-	defer cancel()
 	th := a.throttle
+	ctx, cancel := th.settleContext(ctx)
+	defer cancel()
 	if a.user != "" {
 		if err := th.Store.FailLoginAttempt(ctx, a.user, a.window, th.now(), th.Policy.User); err != nil {
 			return fmt.Errorf("login throttle: %w", err)
@@ -401,7 +411,7 @@ func (a *LoginAttempt) Succeeded(ctx context.Context) error {
 	if a == nil || a.user == "" {
 		return nil
 	}
-	ctx, cancel := settleContext(ctx)
+	ctx, cancel := a.throttle.settleContext(ctx)
 	defer cancel()
 	if err := a.throttle.Store.ResetLoginThrottle(ctx, a.user); err != nil {
 		return fmt.Errorf("login throttle: %w", err)
@@ -417,7 +427,7 @@ func (a *LoginAttempt) Abandon(ctx context.Context) {
 	if a == nil || a.user == "" {
 		return
 	}
-	ctx, cancel := settleContext(ctx)
+	ctx, cancel := a.throttle.settleContext(ctx)
 	defer cancel()
 	_ = a.throttle.Store.RefundLoginAttempt(ctx, a.user, a.window)
 }

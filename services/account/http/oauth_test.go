@@ -54,7 +54,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	// Failed client authentications lock a client id after 5 (and the
 	// password grant a user, as logins); the address limit is off, every
 	// test request comes from one.
-	throttle := &account.LoginThrottle{Store: store, Now: clk.Now, Policy: account.ThrottlePolicy{
+	throttle := &account.LoginThrottle{Store: store, Now: clk.Now, SettleTimeout: testSettleTimeout, Policy: account.ThrottlePolicy{
 		User: account.ThrottleLimit{MaxFailures: 5, Window: time.Hour, Lockout: time.Hour, MaxLockout: time.Hour},
 	}}
 	sessions := kit.sessions(store, hasher, throttle)

@@ -136,7 +136,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
 		Sessions: kit.sessions(store, counting,
-			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, QueueWait: setup.queueWait}),
+			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, QueueWait: setup.queueWait, SettleTimeout: testSettleTimeout}),
 		Definitions:    store,
 		Verifier:       kit.verifier,
 		Keys:           kit.keys,
