@@ -35,7 +35,10 @@ const benchClientScope = account.ScopeConversationsRead
 // the load generator, with nothing of it for the service to do; at the
 // floor's concurrency the service's cores idled (904 tokens/s with 4 in
 // flight, 1,050 with 8, the same binary and store). The login row needs no
-// such allowance: a login's 50 ms of hashing dwarfs its round trip.
+// such allowance: a login's 50 ms of hashing dwarfs its round trip. For
+// the same reason the load generator runs on one P (side.procs): it needs
+// about a fifth of a core, and a second P spinning for work took CPU from
+// the service (about 1,100 tokens/s with one P, 1,050 with two).
 func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
 	inFlight := 2 * o.workers
@@ -82,7 +85,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 		return err
 	}
 	sides := []side{
-		{name: "POST /oauth2/token", workers: inFlight, op: issue, cpu: s.account.CPUTime},
+		{name: "POST /oauth2/token", workers: inFlight, op: issue, cpu: s.account.CPUTime, procs: 1},
 		{name: "secret hash + 1 signature", workers: o.workers, op: floor, cpu: selfCPU},
 	}
 	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)

@@ -23,6 +23,11 @@ type side struct {
 	// that does the side's work (a service, or this process), so that a
 	// sample also gives the CPU cost of one operation.
 	cpu func() (time.Duration, error)
+	// procs, when above 0, is this process's GOMAXPROCS while the side
+	// runs: a load generator that needs a fraction of a core runs on one
+	// P, so that idle Ps do not spin for work on the cores of the service
+	// it measures.
+	procs int
 }
 
 // sample is one timed run of a side.
@@ -69,6 +74,9 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 		if cpuBefore, err = s.cpu(); err != nil {
 			return sample{}, err
 		}
+	}
+	if s.procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(s.procs))
 	}
 	start := time.Now()
 	deadline := start.Add(d)
