@@ -2,13 +2,16 @@ package token_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
-	"fmt"
-	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,14 +40,46 @@ type fixture struct {
 	now      time.Time
 }
 
-// fixedRSAKeys is how many fixed RSA keys testdata holds (rsa-N.pem).
-const fixedRSAKeys = 4
+// sharedRSAKeys is how many RSA keys the tests of this binary share.
+const sharedRSAKeys = 4
+
+// rsaKeys are the shared RSA keys, generated once per test binary, as
+// PKCS #8 PEM so that every test parses a key object of its own.
+var rsaKeys struct {
+	mu   sync.Mutex
+	pems [][]byte
+}
+
+// sharedRSAKey returns the i-th shared RSA key, generating the keys up to
+// it on first use.
+func sharedRSAKey(t testing.TB, i int) jwk.Key {
+	t.Helper()
+	rsaKeys.mu.Lock()
+	defer rsaKeys.mu.Unlock()
+	for len(rsaKeys.pems) <= i {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rsaKeys.pems = append(rsaKeys.pems, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	}
+	key, err := token.ParseKey(rsaKeys.pems[i], token.AlgRS256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
 
 // testKey returns a signing key for alg whose kid none of avoid publishes.
-// RSA keys come from testdata: generating a 2048-bit one costs 100 ms of
-// CPU or more (most of this package's test time once), and what these
-// tests check is not the generation (TestGenerateKey does). The others are
-// generated, which is cheap.
+// RSA keys are shared by the tests of the binary (sharedRSAKey):
+// generating a 2048-bit one costs 100 ms of CPU or more, which was most of
+// this package's test time, and what these tests check is not the
+// generation (TestGenerateKey does). The others are generated, which is
+// cheap.
 func testKey(t testing.TB, alg string, avoid ...*token.Keyring) jwk.Key {
 	t.Helper()
 	if alg == token.AlgRS256 {
@@ -56,15 +91,8 @@ func testKey(t testing.TB, alg string, avoid ...*token.Keyring) jwk.Key {
 				taken = append(taken, kid)
 			}
 		}
-		for i := range fixedRSAKeys {
-			pem, err := os.ReadFile(fmt.Sprintf("testdata/rsa-%d.pem", i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			key, err := token.ParseKey(pem, alg)
-			if err != nil {
-				t.Fatalf("testdata/rsa-%d.pem: %v", i, err)
-			}
+		for i := range sharedRSAKeys {
+			key := sharedRSAKey(t, i)
 			if kid, _ := key.KeyID(); !slices.Contains(taken, kid) {
 				return key
 			}
