@@ -119,12 +119,12 @@ func (c ServiceClient) GrantScopes(requested string) ([]string, error) {
 	return scopes, nil
 }
 
-// secretMatches reports whether secret is the client's current secret, or
-// its previous one while the overlap lasts. Both hashes are compared every
-// time, in constant time, so that which one matched (or that there is no
-// previous one) does not show in the timing.
-func (c ServiceClient) secretMatches(secret string, now time.Time) bool {
-	h := HashClientSecret(secret)
+// secretMatches reports whether h, the HashClientSecret of a presented
+// secret, is the hash of the client's current secret, or of its previous
+// one while the overlap lasts. Both hashes are compared every time, in
+// constant time, so that which one matched (or that there is no previous
+// one) does not show in the timing.
+func (c ServiceClient) secretMatches(h string, now time.Time) bool {
 	current := hashEqual(c.SecretHash, h)
 	previous := hashEqual(c.PreviousSecretHash, h) && now.Before(c.PreviousSecretExpiresAt)
 	return current || previous
@@ -287,7 +287,7 @@ func (a ClientAuthenticator) Authenticate(ctx context.Context, clientID, secret 
 		}
 		before = st
 	}
-	c, ok, err := a.verify(ctx, clientID, secret)
+	c, ok, err := a.verify(ctx, clientID, secret, secretHash)
 	if err != nil {
 		return ServiceClient{}, err
 	}
@@ -307,22 +307,23 @@ func (a ClientAuthenticator) Authenticate(ctx context.Context, clientID, secret 
 	return c, nil
 }
 
-// verify looks the client up and checks the secret; ok is false for every
-// reason that is ErrInvalidClient.
-func (a ClientAuthenticator) verify(ctx context.Context, clientID, secret string) (c ServiceClient, ok bool, err error) {
+// verify looks the client up and checks the secret, whose
+// HashClientSecret is secretHash; ok is false for every reason that is
+// ErrInvalidClient.
+func (a ClientAuthenticator) verify(ctx context.Context, clientID, secret, secretHash string) (c ServiceClient, ok bool, err error) {
 	if clientID == "" || len(clientID) > MaxClientIDLen || len(secret) > MaxClientSecretLen {
-		_ = ServiceClient{SecretHash: dummySecretHash}.secretMatches(secret, time.Time{})
+		_ = ServiceClient{SecretHash: dummySecretHash}.secretMatches(secretHash, time.Time{})
 		return ServiceClient{}, false, nil
 	}
 	c, err = a.Clients.ClientByID(ctx, clientID)
 	if errors.Is(err, ErrNotFound) {
-		_ = ServiceClient{SecretHash: dummySecretHash}.secretMatches(secret, time.Time{})
+		_ = ServiceClient{SecretHash: dummySecretHash}.secretMatches(secretHash, time.Time{})
 		return ServiceClient{}, false, nil
 	}
 	if err != nil {
 		return ServiceClient{}, false, fmt.Errorf("authenticate client: %w", err)
 	}
-	matches := c.secretMatches(secret, a.now())
+	matches := c.secretMatches(secretHash, a.now())
 	return c, matches && !c.Disabled, nil
 }
 
