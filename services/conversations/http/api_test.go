@@ -40,7 +40,9 @@ type api struct {
 	store  *mongo.Store
 }
 
-func newAPI(t *testing.T) *api {
+// newAPI starts the service on a fresh database; corsOrigins, when given,
+// are the origins whose web pages may call it.
+func newAPI(t *testing.T, corsOrigins ...string) *api {
 	t.Helper()
 	store := mongo.New(mongotest.New(t))
 	if err := store.EnsureIndexes(context.Background()); err != nil {
@@ -62,7 +64,7 @@ func newAPI(t *testing.T) *api {
 	}
 	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
 	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
-		Store: store, Cursors: cursors, Verifier: verifier,
+		Store: store, Cursors: cursors, Verifier: verifier, CORSOrigins: corsOrigins,
 	}))
 	t.Cleanup(srv.Close)
 	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer, store: store}

@@ -3,15 +3,10 @@ package http_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
-	"github.com/acme/platform/services/conversations/cursor"
-	conversationshttp "github.com/acme/platform/services/conversations/http"
-	"github.com/acme/platform/services/conversations/mongo"
 )
 
 // A web page of a configured origin can page and edit: preflights of the
@@ -20,30 +15,9 @@ import (
 func TestCORS(t *testing.T) {
 	t.Parallel()
 	const allowed = "https://app.example"
-	store := mongo.New(mongotest.New(t))
-	if err := store.EnsureIndexes(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	key, _ := token.GenerateKey("ES256")
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := token.StaticKeyring(ring)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
-	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
-		Store: store, Cursors: cursors, Verifier: verifier, CORSOrigins: []string{allowed},
-	}))
-	t.Cleanup(srv.Close)
-	set, err := issuer.Mint(context.Background(), token.Subject{UserID: "u1", AccountID: "a1", AccountName: "a1", Username: "u1"})
+	a := newAPI(t, allowed)
+	srv := a.srv
+	set, err := a.issuer.Mint(context.Background(), token.Subject{UserID: "u1", AccountID: "a1", AccountName: "a1", Username: "u1"})
 	if err != nil {
 		t.Fatal(err)
 	}
