@@ -159,11 +159,17 @@ var nextLink = regexp.MustCompile(`^<(/v1/conversations\?[^>]+)>; rel="next"$`)
 // the last page).
 func (a *api) page(bearer, path string) ([]conversation, string) {
 	a.t.Helper()
-	r := a.send("GET", path, bearer, "", true)
+	return listed[conversation](a, path, a.send("GET", path, bearer, "", true), nextLink)
+}
+
+// listed decodes r, the answer to GET path, as a list of T and returns it
+// with the link next finds in its Link header ("" when it has none).
+func listed[T any](a *api, path string, r response, next *regexp.Regexp) ([]T, string) {
+	a.t.Helper()
 	if r.status != http.StatusOK {
 		a.t.Fatalf("GET %s: %d %s", path, r.status, r.body)
 	}
-	var list []conversation
+	var list []T
 	if err := json.Unmarshal(r.body, &list); err != nil || list == nil {
 		a.t.Fatalf("GET %s: body %s is not a JSON array", path, r.body)
 	}
@@ -171,9 +177,9 @@ func (a *api) page(bearer, path string) ([]conversation, string) {
 	if link == "" {
 		return list, ""
 	}
-	m := nextLink.FindStringSubmatch(link)
+	m := next.FindStringSubmatch(link)
 	if m == nil {
-		a.t.Fatalf("Link header %q is not a next link", link)
+		a.t.Fatalf("Link header %q is not a next link (%s)", link, next)
 	}
 	return list, m[1]
 }

@@ -103,23 +103,7 @@ var nextMessagesLink = regexp.MustCompile(`^<(/v1/conversations/[^/]+/messages\?
 // messages lists path and returns the messages and the next link.
 func (a *api) messages(bearer, path string) ([]message, string) {
 	a.t.Helper()
-	r := a.do(exchange{method: "GET", path: path, bearer: bearer})
-	if r.status != http.StatusOK {
-		a.t.Fatalf("GET %s: %d %s", path, r.status, r.body)
-	}
-	var list []message
-	if err := json.Unmarshal(r.body, &list); err != nil || list == nil {
-		a.t.Fatalf("GET %s: body %s is not a JSON array", path, r.body)
-	}
-	link := r.header.Get("Link")
-	if link == "" {
-		return list, ""
-	}
-	m := nextMessagesLink.FindStringSubmatch(link)
-	if m == nil {
-		a.t.Fatalf("Link header %q is not a next link of messages", link)
-	}
-	return list, m[1]
+	return listed[message](a, path, a.do(exchange{method: "GET", path: path, bearer: bearer}), nextMessagesLink)
 }
 
 func ids(list []conversation) []string {
