@@ -143,13 +143,19 @@ func (e *Error) Error() string {
 			b.WriteString(")")
 		}
 	}
-	if e.RetryAfter > 0 {
-		fmt.Fprintf(&b, " [retry after %s]", e.RetryAfter)
-	}
-	if e.RequestID != "" {
-		fmt.Fprintf(&b, " [request id %s]", e.RequestID)
-	}
+	writeRetryAndRequestID(&b, e.RetryAfter, e.RequestID)
 	return b.String()
+}
+
+// writeRetryAndRequestID ends an error's text with the wait the service
+// asked for and the request id to quote to its operators, when there are.
+func writeRetryAndRequestID(b *strings.Builder, retryAfter time.Duration, requestID string) {
+	if retryAfter > 0 {
+		fmt.Fprintf(b, " [retry after %s]", retryAfter)
+	}
+	if requestID != "" {
+		fmt.Fprintf(b, " [request id %s]", requestID)
+	}
 }
 
 // Is makes errors.Is match the Err* sentinels by code.

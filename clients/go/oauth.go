@@ -144,12 +144,7 @@ func (e *OAuthError) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.Description)
 	}
-	if e.RetryAfter > 0 {
-		fmt.Fprintf(&b, " [retry after %s]", e.RetryAfter)
-	}
-	if e.RequestID != "" {
-		fmt.Fprintf(&b, " [request id %s]", e.RequestID)
-	}
+	writeRetryAndRequestID(&b, e.RetryAfter, e.RequestID)
 	return b.String()
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lestrrat-go/jwx/v3/jwk"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/acme/platform/pkg/token"
@@ -50,7 +51,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	issuer, err := benchIssuerOf(o.signingAlg)
+	signer, err := newBenchSigner(o.signingAlg)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 		if subtle.ConstantTimeCompare([]byte(stored.SecretHash), []byte(account.HashClientSecret(secret))) != 1 {
 			return errors.New("the secret does not match the stored hash")
 		}
-		_, err := issuer.MintClient(ctx, minted)
+		_, err := signer.issuer.MintClient(ctx, minted)
 		return err
 	}
 	sides := []side{
@@ -161,16 +162,28 @@ func (s *stack) storedClient(ctx context.Context, clientID string) (storedClient
 	return doc, nil
 }
 
-// benchIssuerOf returns an Issuer with a new key of alg, configured as the
-// account service configures its own (issuer and audience aside).
-func benchIssuerOf(alg string) (*token.Issuer, error) {
+// benchSigner is a new key of one algorithm and an Issuer over it,
+// configured as the account service configures its own (issuer and
+// audience aside).
+type benchSigner struct {
+	key    jwk.Key
+	keys   token.KeyringProvider // the key, for a JWKS
+	issuer *token.Issuer
+}
+
+func newBenchSigner(alg string) (benchSigner, error) {
 	key, err := token.GenerateKey(alg)
 	if err != nil {
-		return nil, err
+		return benchSigner{}, err
 	}
 	kr, err := token.NewKeyring(key)
 	if err != nil {
-		return nil, err
+		return benchSigner{}, err
 	}
-	return token.NewIssuer(token.IssuerConfig{Issuer: benchIssuer, Audience: []string{benchAudience}, Keys: token.StaticKeyring(kr)})
+	keys := token.StaticKeyring(kr)
+	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: benchIssuer, Audience: []string{benchAudience}, Keys: keys})
+	if err != nil {
+		return benchSigner{}, err
+	}
+	return benchSigner{key: key, keys: keys, issuer: issuer}, nil
 }

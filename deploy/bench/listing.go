@@ -70,18 +70,8 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 		SetLimit(11).
 		SetHint("by_participant")
 	driverFind := func(ctx context.Context, _ int) error {
-		cur, err := coll.Find(ctx, filter, findOpts)
-		if err != nil {
-			return err
-		}
-		var docs []conversationDoc
-		if err := cur.All(ctx, &docs); err != nil {
-			return err
-		}
-		if len(docs) != 11 {
-			return fmt.Errorf("driver find returned %d documents, want 11", len(docs))
-		}
-		return nil
+		_, err := findPage[conversationDoc](ctx, coll, filter, findOpts)
+		return err
 	}
 
 	cpuRow, err := s.listingCPURow(ctx, client, bearer, list(s.convURL+"/v1/conversations"), driverFind)
@@ -272,4 +262,22 @@ func keysetFilter(first bson.D, pos position) bson.D {
 		bson.D{{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: pos.UpdatedAt}}}},
 		bson.D{{Key: "updated_at", Value: pos.UpdatedAt}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: pos.ID}}}},
 	}})
+}
+
+// findPage finds one page as the services ask for it, a page of 10 and
+// one more to tell whether another follows, and decodes it into T; a page
+// of another length is an error.
+func findPage[T any](ctx context.Context, coll *mongo.Collection, filter any, opts *options.FindOptionsBuilder) ([]T, error) {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, err
+	}
+	var docs []T
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	if len(docs) != 11 {
+		return nil, fmt.Errorf("driver find returned %d documents, want 11", len(docs))
+	}
+	return docs, nil
 }

@@ -57,27 +57,18 @@ func newVerifyFixture(ctx context.Context, alg string) (f *verifyFixture, err er
 			f.close()
 		}
 	}()
-	key, err := token.GenerateKey(alg)
+	signer, err := newBenchSigner(alg)
 	if err != nil {
 		return nil, err
 	}
-	kr, err := token.NewKeyring(key)
-	if err != nil {
-		return nil, err
-	}
-	keys := token.StaticKeyring(kr)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: benchIssuer, Audience: []string{benchAudience}, Keys: keys})
-	if err != nil {
-		return nil, err
-	}
-	set, err := issuer.Mint(ctx, token.Subject{UserID: "usr_bench", AccountID: "acc_bench", AccountName: "bench",
+	set, err := signer.issuer.Mint(ctx, token.Subject{UserID: "usr_bench", AccountID: "acc_bench", AccountName: "bench",
 		Username: "bench", AuthTime: time.Now()})
 	if err != nil {
 		return nil, err
 	}
 	f.raw = set.IDToken
 
-	jwks := httptest.NewServer(token.JWKSHandler(keys))
+	jwks := httptest.NewServer(token.JWKSHandler(signer.keys))
 	f.cleanup = append(f.cleanup, jwks.Close)
 	lib, stopLib, err := libraryVerifier(ctx, jwks.URL)
 	if err != nil {
@@ -90,7 +81,7 @@ func newVerifyFixture(ctx context.Context, alg string) (f *verifyFixture, err er
 	if f.peer, err = peerVerifier(peerCtx, jwks.URL, alg); err != nil {
 		return nil, err
 	}
-	if f.bare, err = bareVerifier(key, f.raw); err != nil {
+	if f.bare, err = bareVerifier(signer.key, f.raw); err != nil {
 		return nil, err
 	}
 	for name, verify := range map[string]func(context.Context, int) error{

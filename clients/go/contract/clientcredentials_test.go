@@ -25,18 +25,9 @@ const (
 // serviceClient returns a client of the fake in client-credentials mode.
 func (f *fake) serviceClient(t testing.TB, clk *clock, scopes ...string) *client.Client {
 	t.Helper()
-	cfg := client.Config{
-		AccountURL: f.account.URL, ConversationsURL: f.conv.URL,
+	return f.newClient(t, clk, client.Config{
 		ClientCredentials: client.ClientCredentials{ClientID: testClientID, ClientSecret: testClientSecret, Scopes: scopes},
-	}
-	if clk != nil {
-		cfg.Now = clk.Now
-	}
-	c, err := client.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	})
 }
 
 func TestClientCredentialsGrant(t *testing.T) {

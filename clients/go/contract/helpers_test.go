@@ -178,11 +178,16 @@ func newFake(t testing.TB) *fake {
 // client returns a client of the fake with the clock (nil: time.Now).
 func (f *fake) client(t testing.TB, clk *clock) *client.Client {
 	t.Helper()
-	cfg := client.Config{
-		AccountURL:       f.account.URL,
-		ConversationsURL: f.conv.URL,
-		Credentials:      client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
-	}
+	return f.newClient(t, clk, client.Config{
+		Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
+	})
+}
+
+// newClient returns a client of the fake with cfg's credentials and the
+// clock (nil: time.Now).
+func (f *fake) newClient(t testing.TB, clk *clock, cfg client.Config) *client.Client {
+	t.Helper()
+	cfg.AccountURL, cfg.ConversationsURL = f.account.URL, f.conv.URL
 	if clk != nil {
 		cfg.Now = clk.Now
 	}

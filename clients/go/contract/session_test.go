@@ -79,14 +79,10 @@ func equalMaps(a, b map[string]string) bool {
 
 func TestLoginInvalidCredentials(t *testing.T) {
 	f := newFake(t)
-	c, err := client.New(client.Config{
-		AccountURL: f.account.URL, ConversationsURL: f.conv.URL,
+	c := f.newClient(t, nil, client.Config{
 		Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: "wrong-Pa55word"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Login(context.Background())
+	err := c.Login(context.Background())
 	var e *client.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("Login: %v (%T), want *client.Error", err, err)

@@ -119,6 +119,17 @@ func (a *api) callInvalid(method, path, bearer, body, contentType string) respon
 
 func (a *api) send(method, path, bearer, body, contentType string, validRequest bool) response {
 	a.t.Helper()
+	req := a.request(method, path, body, contentType)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	return a.exchange(req, validRequest)
+}
+
+// request is a request to the test server, with body (none when empty)
+// of contentType (no header when empty).
+func (a *api) request(method, path, body, contentType string) *http.Request {
+	a.t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -130,9 +141,13 @@ func (a *api) send(method, path, bearer, body, contentType string, validRequest 
 	if body != "" && contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
+	return req
+}
+
+// exchange sends req, validating the exchange against the OpenAPI
+// document (only the response unless validRequest).
+func (a *api) exchange(req *http.Request, validRequest bool) response {
+	a.t.Helper()
 	var resp *http.Response
 	var respBody []byte
 	if validRequest {

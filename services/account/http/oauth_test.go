@@ -716,20 +716,9 @@ func testAmbiguousCredentials(t *testing.T, o *oauthAPI) {
 // validated.
 func (o *oauthAPI) postLike(method, path, body string, edit func(*http.Request)) response {
 	o.t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, o.srv.URL+path, rd)
-	if err != nil {
-		o.t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req := o.request(method, path, body, "application/json")
 	edit(req)
-	resp, respBody := o.doc.DoResponseOnly(o.t, o.srv.Client(), req)
-	return response{status: resp.StatusCode, header: resp.Header, body: respBody}
+	return o.exchange(req, false)
 }
 
 // sid returns the session of a token set's id token.
