@@ -142,6 +142,27 @@ func (f *fake) idempotent(next func(w http.ResponseWriter, r *http.Request, sub 
 	}
 }
 
+// conversationLocked finds the conversation of the request's path among
+// those sub sees, or answers 404.
+func (f *fake) conversationLocked(w http.ResponseWriter, r *http.Request, sub string) (int, bool) {
+	i := f.visibleLocked(r.PathValue("id"), sub)
+	if i < 0 {
+		_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
+		return 0, false
+	}
+	return i, true
+}
+
+// editableLocked is conversationLocked for a change: the request's
+// If-Match must hold too (else 412).
+func (f *fake) editableLocked(w http.ResponseWriter, r *http.Request, sub string) (int, bool) {
+	i, ok := f.conversationLocked(w, r, sub)
+	if !ok || !precondition(w, r, f.versions[f.convs[i].ID]) {
+		return 0, false
+	}
+	return i, true
+}
+
 // precondition checks If-Match against the version; false when it wrote
 // the 412.
 func precondition(w http.ResponseWriter, r *http.Request, version int) bool {
@@ -211,12 +232,8 @@ func (f *fake) handlePatch(w http.ResponseWriter, r *http.Request, sub string) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.visibleLocked(r.PathValue("id"), sub)
-	if i < 0 {
-		_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
-		return
-	}
-	if !precondition(w, r, f.versions[f.convs[i].ID]) {
+	i, ok := f.editableLocked(w, r, sub)
+	if !ok {
 		return
 	}
 	changed := false
@@ -235,12 +252,8 @@ func (f *fake) handlePatch(w http.ResponseWriter, r *http.Request, sub string) {
 func (f *fake) handleParticipant(w http.ResponseWriter, r *http.Request, sub string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.visibleLocked(r.PathValue("id"), sub)
-	if i < 0 {
-		_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
-		return
-	}
-	if !precondition(w, r, f.versions[f.convs[i].ID]) {
+	i, ok := f.editableLocked(w, r, sub)
+	if !ok {
 		return
 	}
 	user := r.PathValue("userId")
@@ -282,9 +295,8 @@ func (f *fake) handlePostMessage(w http.ResponseWriter, r *http.Request, sub str
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.visibleLocked(r.PathValue("id"), sub)
-	if i < 0 {
-		_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
+	i, ok := f.conversationLocked(w, r, sub)
+	if !ok {
 		return
 	}
 	c := &f.convs[i]
