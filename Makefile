@@ -121,7 +121,7 @@ vet: ## go vet every module (with the test build flags; see test)
 lint: fmt-check vet ## gofmt, go vet and staticcheck
 	$(GO) run $(STATICCHECK) $(PACKAGES)
 
-bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 3 min)
+bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 6 min)
 	$(GO) run ./deploy/bench -out docs/benchmarks.md
 
 bench-go: ## run the packages' Go micro-benchmarks (go test -bench)

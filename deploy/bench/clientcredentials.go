@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -29,20 +30,14 @@ const benchClientScope = account.ScopeConversationsRead
 // one access token signed by pkg/token's Issuer.MintClient with a key of
 // the service's algorithm, on the same cores.
 //
-// The HTTP side keeps twice the floor's workers in flight. The floor runs
-// in this process and is CPU-bound: o.workers already keep both cores busy
-// (8 workers measured no faster than 4: 1,319 against 1,334 floors/s). A
-// request of the HTTP side spends part of its life on the loopback and in
-// the load generator, with nothing of it for the service to do; at the
-// floor's concurrency the service's cores idled (904 tokens/s with 4 in
-// flight, 1,050 with 8, the same binary and store). The login row needs no
-// such allowance: a login's 50 ms of hashing dwarfs its round trip. For
-// the same reason the load generator runs on one P (side.procs): it needs
-// about a fifth of a core, and a second P spinning for work took CPU from
-// the service (about 1,100 tokens/s with one P, 1,050 with two).
+// The HTTP side is sent by wrk (see wrkLoad) on as many connections as the
+// floor has workers.
 func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
-	inFlight := 2 * o.workers
+	wrk, err := lookWrk()
+	if err != nil {
+		return nil, err
+	}
 	id, secret, err := s.createClient(ctx)
 	if err != nil {
 		return nil, err
@@ -56,26 +51,24 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil, err
 	}
 	// One service client, as one backend with several instances would use.
-	client := loopbackClient(inFlight)
-	form := url.Values{"grant_type": {"client_credentials"}}.Encode()
-	issue := func(ctx context.Context, _ int) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token", strings.NewReader(form))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
-		status, body, err := do(client, req)
-		if err != nil {
-			return err
-		}
-		var resp struct {
-			AccessToken string `json:"access_token"`
-		}
-		if status != http.StatusOK || json.Unmarshal(body, &resp) != nil || resp.AccessToken == "" {
-			return fmt.Errorf("token endpoint answered %d: %s", status, body)
-		}
-		return nil
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token",
+		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+	if err := checkTokenResponse(req); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bench-wrk")
+	if err != nil {
+		return nil, err
+	}
+	s.cleanup = append(s.cleanup, func() { _ = os.RemoveAll(dir) })
+	load, err := newWrkLoad(wrk, dir, req, o.workers)
+	if err != nil {
+		return nil, err
 	}
 	minted := token.Client{ClientID: id, AccountID: stored.AccountID, AccountName: stored.AccountName, Scopes: stored.Scopes}
 	floor := func(ctx context.Context, _ int) error {
@@ -86,7 +79,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 		return err
 	}
 	sides := []side{
-		{name: "POST /oauth2/token", workers: inFlight, op: issue, cpu: s.account.CPUTime, procs: 1},
+		{name: "POST /oauth2/token", run: load.run, cpu: s.account.CPUTime},
 		{name: "secret hash + 1 signature", workers: o.workers, op: floor, cpu: selfCPU},
 	}
 	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
@@ -103,7 +96,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 	cpu := func(s []sample) string {
 		return fmt.Sprintf("%.2f ms CPU each", medianOf(s, func(s sample) float64 { return ms(s.cpuPerOp()) }))
 	}
-	title := fmt.Sprintf("Client credentials: POST /oauth2/token (%s keys), %d in flight (the floor: %d workers)", o.signingAlg, inFlight, o.workers)
+	title := fmt.Sprintf("Client credentials: POST /oauth2/token (%s keys), %d connections from wrk", o.signingAlg, o.workers)
 	return []row{
 		{
 			measure: title + ", vs secret hash check + 1 signature",
@@ -118,6 +111,22 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 			ratio:   perCPU, unit: "× floor", id: "client-credentials",
 		},
 	}, nil
+}
+
+// checkTokenResponse sends req once with Go's client: the answer must be a
+// token, so that what wrk counts are tokens (wrk itself only checks for 2xx).
+func checkTokenResponse(req *http.Request) error {
+	status, body, err := do(http.DefaultClient, req)
+	if err != nil {
+		return err
+	}
+	var resp struct {
+		AccessToken string `json:"access_token"`
+	}
+	if status != http.StatusOK || json.Unmarshal(body, &resp) != nil || resp.AccessToken == "" {
+		return fmt.Errorf("token endpoint answered %d: %s", status, body)
+	}
+	return nil
 }
 
 // createClient creates the bench's service client with the account

@@ -23,11 +23,10 @@ type side struct {
 	// that does the side's work (a service, or this process), so that a
 	// sample also gives the CPU cost of one operation.
 	cpu func() (time.Duration, error)
-	// procs, when above 0, is this process's GOMAXPROCS while the side
-	// runs: a load generator that needs a fraction of a core runs on one
-	// P, so that idle Ps do not spin for work on the cores of the service
-	// it measures.
-	procs int
+	// run, when set instead of op and workers, is an outside load
+	// generator: it sends operations for d and returns how many completed
+	// and over how long.
+	run func(ctx context.Context, d time.Duration) (int64, time.Duration, error)
 }
 
 // sample is one timed run of a side.
@@ -62,9 +61,6 @@ const maxOpsPerRun = 50_000_000
 // failing operation ends the run with its error: a ratio over failures
 // would measure the error path.
 func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var ops atomic.Int64
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -75,9 +71,34 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 			return sample{}, err
 		}
 	}
-	if s.procs > 0 {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(s.procs))
+	var got sample
+	var err error
+	if s.run != nil {
+		got.ops, got.elapsed, err = s.run(ctx, d)
+	} else {
+		got.ops, got.elapsed, err = runWorkers(ctx, s, d)
 	}
+	if err != nil {
+		return sample{}, fmt.Errorf("%s: %w", s.name, err)
+	}
+	runtime.ReadMemStats(&after)
+	got.mallocs = after.Mallocs - before.Mallocs
+	if s.cpu != nil {
+		cpuAfter, err := s.cpu()
+		if err != nil {
+			return sample{}, err
+		}
+		got.cpu = cpuAfter - cpuBefore
+	}
+	return got, nil
+}
+
+// runWorkers runs s.op on s.workers goroutines until d has passed and
+// returns the operations done and the time they took.
+func runWorkers(ctx context.Context, s side, d time.Duration) (int64, time.Duration, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var ops atomic.Int64
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
@@ -85,7 +106,7 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 		wg.Go(func() {
 			for ctx.Err() == nil && time.Now().Before(deadline) {
 				if err := s.op(ctx, w); err != nil {
-					cancel(fmt.Errorf("%s: %w", s.name, err))
+					cancel(err)
 					return
 				}
 				if ops.Add(1) >= maxOpsPerRun {
@@ -96,19 +117,10 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	runtime.ReadMemStats(&after)
 	if err := context.Cause(ctx); err != nil {
-		return sample{}, err
+		return 0, 0, err
 	}
-	got := sample{ops: ops.Load(), elapsed: elapsed, mallocs: after.Mallocs - before.Mallocs}
-	if s.cpu != nil {
-		cpuAfter, err := s.cpu()
-		if err != nil {
-			return sample{}, err
-		}
-		got.cpu = cpuAfter - cpuBefore
-	}
-	return got, nil
+	return ops.Load(), elapsed, nil
 }
 
 // alternate measures the sides in turns, rounds times, after one short

@@ -84,6 +84,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	want := func(m string) bool { return o.only == nil || slices.Contains(o.only, m) }
+	if want("client-credentials") {
+		// Before minutes of other measures, not after them.
+		if _, err := lookWrk(); err != nil {
+			return err
+		}
+	}
 
 	var rows []row
 	for _, alg := range []string{"RS256", "ES256", "EdDSA"} {
