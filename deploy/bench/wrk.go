@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -85,6 +86,33 @@ var (
 	wrkSockError = regexp.MustCompile(`(?m)^\s*Socket errors: .*`)
 )
 
+// awaitInterruptHandler waits until process pid catches SIGINT, as its
+// SigCgt mask in /proc/<pid>/status tells (the harness reads CPU times
+// from /proc too: it runs on Linux).
+func awaitInterruptHandler(pid int, limit time.Duration) error {
+	status := fmt.Sprintf("/proc/%d/status", pid)
+	for deadline := time.Now().Add(limit); ; time.Sleep(time.Millisecond) {
+		text, err := os.ReadFile(status)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", status, err)
+		}
+		for line := range strings.Lines(string(text)) {
+			if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+				mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				if err != nil {
+					return fmt.Errorf("%s: SigCgt %q: %w", status, v, err)
+				}
+				if mask&(1<<(uint(syscall.SIGINT)-1)) != 0 {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no SIGINT handler after %s", limit)
+		}
+	}
+}
+
 // run sends requests for d and returns how many were answered and over how
 // long, by wrk's own clock. wrk's durations are whole seconds, so it is
 // started for longer and stopped with SIGINT, on which it prints its
@@ -98,6 +126,12 @@ func (w wrkLoad) run(ctx context.Context, d time.Duration) (int64, time.Duration
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return 0, 0, fmt.Errorf("start wrk: %w", err)
+	}
+	// Until wrk has installed its handler, SIGINT would kill it silently.
+	if err := awaitInterruptHandler(cmd.Process.Pid, 5*time.Second); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, 0, fmt.Errorf("wrk: %w\n%s", err, out.String())
 	}
 	timer := time.AfterFunc(d, func() { _ = cmd.Process.Signal(os.Interrupt) })
 	defer timer.Stop()

@@ -48,16 +48,21 @@ func TestWrkLoadSendsTheRequestAndCountsAnswers(t *testing.T) {
 	}
 
 	start := time.Now()
-	n, elapsed, err := load.run(context.Background(), 200*time.Millisecond)
+	n, elapsed, err := load.run(context.Background(), 50*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// wrk runs for whole seconds unless stopped: the run ends near 200 ms.
+	// wrk runs for whole seconds unless stopped: the run ends near 50 ms.
 	if n == 0 || n > answered.Load() || elapsed <= 0 || elapsed >= time.Second || time.Since(start) >= time.Second {
 		t.Errorf("run: %d requests in %s (wall %s), the server answered %d", n, elapsed, time.Since(start), answered.Load())
 	}
 	if wrong.Load() != 0 {
 		t.Errorf("%d requests differed from the one given", wrong.Load())
+	}
+	// A run shorter than wrk takes to start must not stop it before it
+	// can report (SIGINT kills wrk until its handler is in place).
+	if _, _, err := load.run(context.Background(), time.Millisecond); err != nil {
+		t.Errorf("a 1 ms run: %v", err)
 	}
 
 	fail.Store(true)
