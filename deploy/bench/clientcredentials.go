@@ -34,10 +34,6 @@ const benchClientScope = account.ScopeConversationsRead
 // floor has workers.
 func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
-	wrk, err := lookWrk()
-	if err != nil {
-		return nil, err
-	}
 	id, secret, err := s.createClient(ctx)
 	if err != nil {
 		return nil, err
@@ -66,7 +62,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil, err
 	}
 	s.cleanup = append(s.cleanup, func() { _ = os.RemoveAll(dir) })
-	load, err := newWrkLoad(wrk, dir, req, o.workers)
+	load, err := newWrkLoad(o.wrk, dir, req, o.workers)
 	if err != nil {
 		return nil, err
 	}

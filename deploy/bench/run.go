@@ -18,7 +18,7 @@ import (
 	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
-// benchOptions are the flags.
+// benchOptions are the flags, and what run finds in the environment.
 type benchOptions struct {
 	only          []string
 	rounds        int
@@ -31,9 +31,10 @@ type benchOptions struct {
 	mongoURI      string
 	signingAlg    string
 	timeout       time.Duration
-	conversations int // the caller's conversations in the listing measure
-	depth         int // the deep page of the listing measure
-	messages      int // the messages of the listed conversation in the messages measure
+	conversations int    // the caller's conversations in the listing measure
+	depth         int    // the deep page of the listing measure
+	messages      int    // the messages of the listed conversation in the messages measure
+	wrk           string // the wrk binary, found at start when a measure sends with it
 }
 
 // measures are the -only names, in the order of the table.
@@ -86,7 +87,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	want := func(m string) bool { return o.only == nil || slices.Contains(o.only, m) }
 	if want("client-credentials") {
 		// Before minutes of other measures, not after them.
-		if _, err := lookWrk(); err != nil {
+		var err error
+		if o.wrk, err = lookWrk(); err != nil {
 			return err
 		}
 	}

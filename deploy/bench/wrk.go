@@ -20,7 +20,7 @@ import (
 )
 
 // wrkInstallHint says what to install when wrk is missing.
-const wrkInstallHint = "the client-credentials measure drives the service with wrk: install it (Debian or Ubuntu: apt-get install wrk; macOS: brew install wrk)"
+const wrkInstallHint = "the client-credentials measure drives the service with wrk: install it (Debian or Ubuntu: apt-get install wrk)"
 
 // lookWrk finds the wrk binary, or says how to install it.
 func lookWrk() (string, error) {
