@@ -108,8 +108,10 @@ func (c *refusingConn) Write(b []byte) (int, error) {
 		return c.Conn.Write(b)
 	}
 	id := newRequestID()
-	_, err := c.Conn.Write(refusalResponse(status, reason, id))
+	// Recorded first, like a routed request's line, which is written
+	// before its response leaves the buffer.
 	c.refusals.record(c.Conn.RemoteAddr(), head, started, status, reason, id)
+	_, err := c.Conn.Write(refusalResponse(status, reason, id))
 	// net/http only checks whether its own bytes went out.
 	return len(b), err
 }
