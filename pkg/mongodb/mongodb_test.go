@@ -67,3 +67,16 @@ func TestClassify(t *testing.T) {
 		t.Error("Classify(nil) is not nil")
 	}
 }
+
+func TestPoolSize(t *testing.T) {
+	for uri, want := range map[string]int{
+		"mongodb://localhost:27017":                100,
+		"mongodb://localhost:27017/?maxPoolSize=7": 7,
+		"mongodb://localhost:27017/?maxPoolSize=0": 100, // unbounded pool: the driver's default bound
+		"mongodb://h1,h2/db?maxPoolSize=250&w=1":   250,
+	} {
+		if got := mongodb.PoolSize(uri); got != want {
+			t.Errorf("PoolSize(%q) = %d, want %d", uri, got, want)
+		}
+	}
+}
