@@ -98,10 +98,10 @@ type ServiceClient struct {
 	// Public marks a client without a secret (see the top of this file):
 	// it authenticates by its client_id alone, for the password and
 	// refresh grants only.
-	Public   bool
-	Disabled bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	Public    bool
+	Disabled  bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// SecretHash is the hash of the current secret (HashClientSecret).
 	SecretHash string
 	// PreviousSecretHash is the hash of the secret that the last rotation
