@@ -222,8 +222,10 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
@@ -334,9 +336,12 @@ export interface components {
             /** @enum {string} */
             grant_type: "client_credentials" | "password" | "refresh_token";
             /**
-             * @description `client_credentials`: space-separated scopes, a subset of the
-             *     client's (all of them when absent). Ignored by the other grants:
-             *     a user's tokens have no scopes.
+             * @description `client_credentials`: scopes separated by single spaces
+             *     (RFC 6749 section 3.3), a subset of the client's (all of them
+             *     when absent or empty). Anything else, such as spaces only,
+             *     leading, trailing or repeated spaces, tabs or newlines, is
+             *     `invalid_scope`. Ignored by the other grants: a user's tokens
+             *     have no scopes.
              * @example definitions:read
              */
             scope?: string;
@@ -469,7 +474,10 @@ export interface components {
         DefinitionType: string;
         /**
          * @description Free-form settings of the integration, a JSON object of at most
-         *     64 KiB when serialized. Its members depend on the `type`.
+         *     64 KiB when serialized, nesting objects and arrays at most 32
+         *     levels deep (the object itself is level 1); deeper is a `400`
+         *     (`validation_failed`, field `config`). Its members depend on the
+         *     `type`.
          * @example {
          *       "instanceUrl": "https://acme.my.salesforce.com"
          *     }
@@ -729,7 +737,8 @@ export interface components {
          *     asking for `client_credentials`), `invalid_grant` (wrong user
          *     credentials, of every kind alike; a refresh token that is invalid,
          *     spent, revoked, or another client's or account's) or
-         *     `invalid_scope` (a scope the client does not hold).
+         *     `invalid_scope` (a scope the client does not hold, or a `scope`
+         *     that is not scope tokens separated by single spaces).
          */
         OAuthBadRequest: {
             headers: {
@@ -1045,8 +1054,10 @@ export interface components {
     };
     parameters: {
         /**
-         * @description The `id` of a definition of the caller's account. An id of another
-         *     account, or one that does not exist, gives `404`.
+         * @description The `id` of a definition of the caller's account: `def_` and 24
+         *     lowercase hex digits, as the service makes them. An id of another
+         *     account, one that does not exist, or one of another form gives
+         *     `404` (an id of another form never reaches the database).
          * @example 665f1c2e9b1d4a0f8c3e2a71
          */
         DefinitionId: string;
@@ -1349,8 +1360,10 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
@@ -1381,8 +1394,10 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
@@ -1415,8 +1430,10 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
