@@ -79,6 +79,8 @@ var suites = []suite{
 		tools: []tool{
 			{"php", "apt-get install php-cli php-curl (PHP 8.1 or later)"},
 			{"phpunit", "apt-get install phpunit"},
+			// The README's install lines, which the suite runs (tests/ReadmeTest.php).
+			{"composer", "apt-get install composer"},
 		},
 		prepare: [][]string{
 			{"php", "-r", `if (PHP_VERSION_ID < 80100 || !extension_loaded("curl")) { fwrite(STDERR, "the client needs PHP 8.1 or later with curl: apt-get install php-cli php-curl\n"); exit(1); }`},
