@@ -94,20 +94,20 @@ var wrongTypes = []string{`{"$ne":null}`, `[1,"a"]`, `12`, `-1.5e308`, `true`, `
 // forgedTokens are bearer tokens that no service issued, and header values
 // that are not bearer tokens.
 var forgedTokens = map[string]string{
-	"alg none":              "Bearer " + b64(`{"alg":"none","typ":"JWT"}`) + "." + b64(`{"sub":"u","account_id":"a","exp":4102444800}`) + ".",
-	"HS256 with a guess":    "Bearer " + b64(`{"alg":"HS256","typ":"JWT"}`) + "." + b64(`{"sub":"u","account_id":"a","exp":4102444800}`) + ".c2lnbmF0dXJl",
-	"garbage":               "Bearer not-a-token",
-	"three empty parts":     "Bearer ..",
-	"invalid base64":        "Bearer %%%.%%%.%%%",
-	"huge":                  "Bearer " + strings.Repeat("A", 32<<10),
-	"invalid UTF-8":         "Bearer \xff\xfe.\xff.\xff",
-	"empty bearer":          "Bearer ",
-	"scheme only":           "Bearer",
-	"basic instead":         "Basic dXNlcjpwYXNz",
-	"unknown scheme":        "Token abc",
-	"JSON header":           "Bearer " + b64(`{"alg":"RS256","kid":"../../etc/passwd"}`) + "." + b64(`{}`) + ".AAAA",
-	"jku header":            "Bearer " + b64(`{"alg":"RS256","jku":"http://127.0.0.1:1/jwks"}`) + "." + b64(`{"sub":"u"}`) + ".AAAA",
-	"nested JSON payload":   "Bearer " + b64(`{"alg":"RS256"}`) + "." + b64(strings.Repeat("[", 5000)) + ".AAAA",
+	"alg none":            "Bearer " + b64(`{"alg":"none","typ":"JWT"}`) + "." + b64(`{"sub":"u","account_id":"a","exp":4102444800}`) + ".",
+	"HS256 with a guess":  "Bearer " + b64(`{"alg":"HS256","typ":"JWT"}`) + "." + b64(`{"sub":"u","account_id":"a","exp":4102444800}`) + ".c2lnbmF0dXJl",
+	"garbage":             "Bearer not-a-token",
+	"three empty parts":   "Bearer ..",
+	"invalid base64":      "Bearer %%%.%%%.%%%",
+	"huge":                "Bearer " + strings.Repeat("A", 32<<10),
+	"invalid UTF-8":       "Bearer \xff\xfe.\xff.\xff",
+	"empty bearer":        "Bearer ",
+	"scheme only":         "Bearer",
+	"basic instead":       "Basic dXNlcjpwYXNz",
+	"unknown scheme":      "Token abc",
+	"JSON header":         "Bearer " + b64(`{"alg":"RS256","kid":"../../etc/passwd"}`) + "." + b64(`{}`) + ".AAAA",
+	"jku header":          "Bearer " + b64(`{"alg":"RS256","jku":"http://127.0.0.1:1/jwks"}`) + "." + b64(`{"sub":"u"}`) + ".AAAA",
+	"nested JSON payload": "Bearer " + b64(`{"alg":"RS256"}`) + "." + b64(strings.Repeat("[", 5000)) + ".AAAA",
 }
 
 func b64(s string) string {

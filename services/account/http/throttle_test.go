@@ -126,12 +126,12 @@ type throttledAPI struct {
 }
 
 type throttleSetup struct {
-	policy    account.ThrottlePolicy
+	policy     account.ThrottlePolicy
 	renewEvery time.Duration // LoginThrottle.RenewEvery
-	proxies   []string      // ACCOUNT_TRUSTED_PROXIES
-	hasher    *password.Hasher
-	gate      *gate
-	users     []string // in account acme; the password is "<name>-password"
+	proxies    []string      // ACCOUNT_TRUSTED_PROXIES
+	hasher     *password.Hasher
+	gate       *gate
+	users      []string // in account acme; the password is "<name>-password"
 }
 
 // newThrottledAPI is the account service with a login throttle on a fresh
