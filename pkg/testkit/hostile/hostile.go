@@ -11,6 +11,7 @@ package hostile
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -110,25 +111,7 @@ var forgedTokens = map[string]string{
 	"nested JSON payload": "Bearer " + b64(`{"alg":"RS256"}`) + "." + b64(strings.Repeat("[", 5000)) + ".AAAA",
 }
 
-func b64(s string) string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-	var out strings.Builder
-	b := []byte(s)
-	for i := 0; i < len(b); i += 3 {
-		var n uint32
-		k := min(3, len(b)-i)
-		for j := range 3 {
-			n <<= 8
-			if j < k {
-				n |= uint32(b[i+j])
-			}
-		}
-		for j := range k + 1 {
-			out.WriteByte(alphabet[(n>>(18-6*j))&63])
-		}
-	}
-	return out.String()
-}
+func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 // Cases generates the hostile requests for every operation of tg.Doc.
 func Cases(tg Target) []Case {
