@@ -37,11 +37,40 @@ func start(t *testing.T, opts embeddedmongo.Options) *embeddedmongo.Server {
 	return s
 }
 
+// connect returns a client whose calls against a stopped server fail in
+// seconds instead of the driver's default 30s, which the stop and restart
+// tests want. Its short server selection timeout also bounds the wait for
+// a pooled connection: tests that load the server use connectPatient.
 func connect(t *testing.T, uri string) *mongo.Client {
 	t.Helper()
-	// A short server selection timeout makes calls against a stopped
-	// server fail in seconds instead of the driver's default 30s.
-	c, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(2 * time.Second))
+	return connectWith(t, options.Client().ApplyURI(uri).SetServerSelectionTimeout(2*time.Second))
+}
+
+// connectPatient returns a client without a server selection timeout:
+// server selection and the wait for a pooled connection end only with the
+// caller's context (see untilTestDeadline), so a loaded machine makes the
+// test slower, never wrong.
+func connectPatient(t *testing.T, uri string) *mongo.Client {
+	t.Helper()
+	return connectWith(t, options.Client().ApplyURI(uri).SetServerSelectionTimeout(0))
+}
+
+// untilTestDeadline is the test's context, cut shortly before the test
+// binary's own -timeout so that a hung call fails with its error rather
+// than a panic.
+func untilTestDeadline(t *testing.T) context.Context {
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-5*time.Second))
+		t.Cleanup(cancel)
+	}
+	return ctx
+}
+
+func connectWith(t *testing.T, opts *options.ClientOptions) *mongo.Client {
+	t.Helper()
+	c, err := mongo.Connect(opts)
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -171,9 +200,12 @@ func TestStopClosesClientConnections(t *testing.T) {
 // concurrent $inc all count, as on MongoDB. (FerretDB on its own lets
 // several racers win and loses increments.)
 func TestConcurrentUpdatesAreAtomic(t *testing.T) {
-	ctx := t.Context()
+	ctx := untilTestDeadline(t)
 	s := start(t, embeddedmongo.Options{Dir: t.TempDir()})
-	coll := connect(t, s.URI()).Database("atomic").Collection("docs")
+	// 100 racers queue for the serialised server and for the pool's
+	// connections, which open two at a time: however long that takes on a
+	// loaded machine, every update must count.
+	coll := connectPatient(t, s.URI()).Database("atomic").Collection("docs")
 
 	race := func(n int, f func(i int)) {
 		var wg sync.WaitGroup
