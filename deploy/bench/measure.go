@@ -60,7 +60,25 @@ const maxOpsPerRun = 50_000_000
 // runFor runs s until d has passed (or maxOpsPerRun operations). The first
 // failing operation ends the run with its error: a ratio over failures
 // would measure the error path.
+//
+// A run that counted no operation, or where CPU is measured no tick of the
+// process's CPU clock, says nothing: on a loaded machine d can pass before
+// the workers or the load generator get a core. Such a run goes on, d at a
+// time, until it has both (or ctx ends), so that every sample carries a
+// figure however slow the machine; runs of the real lengths have them
+// after the first d.
 func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
+	got, err := runOnce(ctx, s, d)
+	for err == nil && (got.ops == 0 || (s.cpu != nil && got.cpu == 0)) {
+		var more sample
+		more, err = runOnce(ctx, s, d)
+		got = got.add(more)
+	}
+	return got, err
+}
+
+// runOnce is one run of s for d.
+func runOnce(ctx context.Context, s side, d time.Duration) (sample, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
