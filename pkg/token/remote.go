@@ -73,6 +73,9 @@ type RemoteKeySet struct {
 	mu          sync.Mutex
 	lastRefetch time.Time     // start of the last on-demand refetch
 	inflight    chan struct{} // closed when the running refetch ends; nil when none runs
+
+	backgroundFailed     chan struct{} // closed when a background fetch first fails
+	backgroundFailedOnce sync.Once
 }
 
 // NewRemoteKeySet starts fetching the JWKS at jwksURL in the background and
@@ -103,9 +106,10 @@ func NewRemoteKeySet(ctx context.Context, jwksURL string, opts RemoteOptions) (*
 	}
 
 	r := &RemoteKeySet{
-		url:        jwksURL,
-		minRefresh: opts.MinRefreshInterval,
-		now:        time.Now,
+		url:              jwksURL,
+		minRefresh:       opts.MinRefreshInterval,
+		now:              time.Now,
+		backgroundFailed: make(chan struct{}),
 		failures: &failureLog{
 			logger: logger,
 			url:    u.Redacted(),
@@ -123,7 +127,7 @@ func NewRemoteKeySet(ctx context.Context, jwksURL string, opts RemoteOptions) (*
 	// error sink; nothing else would ever report them.
 	client := httprc.NewClient(
 		httprc.WithWorkers(1),
-		httprc.WithErrorSink(errsink.NewFunc(r.fetchFailed)),
+		httprc.WithErrorSink(errsink.NewFunc(r.backgroundFetchFailed)),
 	)
 	ctrl, err := client.Start(r.ctx)
 	if err != nil {
@@ -190,6 +194,13 @@ func (r *RemoteKeySet) fetchFailed(ctx context.Context, err error) {
 	r.failures.put(ctx, err)
 }
 
+// backgroundFetchFailed is fetchFailed for the cache's own fetches, the
+// first of which fetchUntilReady waits for.
+func (r *RemoteKeySet) backgroundFetchFailed(ctx context.Context, err error) {
+	r.fetchFailed(ctx, err)
+	r.backgroundFailedOnce.Do(func() { close(r.backgroundFailed) })
+}
+
 // fetchUntilReady retries the first fetch with a short backoff (0.25 s,
 // doubling up to MinRefreshInterval) until a key set has arrived. After a
 // failed fetch the cache itself waits MinRefreshInterval (30 s by default);
@@ -197,6 +208,22 @@ func (r *RemoteKeySet) fetchFailed(ctx context.Context, err error) {
 // docker compose or a fresh cluster) would stay unready that long after the
 // host came up.
 func (r *RemoteKeySet) fetchUntilReady() {
+	// First the fetch the cache started ends, in success or failure: a
+	// retry while it is still in flight (a slow host, a loaded machine)
+	// would be a second request for nothing.
+	fetched := make(chan struct{})
+	go func() {
+		if r.resource.Ready(r.ctx) == nil {
+			close(fetched)
+		}
+	}()
+	select {
+	case <-r.ctx.Done():
+		return
+	case <-fetched:
+		return
+	case <-r.backgroundFailed:
+	}
 	backoff := 250 * time.Millisecond
 	for !r.Ready(r.ctx) {
 		select {
