@@ -103,15 +103,16 @@ func (c *refusingConn) Write(b []byte) (int, error) {
 	// What is read after a response is the next request.
 	c.head, c.started = nil, time.Time{}
 	c.mu.Unlock()
-	status, reason, ok := parseRefusal(b)
+	netStatus, netReason, ok := parseRefusal(b)
 	if !ok {
 		return c.Conn.Write(b)
 	}
+	p, reason := refusalProblem(netStatus, netReason)
 	id := newRequestID()
 	// Recorded first, like a routed request's line, which is written
 	// before its response leaves the buffer.
-	c.refusals.record(c.Conn.RemoteAddr(), head, started, status, reason, id)
-	_, err := c.Conn.Write(refusalResponse(status, reason, id))
+	c.refusals.record(c.Conn.RemoteAddr(), head, started, p.Status, reason, id)
+	_, err := c.Conn.Write(refusalResponse(p, id))
 	// net/http only checks whether its own bytes went out.
 	return len(b), err
 }
@@ -150,29 +151,49 @@ func parseRefusal(b []byte) (status int, reason string, ok bool) {
 	return status, reason, true
 }
 
-// refusalProblem is the problem+json answer of a refusal.
-func refusalProblem(status int, reason string) *problem.Problem {
-	switch status {
+// refusalProblem is the problem+json answer of a refusal of net/http,
+// given its status and reason, and the reason to log. Every refusal is the
+// client's doing, so it is a 4xx: net/http's 501 to a transfer coding
+// other than chunked (RFC 9112's choice) and 505 to an HTTP version other
+// than 1.x become 400s with their own codes, since no answer of these
+// services is a 5xx but the 503s.
+func refusalProblem(netStatus int, netReason string) (*problem.Problem, string) {
+	switch netStatus {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		return problem.New(status, problem.CodeHeadersTooLarge, "The request's headers are over the limit.")
+		return problem.New(netStatus, problem.CodeHeadersTooLarge, "The request's headers are over the limit."),
+			reasonOr(netReason, "headers over the limit")
 	case http.StatusNotImplemented:
-		return problem.New(status, problem.CodeUnsupportedEncoding, "The request's transfer coding is not supported (only chunked is).")
+		return problem.New(http.StatusBadRequest, problem.CodeUnsupportedEncoding, "The request's transfer coding is not supported (only chunked is)."),
+			reasonOr(netReason, "unsupported transfer encoding")
+	case http.StatusHTTPVersionNotSupported:
+		return problem.New(http.StatusBadRequest, problem.CodeMalformedRequest, "The request's HTTP version is not supported (only HTTP/1.x is)."),
+			reasonOr(netReason, "unsupported HTTP version")
+	}
+	status := netStatus
+	if status >= 500 {
+		status = http.StatusBadRequest
 	}
 	detail := "The request is not valid HTTP."
-	if reason != "" {
-		detail = "The request is not valid HTTP: " + reason + "."
+	if netReason != "" {
+		detail = "The request is not valid HTTP: " + netReason + "."
 	}
-	return problem.New(status, problem.CodeMalformedRequest, detail)
+	return problem.New(status, problem.CodeMalformedRequest, detail), reasonOr(netReason, "malformed request")
 }
 
-// refusalResponse is the whole HTTP response of a refusal: what net/http
-// would have sent, as problem+json with a request id. The connection
-// closes after it, as net/http intends.
-func refusalResponse(status int, reason, requestID string) []byte {
-	body, _ := json.Marshal(refusalProblem(status, reason)) // a Problem always marshals
+func reasonOr(reason, fallback string) string {
+	if reason != "" {
+		return reason
+	}
+	return fallback
+}
+
+// refusalResponse is the whole HTTP response of a refusal: p, with a
+// request id. The connection closes after it, as net/http intends.
+func refusalResponse(p *problem.Problem, requestID string) []byte {
+	body, _ := json.Marshal(p) // a Problem always marshals
 	body = append(body, '\n')
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", p.Status, http.StatusText(p.Status))
 	fmt.Fprintf(&b, "Content-Type: %s\r\nCache-Control: no-store\r\n%s: %s\r\n", problem.ContentType, HeaderRequestID, requestID)
 	fmt.Fprintf(&b, "Content-Length: %d\r\nConnection: close\r\n\r\n", len(body))
 	b.Write(body)
@@ -206,19 +227,6 @@ func (r *refusals) record(remote net.Addr, head []byte, started time.Time, statu
 		slog.Int("status", status),
 		slog.Float64("latency_ms", float64(took.Microseconds())/1000),
 		slog.String("remote_ip", remoteIP),
-		slog.String("reason", refusalReason(status, reason)),
+		slog.String("reason", reason),
 	)
-}
-
-// refusalReason names why net/http refused a request, for the log.
-func refusalReason(status int, reason string) string {
-	switch {
-	case reason != "":
-		return reason
-	case status == http.StatusRequestHeaderFieldsTooLarge:
-		return "headers over the limit"
-	case status == http.StatusNotImplemented:
-		return "unsupported transfer encoding"
-	}
-	return "malformed request"
 }
