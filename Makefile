@@ -10,7 +10,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test test-clients lint tidy-check fmt-check vet build images bench bench-go fuzz clean help
+.PHONY: run test test-clients lint lint-python tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -118,8 +118,14 @@ vet: ## go vet every module (with the test build flags; see test)
 	$(GO) vet $(OTHER_PACKAGES); other=$$?; \
 	wait $$race && [ $$other -eq 0 ]
 
-lint: fmt-check vet ## gofmt, go vet and staticcheck
+lint: fmt-check vet lint-python ## gofmt, go vet, staticcheck, and the Python client's mypy and black
 	$(GO) run $(STATICCHECK) $(PACKAGES)
+
+# The checkers clients/python/pyproject.toml configures, Debian's builds
+# (mypy 1.0, black 23.1): a missing one fails with its package.
+lint-python: ## mypy --strict and black --check over the Python client (configured in clients/python/pyproject.toml)
+	@for p in mypy:mypy black:black; do command -v $${p%%:*} >/dev/null || { echo "lint-python: $${p%%:*} not found: apt-get install $${p#*:}"; exit 1; }; done
+	cd clients/python && mypy && black --check --diff .
 
 bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 6 min)
 	$(GO) run ./deploy/bench -out docs/benchmarks.md
