@@ -53,6 +53,10 @@
 //	ACME_TEST_DEFINITION_TYPE    … and this type
 //	ACME_TEST_BROWSER_ORIGIN     an origin both services allow by CORS (http://127.0.0.1:PORT) whose port is free:
 //	                             a browser test serves its page there, so that its calls are cross-origin
+//	ACME_TEST_FAULT_PROXY_URL    the control endpoint of the one fault-injecting proxy of the suites (FaultProxy):
+//	                             POST /proxies opens a proxy in front of a service that closes the connection
+//	                             instead of answering the first N requests of a method and path prefix;
+//	                             GET /proxies/{id} reports what it forwarded, DELETE /proxies/{id} closes it
 //
 // The login throttle is the services' default: five wrong passwords of one
 // user lock it for 15 minutes; a hundred failures from one address lock the
