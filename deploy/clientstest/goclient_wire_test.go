@@ -443,7 +443,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-
 func subjects(t *testing.T, seq func(func(client.Conversation, error) bool)) []string {
 	t.Helper()
 	var out []string
@@ -467,4 +466,3 @@ func bodies(t *testing.T, seq func(func(client.Message, error) bool)) []string {
 	}
 	return out
 }
-
