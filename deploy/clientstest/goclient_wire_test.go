@@ -63,6 +63,15 @@ type namedTest struct {
 	run  func(t *testing.T)
 }
 
+// standInRequestID is the X-Request-ID of the answers of a stand-in.
+const standInRequestID = "req-stand-in"
+
+// Ids of the services' form that name nothing.
+const (
+	missingConversation = "cnv_000000000000000000000000"
+	missingMessage      = "msg_000000000000000000000000"
+)
+
 // refreshMode is how POST /token/refresh behaves on the wire.
 type refreshMode int
 
@@ -92,12 +101,14 @@ type recorded struct {
 // case says so where it is set): a slow renewal, a lost response, a
 // revoked token, an answer off the contract.
 type wire struct {
-	t             testing.TB
+	t             *testing.T
 	g             *goSuite
 	account, conv *httptest.Server
 	// username, password and userID are the wire's own user; accountName
 	// its account.
 	accountName, username, password, userID string
+	// clientID and clientSecret are the service client addClient made.
+	clientID, clientSecret string
 
 	mu           sync.Mutex
 	expiresIn    int // > 0: the expires_in the token responses are given (the services' own is the stack's TTL)
@@ -134,8 +145,20 @@ type wire struct {
 // of the test.
 func (g *goSuite) newWire(t *testing.T) *wire {
 	t.Helper()
-	f := &wire{t: t, g: g, hits: map[string]int{}, revoked: map[string]bool{},
-		accountName: g.env["ACCOUNT_NAME"]}
+	return g.newWireInAccount(t, "")
+}
+
+// newWireInAccount is newWire in a new account of this name, for a test
+// that sees the whole account (its definitions, or every conversation as a
+// service client); "" is the suite's account.
+func (g *goSuite) newWireInAccount(t *testing.T, account string) *wire {
+	t.Helper()
+	if account == "" {
+		account = g.env["ACCOUNT_NAME"]
+	} else {
+		g.st.admin(t, "", "create-account", account)
+	}
+	f := &wire{t: t, g: g, hits: map[string]int{}, revoked: map[string]bool{}, accountName: account}
 	f.username = fmt.Sprintf("user%d", g.users.Add(1))
 	f.password = randomSecret(t)
 	out := g.st.admin(t, f.password+"\n", "create-user", "--account", f.accountName, "--username", f.username)
@@ -271,8 +294,15 @@ func (f *wire) proxy(doc *openapitest.Validator, upstream string) http.Handler {
 		}
 
 		res := httptest.NewRecorder()
+		// A stand-in's answer has a request id of its own, as every
+		// answer of the services has.
+		res.Header().Set("X-Request-ID", standInRequestID)
 		custom := hook != nil && hook(res, r)
+		if !custom {
+			res.Header().Del("X-Request-ID")
+		}
 		if !custom && r.URL.Path == "/token/refresh" && mode == refreshNotDeployed {
+			res.Header().Set("X-Request-ID", standInRequestID)
 			res.Header().Set("Content-Type", "application/problem+json")
 			res.WriteHeader(http.StatusNotFound)
 			_, _ = res.WriteString(`{"type":"urn:problem-type:not_found","title":"Not Found","status":404,"code":"not_found","detail":"No such resource."}`)
@@ -400,11 +430,7 @@ func (f *wire) noteTokens(path string, res *http.Response, body []byte) []byte {
 // client of its own): subjects "c0" (oldest) to "c<n-1>" (newest).
 func (f *wire) seed(n int) []client.Conversation {
 	f.t.Helper()
-	c, err := client.New(client.Config{AccountURL: f.g.st.accountURL, ConversationsURL: f.g.st.convURL,
-		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	c := f.direct(f.t)
 	var out []client.Conversation
 	for i := range n {
 		conv, err := c.CreateConversation(f.t.Context(), client.NewConversation{Subject: fmt.Sprintf("c%d", i)})
@@ -416,13 +442,62 @@ func (f *wire) seed(n int) []client.Conversation {
 	return out
 }
 
+// direct is a client of the wire's user straight to the services, for a
+// test's preparations, which the wire does not record.
+func (f *wire) direct(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{AccountURL: f.g.st.accountURL, ConversationsURL: f.g.st.convURL,
+		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// createDefinition creates a definition of body with c's token, through
+// the wire (the Go client reads definitions only).
+func (f *wire) createDefinition(t *testing.T, c *client.Client, body string) client.Definition {
+	t.Helper()
+	tok, err := c.IDToken(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, f.account.URL+"/definitions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d client.Definition
+	if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&d) != nil {
+		t.Fatalf("POST /definitions: %d", resp.StatusCode)
+	}
+	return d
+}
+
+// otherClient is a client of the suite's second user (ACME_TEST_OTHER_*),
+// straight to the services.
+func (g *goSuite) otherClient(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{AccountURL: g.st.accountURL, ConversationsURL: g.st.convURL,
+		Credentials: client.Credentials{AccountName: g.env["ACCOUNT_NAME"], Username: g.env["OTHER_USERNAME"], Password: g.env["OTHER_PASSWORD"]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // clock is an adjustable clock for Config.Now.
 type clock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newClock() *clock { return &clock{t: time.Now()} }
+// newClock starts at a whole second, as a Retry-After date has no finer
+// resolution.
+func newClock() *clock { return &clock{t: time.Now().Truncate(time.Second)} }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()

@@ -211,8 +211,10 @@ func handleParticipant(store conversations.ConversationStore, add bool) echo.Han
 		if err != nil {
 			return err
 		}
-		userID := c.Param("userId")
-		if userID == "" || len(userID) > conversations.MaxParticipantLen {
+		// The router hands the segment over as sent: a user id with a
+		// reserved character arrives percent-encoded (usr%2Fodd).
+		userID, err := url.PathUnescape(c.Param("userId"))
+		if err != nil || userID == "" || len(userID) > conversations.MaxParticipantLen {
 			return problem.Validation(problem.FieldError{Field: "userId",
 				Reason: fmt.Sprintf("must be a user id of 1 to %d bytes", conversations.MaxParticipantLen)})
 		}
