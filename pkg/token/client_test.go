@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
@@ -95,13 +94,7 @@ func TestUserTokensAreNotClients(t *testing.T) {
 func TestMalformedClientTokens(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgES256)
-	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.Keyring)), token.VerifierConfig{
-		Issuer: testIssuer, Audience: []string{testAudience}, Uses: []token.Use{token.UseRefresh},
-		Now: func() time.Time { return f.now },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	refreshVerifier := f.RefreshVerifier
 	key := tokentest.RawKey(t, f.Key)
 	for _, tc := range []struct {
 		name     string
