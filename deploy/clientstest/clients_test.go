@@ -134,14 +134,14 @@ func TestClients(t *testing.T) {
 	}
 
 	browserOrigin := "http://" + freeAddr(t)
-	st := startStack(t, browserOrigin, tokenTTL)
+	st := startStack(t, browserOrigin)
 	// The Go suite counts the logins and renewals of its client, so its
 	// tokens must not expire under a slow test: it has services of its
 	// own with a lifetime no test outlasts (its wire sets the expires_in
 	// a test needs), started only when it runs.
 	var goStack *stack
 	if !skipped["go"] {
-		goStack = startStack(t, browserOrigin, time.Hour)
+		goStack = startStackWithTTL(t, browserOrigin, time.Hour)
 	}
 	faults, err := StartFaultProxy(st.accountURL, st.convURL)
 	if err != nil {
@@ -228,8 +228,14 @@ func freeAddr(t *testing.T) string {
 }
 
 // startStack starts both services on fresh databases, with tokens of
-// ttl and CORS for browserOrigin; the test's cleanup stops them.
-func startStack(t *testing.T, browserOrigin string, ttl time.Duration) *stack {
+// tokenTTL and CORS for browserOrigin; the test's cleanup stops them.
+func startStack(t *testing.T, browserOrigin string) *stack {
+	t.Helper()
+	return startStackWithTTL(t, browserOrigin, tokenTTL)
+}
+
+// startStackWithTTL is startStack with tokens of ttl.
+func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *stack {
 	t.Helper()
 	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account", "conversations")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	client "github.com/acme/platform/clients/go"
@@ -163,21 +162,23 @@ func (g *goSuite) testTheClientsOwnRetryReusesTheKey(t *testing.T) {
 	// (kept-alive) connection instead of answering. The transport replays
 	// the request, which the Idempotency-Key makes safe, and the service
 	// answers the replay with the first response.
+	//
+	// The suites' fault proxy (FaultProxy) drops the answer, in front of
+	// the wire, which records both requests.
 	t.Run("after a lost response", func(t *testing.T) {
 		f := g.newWire(t)
 		id := f.seed(1)[0].ID
-		c := f.client(t, nil)
+		lossy := f.faultProxy(t, f.conv.URL, faultSpec{Method: http.MethodPost, PathPrefix: "/v1/conversations/" + id + "/messages", Drop: 1})
+		c, err := client.New(client.Config{AccountURL: f.account.URL, ConversationsURL: lossy,
+			Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx := context.Background()
 		// A first request opens the connection the POST then reuses.
 		if _, err := c.GetConversation(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		var dropped atomic.Int32
-		f.set(func(f *wire) {
-			f.drop = func(r *http.Request) bool {
-				return r.Method == http.MethodPost && dropped.Add(1) == 1
-			}
-		})
 		m, err := c.PostMessage(ctx, id, client.NewMessage{Body: "exactly once"})
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -98,8 +99,9 @@ type recorded struct {
 // of each real service: it counts and records the client's requests,
 // checks every exchange against the services' OpenAPI documents, and
 // injects what the real services cannot be made to do on demand (each such
-// case says so where it is set): a slow renewal, a lost response, a
-// revoked token, an answer off the contract.
+// case says so where it is set): a slow renewal, a revoked token, an
+// answer off the contract. A lost response is the suites' fault proxy's
+// (faultProxy).
 type wire struct {
 	t             *testing.T
 	g             *goSuite
@@ -132,10 +134,6 @@ type wire struct {
 	// stand-in for an answer the real services never give on demand; such
 	// answers are not checked against the documents.
 	hook func(w http.ResponseWriter, r *http.Request) bool
-	// drop, when it returns true for a request, lets the service handle it
-	// and then closes the connection without answering: a response lost
-	// on the way back.
-	drop func(r *http.Request) bool
 	// invalidRequests: the test sends deliberately invalid requests, so
 	// only the responses are checked.
 	invalidRequests bool
@@ -268,7 +266,7 @@ func (f *wire) proxy(doc *openapitest.Validator, upstream string) http.Handler {
 		f.mu.Lock()
 		f.hits[r.Method+" "+r.URL.Path]++
 		f.uris = append(f.uris, r.URL.RequestURI())
-		hook, responseOnly, drop, delay, mode := f.hook, f.invalidRequests, f.drop, f.renewDelay, f.refreshMode
+		hook, responseOnly, delay, mode := f.hook, f.invalidRequests, f.renewDelay, f.refreshMode
 		rec := recorded{Method: r.Method, Path: r.URL.EscapedPath(), Header: r.Header.Clone(), Body: string(reqBody)}
 		switch {
 		case r.URL.Path == "/login":
@@ -331,15 +329,6 @@ func (f *wire) proxy(doc *openapitest.Validator, upstream string) http.Handler {
 			default:
 				doc.Check(f.t, r, reqBody, result, body)
 			}
-		}
-		if drop != nil && drop(r) {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				f.t.Errorf("hijack: %v", err)
-				return
-			}
-			conn.Close()
-			return
 		}
 		for k, v := range result.Header {
 			w.Header()[k] = v
@@ -475,6 +464,23 @@ func (f *wire) createDefinition(t *testing.T, c *client.Client, body string) cli
 		t.Fatalf("POST /definitions: %d", resp.StatusCode)
 	}
 	return d
+}
+
+// faultProxy opens a proxy of the suites' FaultProxy in front of upstream
+// (the wire's own URL, so that the wire records what passes) and returns
+// its URL; the test's cleanup closes it.
+func (f *wire) faultProxy(t *testing.T, upstream string, spec faultSpec) string {
+	t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := startDropProxy(u, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.server.Close() })
+	return p.url
 }
 
 // otherClient is a client of the suite's second user (ACME_TEST_OTHER_*),
