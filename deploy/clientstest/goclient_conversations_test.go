@@ -253,13 +253,13 @@ func (g *goSuite) testCreateAndGetConversation(t *testing.T) {
 	last := time.Date(2024, 4, 30, 9, 15, 0, 123e6, time.UTC)
 
 	created, err := c.CreateConversation(ctx, client.NewConversation{
-		Subject: "Renewal", Status: client.StatusSnoozed, Participants: []string{"usr_bob"}, LastMessageAt: &last,
+		Subject: "Renewal", Status: client.StatusSnoozed, Participants: []string{userID("bob")}, LastMessageAt: &last,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if created.ID == "" || created.Subject != "Renewal" || created.Status != client.StatusSnoozed ||
-		!slices.Equal(created.Participants, []string{f.userID, "usr_bob"}) ||
+		!slices.Equal(created.Participants, []string{f.userID, userID("bob")}) ||
 		created.LastMessageAt == nil || !created.LastMessageAt.Equal(last) || created.CreatedAt.IsZero() {
 		t.Fatalf("created = %+v", created)
 	}

@@ -126,24 +126,32 @@ func (g *goSuite) testParticipants(t *testing.T) {
 		return got.Participants
 	}
 
-	odd := "usr/odd name?#%"
+	carol := userID("carol")
 	for range 2 { // idempotent
-		for _, u := range []string{bob, odd} {
+		for _, u := range []string{bob, carol} {
 			if _, err := c.AddParticipant(ctx, conv.ID, u); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if got := participants(); !slices.Equal(got, []string{alice, bob, odd}) {
+	if got := participants(); !slices.Equal(got, []string{alice, bob, carol}) {
 		t.Fatalf("participants = %q", got)
 	}
+	// An id with reserved characters is escaped into one path segment (the
+	// service refuses it: user ids are "usr_" and 24 hex digits).
+	odd := "usr/odd name?#%"
+	f.set(func(f *wire) { f.invalidRequests = true })
+	if _, err := c.AddParticipant(ctx, conv.ID, odd); !errors.Is(err, client.ErrValidationFailed) {
+		t.Fatalf("an id of another form: %v", err)
+	}
+	f.set(func(f *wire) { f.invalidRequests = false })
 	puts := f.recordedRequests(http.MethodPut, "/v1/conversations/"+conv.ID+"/participants/")
-	if len(puts) != 4 || puts[1].Path != "/v1/conversations/"+conv.ID+"/participants/usr%2Fodd%20name%3F%23%25" {
+	if len(puts) != 5 || puts[4].Path != "/v1/conversations/"+conv.ID+"/participants/usr%2Fodd%20name%3F%23%25" {
 		t.Fatalf("PUT requests = %+v", puts)
 	}
 
 	for range 2 {
-		if _, err := c.RemoveParticipant(ctx, conv.ID, odd); err != nil {
+		if _, err := c.RemoveParticipant(ctx, conv.ID, carol); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -170,17 +178,17 @@ func (g *goSuite) testParticipants(t *testing.T) {
 	// The 101st participant, to a conversation created with 100.
 	others := []string{}
 	for i := 1; i < 100; i++ {
-		others = append(others, fmt.Sprintf("usr_%03d", i))
+		others = append(others, userID(fmt.Sprintf("user %03d", i)))
 	}
 	full, err := c.CreateConversation(ctx, client.NewConversation{Participants: others})
 	if err != nil {
 		t.Fatal(err)
 	}
 	conv = full
-	if _, err := c.AddParticipant(ctx, conv.ID, "usr_101"); !errors.Is(err, client.ErrTooManyParticipants) {
+	if _, err := c.AddParticipant(ctx, conv.ID, userID("user 101")); !errors.Is(err, client.ErrTooManyParticipants) {
 		t.Fatalf("the 101st participant: %v", err)
 	}
-	if _, err := c.AddParticipant(ctx, conv.ID, "usr_001"); err != nil {
+	if _, err := c.AddParticipant(ctx, conv.ID, userID("user 001")); err != nil {
 		t.Fatalf("adding one already there to a full conversation: %v", err)
 	}
 
@@ -202,7 +210,7 @@ func (g *goSuite) testParticipantChangesHonourIfMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bobTag, err := c.AddParticipant(ctx, conv.ID, "usr_bob", client.WithIfMatch(conv.ETag))
+	bobTag, err := c.AddParticipant(ctx, conv.ID, userID("bob"), client.WithIfMatch(conv.ETag))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,16 +218,16 @@ func (g *goSuite) testParticipantChangesHonourIfMatch(t *testing.T) {
 		t.Fatalf("AddParticipant returned the ETag %q (before: %q), want the new one", bobTag, conv.ETag)
 	}
 	// conv.ETag is stale now: the change of Bob moved it on.
-	_, err = c.AddParticipant(ctx, conv.ID, "usr_carol", client.WithIfMatch(conv.ETag))
+	_, err = c.AddParticipant(ctx, conv.ID, userID("carol"), client.WithIfMatch(conv.ETag))
 	if !errors.Is(err, client.ErrPreconditionFailed) {
 		t.Fatalf("stale If-Match: %v", err)
 	}
-	_, err = c.RemoveParticipant(ctx, conv.ID, "usr_bob", client.WithIfMatch(conv.ETag))
+	_, err = c.RemoveParticipant(ctx, conv.ID, userID("bob"), client.WithIfMatch(conv.ETag))
 	if !errors.Is(err, client.ErrPreconditionFailed) {
 		t.Fatalf("stale If-Match: %v", err)
 	}
 	got, err := c.GetConversation(ctx, conv.ID)
-	if err != nil || !slices.Equal(got.Participants, []string{f.userID, "usr_bob"}) {
+	if err != nil || !slices.Equal(got.Participants, []string{f.userID, userID("bob")}) {
 		t.Fatalf("after refused changes: %+v, %v", got, err)
 	}
 	if _, err := c.PatchConversation(ctx, conv, client.ConversationPatch{Subject: ptr("x")}); !errors.Is(err, client.ErrPreconditionFailed) {
@@ -238,7 +246,7 @@ func (g *goSuite) testParticipantChangesHonourIfMatch(t *testing.T) {
 	if got := ifMatch(http.MethodDelete); !slices.Equal(got, []string{conv.ETag}) {
 		t.Fatalf("If-Match of the DELETE = %q", got)
 	}
-	if _, err := c.AddParticipant(ctx, conv.ID, "usr_bob", client.WithIfMatch("")); err == nil {
+	if _, err := c.AddParticipant(ctx, conv.ID, userID("bob"), client.WithIfMatch("")); err == nil {
 		t.Fatal("an empty If-Match was accepted")
 	}
 
@@ -251,7 +259,7 @@ func (g *goSuite) testParticipantChangesHonourIfMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Idempotent calls that change nothing return the current tag.
-	tag, err := c.RemoveParticipant(ctx, conv.ID, "usr_nobody")
+	tag, err := c.RemoveParticipant(ctx, conv.ID, userID("nobody"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package clientstest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -66,6 +68,13 @@ type namedTest struct {
 
 // standInRequestID is the X-Request-ID of the answers of a stand-in.
 const standInRequestID = "req-stand-in"
+
+// userID is a user id of the form the account service makes ("usr_" and
+// 24 hex digits), derived from name: a participant who need not exist.
+func userID(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "usr_" + hex.EncodeToString(sum[:12])
+}
 
 // Ids of the services' form that name nothing.
 const (

@@ -20,13 +20,17 @@ func messagesPath(conversationID string) string {
 
 func handlePostMessage(store conversations.Store, logger *slog.Logger) echo.HandlerFunc {
 	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
 		var in conversations.NewMessage
 		body, err := decodeBody(c, conversations.MaxBodyLen, &in)
 		if err != nil {
 			return err
 		}
 		who := caller(c)
-		msg, err := in.Message(who, c.Param("id"))
+		msg, err := in.Message(who, conversationID)
 		if err != nil {
 			return err
 		}
@@ -47,11 +51,15 @@ func handlePostMessage(store conversations.Store, logger *slog.Logger) echo.Hand
 
 func handleListMessages(store conversations.MessageStore, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
 		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
 		if err != nil {
 			return err
 		}
-		who, conversationID := caller(c), c.Param("id")
+		who := caller(c)
 		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, ConversationID: conversationID}
 		after, err := pageAfter(cursors, scope, p.cursor)
 		if err != nil {
@@ -70,7 +78,15 @@ func handleListMessages(store conversations.MessageStore, cursors *cursor.Codec,
 
 func handleGetMessage(store conversations.MessageStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		m, err := store.GetMessage(c.Request().Context(), caller(c), c.Param("id"), c.Param("messageId"))
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
+		messageID, err := pathMessageID(c)
+		if err != nil {
+			return err
+		}
+		m, err := store.GetMessage(c.Request().Context(), caller(c), conversationID, messageID)
 		if err != nil {
 			return storeProblem(err)
 		}
