@@ -36,7 +36,11 @@ func (g *goSuite) testProblemParsing(t *testing.T) {
 	// One user and one session for every case: only GET /definitions is
 	// answered by the stand-in.
 	f := g.newWire(t)
-	c := f.client(t, clk)
+	// Retries off: this is about reading one answer.
+	c := f.newClient(t, clk, client.Config{
+		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password},
+		MaxRetries:  -1,
+	})
 	if err := c.Login(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +62,7 @@ func (g *goSuite) testProblemParsing(t *testing.T) {
 			},
 			want: client.Error{Status: 400, Code: "validation_failed", Type: "urn:problem-type:validation_failed",
 				Title: "Bad Request", Detail: "The request has invalid or missing fields.", Instance: "/v1/requests/r-1",
-				Fields: []client.FieldError{
+				FieldErrors: []client.FieldError{
 					{Field: "limit", Reason: "must be an integer from 1 to 100"},
 					{Field: "participants[2]", Reason: "must be a user id of 1 to 128 bytes"}}},
 			is:      client.ErrValidationFailed,

@@ -39,7 +39,12 @@ const (
 var grantTypes = []string{grantClientCredentials, grantPassword, grantRefreshToken}
 
 // clientAuthChallenge is the WWW-Authenticate of a failed client
-// authentication (RFC 6749 section 5.2: the scheme the client may use).
+// authentication by the Authorization header (RFC 6749 section 5.2: the
+// scheme the client may use). A client that authenticated otherwise (form
+// parameters, or a public client's client_id) gets the 401 without it:
+// section 5.2 asks for the challenge only after an Authorization header,
+// and OpenID libraries (oauth4webapi) report any challenge as an
+// authentication scheme failure, hiding the invalid_client code.
 const clientAuthChallenge = `Basic realm="oauth2", charset="UTF-8"`
 
 // oauthError is an RFC 6749 section 5.2 error response.
@@ -64,11 +69,20 @@ func invalidRequest(description string) *oauthError {
 	return newOAuthError(http.StatusBadRequest, "invalid_request", description)
 }
 
+// invalidClient is a failed client authentication without the
+// Authorization header; challenged is one with it.
 func invalidClient(description string) *oauthError {
-	e := newOAuthError(http.StatusUnauthorized, "invalid_client", description)
+	return newOAuthError(http.StatusUnauthorized, "invalid_client", description)
+}
+
+func challenged(e *oauthError) *oauthError {
 	e.challenge = clientAuthChallenge
 	return e
 }
+
+// clientAuthFailed is the description of every failed client
+// authentication by credentials.
+const clientAuthFailed = "Client authentication failed."
 
 // oauthErrorFor is the one function that decides the answer of a failed
 // request to the OAuth 2.0 endpoints. Throttling is a 429 with
@@ -88,7 +102,9 @@ func oauthErrorFor(err error) *oauthError {
 	case errors.As(err, &clientThrottled):
 		return slowDown(clientThrottled.RetryAfter)
 	case errors.Is(err, account.ErrInvalidClient):
-		return invalidClient("Client authentication failed.")
+		return invalidClient(clientAuthFailed)
+	case errors.Is(err, account.ErrUnauthorizedClient):
+		return newOAuthError(http.StatusBadRequest, "unauthorized_client", "This client may not use this grant type.")
 	case errors.Is(err, account.ErrInvalidCredentials):
 		return newOAuthError(http.StatusBadRequest, "invalid_grant", "The account name, username or password is wrong.")
 	case errors.Is(err, account.ErrInvalidRefreshToken):
@@ -202,8 +218,8 @@ func requireParams(form url.Values, names ...string) error {
 // when it presents credentials: HTTP Basic (client_secret_basic) or the
 // client_id and client_secret parameters (client_secret_post), never both
 // (RFC 6749 section 2.3: one method per request), and never two
-// Authorization headers. It returns nil for a request without client
-// credentials.
+// Authorization headers; a public client presents its client_id alone
+// (method none). It returns nil for a request without client credentials.
 func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Values) (*account.ServiceClient, error) {
 	headers := c.Request().Header.Values("Authorization")
 	inForm := form.Has("client_id") || form.Has("client_secret")
@@ -216,7 +232,7 @@ func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Va
 	case len(headers) == 1:
 		var ok bool
 		if id, secret, ok = basicCredentials(headers[0]); !ok {
-			return nil, invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters.")
+			return nil, challenged(invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters."))
 		}
 	case inForm:
 		id, secret = form.Get("client_id"), form.Get("client_secret")
@@ -224,6 +240,9 @@ func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Va
 		return nil, nil
 	}
 	client, err := sessions.AuthenticateClient(c.Request().Context(), id, secret)
+	if errors.Is(err, account.ErrInvalidClient) && len(headers) == 1 {
+		return nil, challenged(invalidClient(clientAuthFailed))
+	}
 	if err != nil {
 		return nil, err
 	}
