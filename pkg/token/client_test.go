@@ -99,11 +99,11 @@ func TestMintForClientNamesItInIDToken(t *testing.T) {
 	f := newFixture(t, token.AlgES256)
 	s := testSubject()
 	s.ClientID = "cli_app"
-	set, err := f.issuer.Mint(context.Background(), s)
+	set, err := f.Issuer.Mint(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := f.verifier.Verify(context.Background(), set.IDToken)
+	id, err := f.Verifier.Verify(context.Background(), set.IDToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +116,12 @@ func TestMintForClientNamesItInIDToken(t *testing.T) {
 			t.Errorf("%s token claims = %v; want the configured audience alone, no azp or client_id", name, claims)
 		}
 	}
-	access, err := f.verifier.Verify(context.Background(), set.AccessToken)
+	access, err := f.Verifier.Verify(context.Background(), set.AccessToken)
 	if err != nil || access.IsClient() || access.AuthorizedParty != "" {
 		t.Fatalf("access token claims = %+v, %v", access, err)
 	}
 	// Without a client, as for POST /login: the configured audience alone.
-	plain, err := f.verifier.Verify(context.Background(), f.mint(t).IDToken)
+	plain, err := f.Verifier.Verify(context.Background(), f.mint(t).IDToken)
 	if err != nil || !slices.Equal(plain.Audience, []string{testAudience}) || plain.AuthorizedParty != "" {
 		t.Fatalf("id token of no client = %+v, %v", plain, err)
 	}
