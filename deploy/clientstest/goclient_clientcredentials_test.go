@@ -404,8 +404,8 @@ func (g *goSuite) testNewChecksTheClientCredentials(t *testing.T) {
 	f := g.newWire(t)
 	f.addClient(client.ScopeConversationsRead, client.ScopeDefinitionsRead)
 	scopes := []string{client.ScopeDefinitionsRead}
-	c, err := client.New(client.Config{AccountURL: f.account.URL, ClientCredentials: client.ClientCredentials{
-		ClientID: f.clientID, ClientSecret: f.clientSecret, Scopes: scopes}})
+	c, err := client.New(client.Config{AccountURL: f.account.URL, HTTPClient: &http.Client{}, // no timeout: see wire.newClient
+		ClientCredentials: client.ClientCredentials{ClientID: f.clientID, ClientSecret: f.clientSecret, Scopes: scopes}})
 	if err != nil {
 		t.Fatal(err)
 	}

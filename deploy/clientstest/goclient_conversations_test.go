@@ -48,7 +48,7 @@ func (g *goSuite) testConversationsBehindAPathPrefix(t *testing.T) {
 	gw := httptest.NewServer(http.StripPrefix("/conversations", f.conv.Config.Handler))
 	defer gw.Close()
 	c, err := client.New(client.Config{
-		AccountURL: f.account.URL, ConversationsURL: gw.URL + "/conversations/",
+		AccountURL: f.account.URL, ConversationsURL: gw.URL + "/conversations/", HTTPClient: &http.Client{}, // no timeout: see wire.newClient
 		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password},
 	})
 	if err != nil {

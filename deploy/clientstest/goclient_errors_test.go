@@ -304,8 +304,8 @@ func (g *goSuite) testNewChecksTheConfig(t *testing.T) {
 	// Without ConversationsURL, the account methods work and the
 	// conversation methods say what is missing.
 	f := g.newWire(t)
-	c, err := client.New(client.Config{AccountURL: f.account.URL + "/", Credentials: client.Credentials{
-		AccountName: f.accountName, Username: f.username, Password: f.password}})
+	c, err := client.New(client.Config{AccountURL: f.account.URL + "/", HTTPClient: &http.Client{}, // no timeout: see wire.newClient
+		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,6 +194,13 @@ func (f *wire) client(t testing.TB, clk *clock) *client.Client {
 func (f *wire) newClient(t testing.TB, clk *clock, cfg client.Config) *client.Client {
 	t.Helper()
 	cfg.AccountURL, cfg.ConversationsURL = f.account.URL, f.conv.URL
+	if cfg.HTTPClient == nil {
+		// No timeout: the client's default (DefaultTimeout) is for
+		// production, not a bound that a loaded machine moving a body of
+		// MaxBodyBytes under -race must beat. The test's -timeout bounds a
+		// hang.
+		cfg.HTTPClient = &http.Client{}
+	}
 	if clk != nil {
 		cfg.Now = clk.Now
 	}

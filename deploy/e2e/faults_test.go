@@ -4,6 +4,7 @@ package e2e
 // requests in flight, and a JWKS endpoint that starts returning garbage.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -442,20 +443,28 @@ func TestDatabaseOutage(t *testing.T) {
 }
 
 // TestSIGTERMDrainsInFlightRequests: logins queue for the one hashing slot
-// (realistic argon2 parameters) when SIGTERM arrives. What is asserted:
-//   - every login whose request had been written in full before the signal
-//     (and, 100 ms later, accepted by the server) completes with 200;
-//   - the API listener closes while those are still being served: a new
-//     connection is refused (ECONNREFUSED) before the last of them ends,
+// (realistic argon2 parameters) when SIGTERM arrives. What is asserted,
+// by the order of events, never by how fast the machine runs them:
+//   - every login that was in flight before the signal (its handler had
+//     asked for the body: the server sent 100 Continue) gets a full
+//     answer: 200 with tokens, or the documented 503 service_unavailable
+//     when the hashing queue could not take it in time (a loaded machine
+//     hashes slowly; that is not what this test is about);
+//   - the API listener closes: a new connection is refused (ECONNREFUSED),
 //     and a login sent after that is refused too;
+//   - a login held in flight across the listener's closing (its body sent
+//     only once a new connection is refused) is still answered in full:
+//     the drain;
 //   - a login sent between the signal and the listener's closing either
-//     completes with 200 (it was accepted in time) or fails at the
-//     connection level (refused, or reset from the listen backlog) without
-//     any HTTP answer; never a 5xx, never a hang;
-//   - the process exits with status 0 within the drain timeout.
+//     gets a full answer as above (it was accepted in time) or fails at
+//     the connection level (refused, or reset from the listen backlog);
+//   - the process exits with status 0.
+//
+// The drain timeout is long, so that only the test's own -timeout bounds
+// how long a loaded machine may take.
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	t.Parallel()
-	const drain = 10 * time.Second
+	const drain = 10 * time.Minute
 	s := newStack(t)
 	// Realistic hashing: the binary's argon2 defaults, for the stored hash
 	// and the verification, and a single hashing slot.
@@ -468,7 +477,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	// One user per in-flight login: the login throttle counts attempts of
 	// one user as they start, so a burst on one username locks it.
 	const maxLogins = 20
-	users := []string{"late"}
+	users := []string{"late", "held"}
 	for i := range maxLogins {
 		users = append(users, fmt.Sprintf("drain%d", i))
 	}
@@ -481,11 +490,27 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	loginBody := func(user string) string {
 		return fmt.Sprintf(`{"username":%q,"password":"pw-%s","accountName":"acme"}`, user, user)
 	}
+	// No client timeout: a hang is bounded by the test's -timeout. The
+	// body waits for the server's 100 Continue, however long it takes.
 	fresh := func() *http.Client {
-		return &http.Client{Timeout: faultRequestTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+		return &http.Client{Transport: &http.Transport{DisableKeepAlives: true, ExpectContinueTimeout: time.Hour}}
 	}
-	// One login alone: its duration sizes the burst so that the last
-	// queued login still gets the hashing slot within the 2 s queue wait.
+	// answered reports why x is not a full answer to a login: 200 with
+	// tokens, or the documented 503 of a busy hashing queue.
+	answered := func(x httpOutcome) string {
+		switch {
+		case x.err != nil:
+			return "no answer"
+		case x.status == http.StatusOK && strings.Contains(string(x.body), "id_token"):
+			return ""
+		case x.status == http.StatusServiceUnavailable:
+			return why503(x)
+		}
+		return "neither 200 nor 503"
+	}
+	// One login alone: its duration sizes the burst so that the queue
+	// takes about a second (how many of them get the slot within the 2 s
+	// queue wait depends on the machine, and is not asserted).
 	first := timedRequest(fresh(), "login", "POST", s.accountURL+"/login", "", loginBody("late"))
 	if first.status != 200 {
 		t.Fatalf("login: %v", first)
@@ -494,19 +519,42 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	n := max(5, min(maxLogins, int(time.Second/max(took, time.Millisecond))))
 	t.Logf("one login takes %v: %d concurrent logins", took.Round(time.Millisecond), n)
 
+	// The held login: in flight (its handler waits for the body) until the
+	// listener has closed.
+	held, err := net.Dial("tcp", apiAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldBody := loginBody("held")
+	if _, err := fmt.Fprintf(held, "POST /login HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
+		"Expect: 100-continue\r\nConnection: close\r\n\r\n", apiAddr, len(heldBody)); err != nil {
+		t.Fatal(err)
+	}
+	heldReader := bufio.NewReader(held)
+	if line, err := heldReader.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("held login: want 100 Continue, got %q, %v", line, err)
+	}
+	if line, err := heldReader.ReadString('\n'); err != nil || line != "\r\n" {
+		t.Fatalf("held login: after 100 Continue, %q, %v", line, err)
+	}
+
 	results := make(chan httpOutcome, n)
-	var written sync.WaitGroup
-	written.Add(n)
+	var inFlight sync.WaitGroup
+	inFlight.Add(n)
 	for i := range n {
 		go func() {
 			var once sync.Once
-			trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(written.Done) }}
+			// The server asks for the body once the login's handler runs:
+			// from then on the request is in flight.
+			trace := &httptrace.ClientTrace{Got100Continue: func() { once.Do(inFlight.Done) }}
 			x := httpOutcome{name: fmt.Sprintf("in-flight login %d", i), start: time.Now()}
 			req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
 				"POST", s.accountURL+"/login", strings.NewReader(loginBody(fmt.Sprintf("drain%d", i))))
 			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Expect", "100-continue")
 			resp, err := fresh().Do(req)
-			once.Do(written.Done) // failed before writing: do not block the test
+			once.Do(inFlight.Done) // answered without asking for the body: do not block the test
 			if err == nil {
 				x.body, err = io.ReadAll(resp.Body)
 				resp.Body.Close()
@@ -516,8 +564,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 			results <- x
 		}()
 	}
-	written.Wait()
-	time.Sleep(100 * time.Millisecond) // the server accepts at once; the queue takes ~1 s
+	inFlight.Wait()
 	signalled := time.Now()
 	if err := account.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -538,10 +585,10 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		late <- out
 	}()
 
-	// The listener closes at once, while the queue is still draining.
+	// The listener closes, while the held login is still in flight.
 	var closed time.Time
-	for deadline := time.Now().Add(5 * time.Second); closed.IsZero(); {
-		conn, err := net.DialTimeout("tcp", apiAddr, time.Second)
+	for closed.IsZero() {
+		conn, err := net.Dial("tcp", apiAddr)
 		switch {
 		case err == nil:
 			conn.Close()
@@ -552,8 +599,8 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		default:
 			t.Fatalf("dial after SIGTERM: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("API listener still accepting 5 s after SIGTERM; logs:\n%s", logsAfterKill(account))
+		if closed.IsZero() && nearDeadline(t, 30*time.Second) {
+			t.Fatalf("API listener still accepting %v after SIGTERM; logs:\n%s", time.Since(signalled), logsAfterKill(account))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -561,18 +608,25 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	afterClose := timedRequest(fresh(), "login after close", "POST", s.accountURL+"/login", "", loginBody("late"))
 
 	var failures []string
-	var lastEnd time.Time
-	for range n {
-		x := <-results
-		if x.err != nil || x.status != 200 || !strings.Contains(string(x.body), "id_token") {
-			failures = append(failures, fmt.Sprintf("accepted before SIGTERM: %v", x))
-		}
-		if x.end.After(lastEnd) {
-			lastEnd = x.end
+	// Only now does the held login send its body.
+	heldOut := httpOutcome{name: "login held across the listener's closing", start: time.Now()}
+	if _, heldOut.err = io.WriteString(held, heldBody); heldOut.err == nil {
+		var resp *http.Response
+		if resp, heldOut.err = http.ReadResponse(heldReader, nil); heldOut.err == nil {
+			heldOut.body, heldOut.err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			heldOut.status, heldOut.header = resp.StatusCode, resp.Header
 		}
 	}
-	if !lastEnd.After(closed) {
-		failures = append(failures, "every in-flight login ended before the listener closed: nothing was drained")
+	heldOut.end = time.Now()
+	if why := answered(heldOut); why != "" {
+		failures = append(failures, fmt.Sprintf("not drained (%s): %v", why, heldOut))
+	}
+
+	for range n {
+		if x := <-results; answered(x) != "" {
+			failures = append(failures, fmt.Sprintf("in flight before SIGTERM (%s): %v", answered(x), x))
+		}
 	}
 	if !errors.Is(afterClose.err, syscall.ECONNREFUSED) {
 		failures = append(failures, fmt.Sprintf("after the listener closed, want connection refused: %v", afterClose))
@@ -590,30 +644,24 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	for _, x := range lateOut {
 		// An HTTP answer means the connection was accepted: then it is
 		// served in full. Otherwise the failure is at the connection
-		// level, never a timeout.
-		var netErr net.Error
+		// level.
 		switch {
-		case x.err == nil && x.status == 200:
 		case x.err == nil:
-			failures = append(failures, fmt.Sprintf("after SIGTERM: %v", x))
-		case errors.As(x.err, &netErr) && netErr.Timeout():
-			failures = append(failures, fmt.Sprintf("after SIGTERM, hang: %v", x))
+			if why := answered(x); why != "" {
+				failures = append(failures, fmt.Sprintf("after SIGTERM (%s): %v", why, x))
+			}
 		case errors.Is(x.err, syscall.ECONNREFUSED), errors.Is(x.err, syscall.ECONNRESET), errors.Is(x.err, io.EOF):
 		default:
 			failures = append(failures, fmt.Sprintf("after SIGTERM, unexpected error: %v", x))
 		}
 	}
 
-	select {
-	case err := <-account.Done:
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("exit after SIGTERM: %v", err))
-		}
-		t.Logf("exited %v after SIGTERM (last in-flight login answered after %v)",
-			time.Since(signalled).Round(time.Millisecond), lastEnd.Sub(signalled).Round(time.Millisecond))
-	case <-time.After(drain + 5*time.Second):
-		failures = append(failures, fmt.Sprintf("still running %v after SIGTERM", drain+5*time.Second))
+	// Every request is answered: the process exits, however long that
+	// takes on a loaded machine (the test's -timeout bounds a hang).
+	if err := <-account.Done; err != nil {
+		failures = append(failures, fmt.Sprintf("exit after SIGTERM: %v", err))
 	}
+	t.Logf("exited %v after SIGTERM", time.Since(signalled).Round(time.Millisecond))
 	if len(failures) > 0 {
 		t.Fatalf("%s\nlogs:\n%s", strings.Join(failures, "\n"), logsAfterKill(account))
 	}
