@@ -356,13 +356,7 @@ func TestRemoteKeySetBecomesReadySoonAfterHostRecovers(t *testing.T) {
 		t.Fatal("ready while the host fails")
 	}
 	up.Store(true)
-	deadline := time.Now().Add(10 * time.Second)
-	for !rks.Ready(context.Background()) {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready 10 s after the JWKS host recovered")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "readiness after the JWKS host recovered", func() bool { return rks.Ready(context.Background()) })
 }
 
 func TestNewRemoteKeySetRejectsBadURL(t *testing.T) {
