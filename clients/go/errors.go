@@ -36,6 +36,12 @@ const (
 	// CodeOverloaded is the 503 of a replica that sheds requests it cannot
 	// take on now, with Retry-After (the database is fine).
 	CodeOverloaded = "overloaded"
+	// Codes of what a service's HTTP server refuses before routing: the
+	// request is not HTTP it can read, or it was too slow to arrive.
+	CodeMalformedRequest            = problem.CodeMalformedRequest    // 400: e.g. a bad Content-Length or %zz in the path
+	CodeUnsupportedTransferEncoding = problem.CodeUnsupportedEncoding // a Transfer-Encoding other than chunked
+	CodeHeadersTooLarge             = problem.CodeHeadersTooLarge     // 431: headers over the server's limit
+	CodeRequestTimeout              = problem.CodeRequestTimeout      // 408: the body did not arrive in time
 
 	// Codes of the conversation lifecycle (CONTRACT section 8).
 	CodePreconditionFailed   = "precondition_failed"    // 412: the If-Match tag is stale

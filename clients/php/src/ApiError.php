@@ -35,6 +35,10 @@ final class ApiError extends ClientException
     public const TOO_MANY_REQUESTS = 'too_many_requests';
     public const SERVICE_UNAVAILABLE = 'service_unavailable';
     public const OVERLOADED = 'overloaded';
+    public const MALFORMED_REQUEST = 'malformed_request';
+    public const UNSUPPORTED_TRANSFER_ENCODING = 'unsupported_transfer_encoding';
+    public const HEADERS_TOO_LARGE = 'headers_too_large';
+    public const REQUEST_TIMEOUT = 'request_timeout';
     public const INTERNAL_ERROR = 'internal_error';
     public const INVALID_REQUEST = 'invalid_request';
     public const INVALID_CLIENT = 'invalid_client';
