@@ -174,7 +174,7 @@ class DropFirstResponses:
         self.url = opened["url"]
 
     def _report(self) -> Dict[str, Any]:
-        with urllib.request.urlopen(self._control + "/proxies/" + self._id, timeout=10) as resp:
+        with urllib.request.urlopen(self._control + "/proxies/" + self._id) as resp:
             report: Dict[str, Any] = json.loads(resp.read())
             return report
 
@@ -190,5 +190,5 @@ class DropFirstResponses:
 
     def close(self) -> None:
         req = urllib.request.Request(self._control + "/proxies/" + self._id, method="DELETE")
-        with urllib.request.urlopen(req, timeout=10):
+        with urllib.request.urlopen(req):
             pass
