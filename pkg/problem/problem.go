@@ -193,7 +193,7 @@ func Internal() *Problem {
 }
 
 // ErrUnavailable marks an error caused by the database being unreachable
-// right now (pkg/mongodb classifies driver errors with it). From turns it
+// right now (pkg/mongoconn classifies driver errors with it). From turns it
 // into a 503 with Retry-After instead of a 500, so that clients and load
 // balancers retry, and service start-up retries it (pkg/servicecmd).
 var ErrUnavailable = errors.New("dependency unavailable")

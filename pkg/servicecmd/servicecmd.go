@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 )
@@ -96,7 +96,7 @@ type Service struct {
 	// mistake in it ends the process before it listens. Run retries Init
 	// with backoff (0.5 s doubling to 10 s) while it fails because the
 	// database is unreachable (an error wrapping problem.ErrUnavailable, as
-	// pkg/mongodb classifies driver errors), so that a database that starts
+	// pkg/mongoconn classifies driver errors), so that a database that starts
 	// later than the service causes no crash loop; meanwhile the API
 	// answers 503 and /readyz is not ready. Any other error ends Run at
 	// once: retrying cannot fix it.
@@ -186,10 +186,10 @@ func NewRegistry() *prometheus.Registry {
 	return registry
 }
 
-// ConnectMongo returns a client for uri (see mongodb.Connect) and a function
+// ConnectMongo returns a client for uri (see mongoconn.Connect) and a function
 // that disconnects it, waiting at most 5 s for in-use connections.
 func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) (*mongo.Client, func(), error) {
-	client, err := mongodb.Connect(uri, selectTimeout)
+	client, err := mongoconn.Connect(uri, selectTimeout)
 	if err != nil {
 		return nil, nil, err
 	}

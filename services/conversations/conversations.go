@@ -2,7 +2,7 @@
 // (Interface B): conversations between users of one account, their
 // messages and lifecycle, and the keyset-paged listings of both. It holds
 // types, interfaces and the rules of the contract only; MongoDB lives in
-// package mongo, HTTP in package http, and cmd/conversations wires them.
+// package mongostore, HTTP in package http, and cmd/conversations wires them.
 package conversations
 
 import (

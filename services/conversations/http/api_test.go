@@ -19,7 +19,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -37,14 +37,14 @@ type api struct {
 	srv    *httptest.Server
 	doc    *openapitest.Validator
 	issuer *token.Issuer
-	store  *mongo.Store
+	store  *mongostore.Store
 }
 
 // newAPI starts the service on a fresh database; corsOrigins, when given,
 // are the origins whose web pages may call it.
 func newAPI(t *testing.T, corsOrigins ...string) *api {
 	t.Helper()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}

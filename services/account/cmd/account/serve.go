@@ -13,13 +13,13 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 	"github.com/acme/platform/services/account/signing"
 )
@@ -40,7 +40,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
-	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
 	registry := servicecmd.NewRegistry()
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency, Metrics: registry})
@@ -79,7 +79,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		Drain:     cfg.ShutdownTimeout,
 		Registry:  registry,
 		Checks: map[string]web.Check{
-			"mongodb": func(ctx context.Context) error { return mongodb.Ping(ctx, client) },
+			"mongodb": func(ctx context.Context) error { return mongoconn.Ping(ctx, client) },
 		},
 		Init: func(ctx context.Context) (http.Handler, error) {
 			if err := store.EnsureIndexes(ctx); err != nil {
@@ -99,7 +99,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 
 // newAPIHandler wires the API. It reads nothing from the database, so it
 // runs before the service listens and fails only on configuration.
-func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Registerer, store *mongo.Store,
+func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Registerer, store *mongostore.Store,
 	hasher *password.Hasher, keys token.KeyringProvider) (http.Handler, error) {
 	issuer, err := token.NewIssuer(token.IssuerConfig{
 		Issuer:     cfg.Issuer,

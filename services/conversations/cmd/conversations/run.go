@@ -12,13 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 const usage = `conversations runs the conversations service (Interface B).
@@ -80,7 +80,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
-	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
 	registry := servicecmd.NewRegistry()
 	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
@@ -127,7 +127,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		Drain:     cfg.ShutdownTimeout,
 		Registry:  registry,
 		Checks: map[string]web.Check{
-			"mongodb": func(ctx context.Context) error { return mongodb.Ping(ctx, client) },
+			"mongodb": func(ctx context.Context) error { return mongoconn.Ping(ctx, client) },
 			"signing_keys": func(ctx context.Context) error {
 				if !keys.Ready(ctx) {
 					return errors.New("no key set fetched yet from " + cfg.JWKSURL)

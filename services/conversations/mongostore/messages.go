@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -83,7 +83,7 @@ func (s *Store) InsertMessage(ctx context.Context, m conversations.Message) (con
 		return s.findMessage(ctx, m.AccountID, m.ConversationID, m.ID)
 	}
 	if err != nil {
-		return conversations.Message{}, mongodb.Wrap(err, "insert message")
+		return conversations.Message{}, mongoconn.Wrap(err, "insert message")
 	}
 	return m, nil
 }
@@ -115,7 +115,7 @@ func (s *Store) findMessage(ctx context.Context, accountID, conversationID, mess
 		return conversations.Message{}, fmt.Errorf("%q: %w", messageID, conversations.ErrMessageNotFound)
 	}
 	if err != nil {
-		return conversations.Message{}, mongodb.Wrap(err, "get message")
+		return conversations.Message{}, mongoconn.Wrap(err, "get message")
 	}
 	return d.domain(), nil
 }
@@ -136,7 +136,7 @@ func (s *Store) ListMessages(ctx context.Context, q conversations.MessageQuery) 
 			return conversations.Position{Time: m.CreatedAt, ID: m.ID}
 		})
 	if err != nil {
-		return conversations.MessagePage{}, mongodb.Wrap(err, "list messages")
+		return conversations.MessagePage{}, mongoconn.Wrap(err, "list messages")
 	}
 	page := conversations.MessagePage{Messages: items, Next: next}
 	if len(page.Messages) > 0 {

@@ -1,4 +1,4 @@
-package mongo_test
+package mongostore_test
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 	"github.com/acme/platform/services/conversations/storetest"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
 
-func newStore(t *testing.T) *mongo.Store {
-	s := mongo.New(mongotest.New(t))
+func newStore(t *testing.T) *mongostore.Store {
+	s := mongostore.New(mongotest.New(t))
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
 func TestDocumentWithoutVersionCanChange(t *testing.T) {
 	ctx := context.Background()
 	db := mongotest.New(t)
-	s := mongo.New(db)
+	s := mongostore.New(db)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestDocumentWithoutVersionCanChange(t *testing.T) {
 func TestAccountWideListHasItsIndexes(t *testing.T) {
 	ctx := context.Background()
 	db := mongotest.New(t)
-	if err := mongo.New(db).EnsureIndexes(ctx); err != nil {
+	if err := mongostore.New(db).EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cur, err := db.Collection("conversations").Indexes().List(ctx)

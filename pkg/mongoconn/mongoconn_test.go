@@ -1,4 +1,4 @@
-package mongodb_test
+package mongoconn_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
 )
 
@@ -42,7 +42,7 @@ func TestClassify(t *testing.T) {
 		{"any other error", errors.New("boom"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := mongodb.Classify(tc.err)
+			got := mongoconn.Classify(tc.err)
 			if is := errors.Is(got, problem.ErrUnavailable); is != tc.unavailable {
 				t.Errorf("Classify(%v) is ErrUnavailable: %v, want %v", tc.err, is, tc.unavailable)
 			}
@@ -51,7 +51,7 @@ func TestClassify(t *testing.T) {
 			}
 		})
 	}
-	if mongodb.Classify(nil) != nil {
+	if mongoconn.Classify(nil) != nil {
 		t.Error("Classify(nil) is not nil")
 	}
 }

@@ -1,4 +1,4 @@
-// Package mongo implements the conversations store on MongoDB
+// Package mongostore implements the conversations store on MongoDB
 // (go.mongodb.org/mongo-driver/v2).
 //
 // Collections, their documents, and the indexes (created at start,
@@ -54,7 +54,7 @@
 // No write spans two documents in a transaction. A change of a
 // conversation is one compare-and-set on its version; a post is two writes
 // in a fixed order (see conversations.MessageStore and messages.go).
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -67,7 +67,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -145,7 +145,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	// createIndexes with several indexes meets existing ones.
 	for _, ix := range indexes {
 		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
-			return mongodb.Wrap(err, "create indexes of "+ix.coll.Name())
+			return mongoconn.Wrap(err, "create indexes of "+ix.coll.Name())
 		}
 	}
 	return nil
@@ -154,7 +154,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 // LoadOrCreateSecret returns the named secret, generating and storing it on
 // first use, so that every replica shares it (the cursor MAC key).
 func (s *Store) LoadOrCreateSecret(ctx context.Context, name string, generate func() (string, error)) (string, error) {
-	return mongodb.LoadOrCreate(ctx, s.settings, name, generate)
+	return mongoconn.LoadOrCreate(ctx, s.settings, name, generate)
 }
 
 type conversationDoc struct {
@@ -210,7 +210,7 @@ func (s *Store) CreateConversation(ctx context.Context, who conversations.Caller
 		return s.GetConversation(ctx, who, c.ID)
 	}
 	if err != nil {
-		return conversations.Conversation{}, mongodb.Wrap(err, "create conversation")
+		return conversations.Conversation{}, mongoconn.Wrap(err, "create conversation")
 	}
 	return c, nil
 }
@@ -223,7 +223,7 @@ func (s *Store) GetConversation(ctx context.Context, who conversations.Caller, i
 		return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, conversations.ErrNotFound)
 	}
 	if err != nil {
-		return conversations.Conversation{}, mongodb.Wrap(err, "get conversation")
+		return conversations.Conversation{}, mongoconn.Wrap(err, "get conversation")
 	}
 	return d.domain(), nil
 }
@@ -245,7 +245,7 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.ListQuery
 			return conversations.Position{Time: c.UpdatedAt, ID: c.ID}
 		})
 	if err != nil {
-		return conversations.Page{}, mongodb.Wrap(err, "list conversations")
+		return conversations.Page{}, mongoconn.Wrap(err, "list conversations")
 	}
 	return conversations.Page{Conversations: items, Next: next}, nil
 }
@@ -379,7 +379,7 @@ func (s *Store) compareAndSet(ctx context.Context, from int64, next conversation
 		{Key: "version", Value: d.Version},
 	}}})
 	if err != nil {
-		return false, mongodb.Wrap(err, "update conversation")
+		return false, mongoconn.Wrap(err, "update conversation")
 	}
 	return res.MatchedCount == 1, nil
 }

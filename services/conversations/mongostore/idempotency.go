@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -60,13 +60,13 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, rec conversations.Idemp
 			continue // a concurrent claim inserted it: read it next round
 		}
 		if err != nil {
-			return conversations.IdempotencyRecord{}, mongodb.Wrap(err, "claim idempotency key")
+			return conversations.IdempotencyRecord{}, mongoconn.Wrap(err, "claim idempotency key")
 		}
 		if now.Sub(d.CreatedAt) < conversations.IdempotencyTTL {
 			return d.domain(), nil
 		}
 		if _, err := s.idempotency.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "created_at", Value: d.CreatedAt}}); err != nil {
-			return conversations.IdempotencyRecord{}, mongodb.Wrap(err, "expire idempotency key")
+			return conversations.IdempotencyRecord{}, mongoconn.Wrap(err, "expire idempotency key")
 		}
 	}
 	return conversations.IdempotencyRecord{}, fmt.Errorf("claim idempotency key: claimed and expired concurrently too often")
@@ -79,7 +79,7 @@ func (s *Store) SaveIdempotentResponse(ctx context.Context, key conversations.Id
 	_, err := s.idempotency.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "response", Value: responseDoc{
 		Status: resp.Status, Location: resp.Location, ETag: resp.ETag, Body: resp.Body,
 	}}}}})
-	return mongodb.Wrap(err, "save idempotent response")
+	return mongoconn.Wrap(err, "save idempotent response")
 }
 
 // PurgeIdempotencyKeys implements conversations.IdempotencyStore; the
@@ -89,7 +89,7 @@ func (s *Store) PurgeIdempotencyKeys(ctx context.Context, t time.Time) (int64, e
 		{Key: "$lte", Value: t.UTC().Add(-conversations.IdempotencyTTL)},
 	}}})
 	if err != nil {
-		return 0, mongodb.Wrap(err, "purge idempotency keys")
+		return 0, mongoconn.Wrap(err, "purge idempotency keys")
 	}
 	return res.DeletedCount, nil
 }

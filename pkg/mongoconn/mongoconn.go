@@ -1,8 +1,8 @@
-// Package mongodb holds what both services need around the MongoDB driver:
+// Package mongoconn holds what both services need around the MongoDB driver:
 // a client with timeouts that suit a request path, and the classification
 // of driver errors into "the database is unreachable" (a 503 that heals by
 // itself) versus everything else.
-package mongodb
+package mongoconn
 
 import (
 	"context"
