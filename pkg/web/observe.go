@@ -24,14 +24,15 @@ const routeUnmatched = "unmatched"
 // actually written. Nothing after it can change the answer, so the client,
 // the log and the metrics always agree.
 type observer struct {
-	logger   *slog.Logger
-	duration *prometheus.HistogramVec // nil without a registry
+	logger     *slog.Logger
+	problemFor func(error) *problem.Problem
+	duration   *prometheus.HistogramVec // nil without a registry
 }
 
 // newObserver panics, like prometheus.MustRegister, when reg holds another
 // metric under the HTTP metric's name: a programming error.
-func newObserver(logger *slog.Logger, reg prometheus.Registerer) *observer {
-	o := &observer{logger: logger}
+func newObserver(logger *slog.Logger, reg prometheus.Registerer, problemFor func(error) *problem.Problem) *observer {
+	o := &observer{logger: logger, problemFor: problemFor}
 	if reg == nil {
 		return o
 	}
@@ -81,7 +82,7 @@ func (o *observer) respond(c *echo.Context, err error) int {
 		// A handler that wrote nothing: net/http sends 200.
 		return http.StatusOK
 	}
-	p := ProblemFor(err)
+	p := o.problemFor(err)
 	if werr := problem.Write(c.Response(), p); werr != nil {
 		o.logger.DebugContext(c.Request().Context(), "write problem", "error", werr)
 	}

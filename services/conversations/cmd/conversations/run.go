@@ -16,6 +16,7 @@ import (
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
@@ -114,7 +115,8 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	background.Go(func() {
-		servicecmd.PurgeEvery(ctx, logger, time.Hour, "idempotency keys", store.PurgeIdempotencyKeys)
+		service := &conversations.Service{Store: store, Logger: logger}
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "idempotency keys", service.PurgeIdempotencyKeys)
 	})
 
 	return servicecmd.Service{
