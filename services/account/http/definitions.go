@@ -1,12 +1,10 @@
 package http
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
@@ -59,7 +57,7 @@ func handleGetDefinition(store account.DefinitionStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		d, err := store.GetDefinition(c.Request().Context(), callerAccount(c), c.Param("id"))
 		if err != nil {
-			return notFoundOr(err)
+			return err
 		}
 		return c.JSON(http.StatusOK, d)
 	}
@@ -74,7 +72,7 @@ func handleReplaceDefinition(store account.DefinitionStore) echo.HandlerFunc {
 		d.ID = c.Param("id")
 		replaced, err := store.ReplaceDefinition(c.Request().Context(), d)
 		if err != nil {
-			return notFoundOr(err)
+			return err
 		}
 		return c.JSON(http.StatusOK, replaced)
 	}
@@ -83,15 +81,8 @@ func handleReplaceDefinition(store account.DefinitionStore) echo.HandlerFunc {
 func handleDeleteDefinition(store account.DefinitionStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		if err := store.DeleteDefinition(c.Request().Context(), callerAccount(c), c.Param("id")); err != nil {
-			return notFoundOr(err)
+			return err
 		}
 		return c.NoContent(http.StatusNoContent)
 	}
-}
-
-func notFoundOr(err error) error {
-	if errors.Is(err, account.ErrNotFound) {
-		return problem.NotFound("No definition with this id in your account.")
-	}
-	return err
 }
