@@ -28,6 +28,15 @@ const (
 // Authorization header on a route that takes its credentials in the body.
 var errTwoAuthorizationHeaders = errors.New("more than one Authorization header")
 
+// oauthRefusal is a request to an OAuth 2.0 endpoint refused for what it
+// is: code is its RFC 6749 error (invalid_request, invalid_client,
+// unsupported_grant_type), detail says why for people.
+type oauthRefusal struct {
+	code, detail string
+}
+
+func (e *oauthRefusal) Error() string { return e.code + ": " + e.detail }
+
 // problemFor is the one function that decides the status and code of every
 // failed request of this service: the errors of the domain (account.Sessions,
 // service clients, definitions) get theirs here; everything else (problems
@@ -38,7 +47,15 @@ func problemFor(err error) *problem.Problem {
 	var loginThrottled *account.LoginThrottledError
 	var clientThrottled *account.ClientThrottledError
 	var invalidToken *token.TokenError
+	var refusal *oauthRefusal
 	switch {
+	case errors.As(err, &refusal):
+		if refusal.code == codeInvalidClient {
+			p := problem.New(http.StatusUnauthorized, codeInvalidClient, refusal.detail)
+			p.Challenge = clientAuthChallenge
+			return p
+		}
+		return problem.BadRequest(refusal.code, refusal.detail)
 	case errors.Is(err, errTwoAuthorizationHeaders):
 		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one Authorization header.")
 	case errors.As(err, &loginThrottled):
@@ -54,7 +71,7 @@ func problemFor(err error) *problem.Problem {
 		// Spent, revoked, unknown, of a disabled user: one answer.
 		return problem.InvalidToken("The refresh token is not valid; log in again.")
 	case errors.Is(err, account.ErrInvalidClient):
-		return invalidClient("Client authentication failed.")
+		return problemFor(invalidClient("Client authentication failed."))
 	case errors.Is(err, account.ErrInvalidScope):
 		return problem.BadRequest(codeInvalidScope, "The requested scope is not granted to this client.")
 	case errors.Is(err, password.ErrBusy):
@@ -67,17 +84,15 @@ func problemFor(err error) *problem.Problem {
 	return web.ProblemFor(err)
 }
 
-// invalidRequest is the OAuth 2.0 answer to a malformed request.
-func invalidRequest(description string) *problem.Problem {
-	return problem.BadRequest(token.CodeInvalidRequest, description)
+// invalidRequest refuses a malformed request to an OAuth 2.0 endpoint.
+func invalidRequest(detail string) error {
+	return &oauthRefusal{code: token.CodeInvalidRequest, detail: detail}
 }
 
-// invalidClient is a failed client authentication, with the scheme the
-// client may use (RFC 6749 section 5.2).
-func invalidClient(description string) *problem.Problem {
-	p := problem.New(http.StatusUnauthorized, codeInvalidClient, description)
-	p.Challenge = clientAuthChallenge
-	return p
+// invalidClient refuses a client authentication (problemFor adds the
+// scheme the client may use, RFC 6749 section 5.2).
+func invalidClient(detail string) error {
+	return &oauthRefusal{code: codeInvalidClient, detail: detail}
 }
 
 // oauthError is an RFC 6749 section 5.2 error response.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 )
 
@@ -87,8 +87,8 @@ func readForm(c *echo.Context) (url.Values, error) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, problem.New(http.StatusRequestEntityTooLarge, problem.CodeBodyTooLarge,
-				fmt.Sprintf("The request body must not exceed %d bytes.", maxTokenRequestBody))
+			return nil, &web.RequestError{Kind: web.ErrBodyTooLarge,
+				Detail: fmt.Sprintf("The request body must not exceed %d bytes.", maxTokenRequestBody)}
 		}
 		return nil, invalidRequest("The request body could not be read.")
 	}
@@ -210,8 +210,8 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		case grantClientCredentials, grantPassword, grantRefreshToken:
 			c.Set(grantKey, grant)
 		default:
-			return problem.BadRequest(codeUnsupportedGrantType,
-				"The grant type must be one of "+strings.Join(grantTypes, ", ")+".")
+			return &oauthRefusal{code: codeUnsupportedGrantType,
+				detail: "The grant type must be one of " + strings.Join(grantTypes, ", ") + "."}
 		}
 		client, err := authenticateClient(c, sessions, form)
 		if err != nil {

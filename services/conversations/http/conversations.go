@@ -179,7 +179,7 @@ func handlePatch(svc *conversations.Service) echo.HandlerFunc {
 			return err
 		}
 		if members == nil {
-			return problem.BadRequest(problem.CodeMalformedJSON, "A merge patch of a conversation must be a JSON object.")
+			return &web.RequestError{Kind: web.ErrMalformedJSON, Detail: "A merge patch of a conversation must be a JSON object."}
 		}
 		patch, err := conversations.ParsePatch(members)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 
 // addRoutes is the one list of every route of the API, each with the
 // scope a service client's token needs for it (contract section 9); a
-// user's token needs none. A token without it gets token.InsufficientScope
+// user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
 func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service) {
 	bearer := token.Middleware(d.Verifier)
