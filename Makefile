@@ -1,4 +1,6 @@
-# One entry point for everything a developer or CI does. Needs only Go.
+# One entry point for everything a developer or CI does. Building and running
+# need only Go; make test also needs the client toolchains and wrk (README.md,
+# "Test prerequisites").
 SHELL := /bin/bash
 GO ?= go
 # Every module of the workspace (go.work).

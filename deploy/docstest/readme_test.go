@@ -1,6 +1,7 @@
 package docstest
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -121,4 +122,76 @@ func openAPIOperations(t *testing.T, path string) []string {
 		t.Fatalf("%s has no operations", path)
 	}
 	return ops
+}
+
+// TestREADMELayoutMatchesTree: the README's Layout table names every Go
+// package directory of the repository (as a row of its own, or as
+// `sub/` in the row of a directory above it), every Go file at the root of
+// a service (its domain), and nothing that does not exist.
+func TestREADMELayoutMatchesTree(t *testing.T) {
+	text := section(t, readFile(t, "README.md"), "## Layout")
+	rows := map[string]string{} // path → rest of the row
+	for line := range strings.SplitSeq(text, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.SplitN(strings.TrimPrefix(line, "| "), " | ", 2)
+		for p := range strings.SplitSeq(cells[0], ", ") {
+			rows[strings.TrimSuffix(strings.Trim(p, "`"), "/")] = cells[1]
+		}
+	}
+	if len(rows) == 0 {
+		t.Fatal("no Layout table")
+	}
+	mentioned := func(dir string) bool {
+		for p, rest := range rows {
+			if dir == p {
+				return true
+			}
+			if rel, ok := strings.CutPrefix(dir, p+"/"); ok && strings.Contains(rest, "`"+rel+"/`") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, top := range []string{"pkg", "services", "clients", "deploy"} {
+		err := filepath.WalkDir(filepath.Join(root, top), func(path string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			name := e.Name()
+			if e.IsDir() && (name == "node_modules" || name == "vendor" || name == "testdata" || strings.HasPrefix(name, ".")) {
+				return filepath.SkipDir
+			}
+			if e.IsDir() || !strings.HasSuffix(name, ".go") {
+				return nil
+			}
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			dir := filepath.ToSlash(rel)
+			if !mentioned(dir) {
+				t.Errorf("README's Layout table does not name %s/", dir)
+			}
+			if strings.Count(dir, "/") == 1 && strings.HasPrefix(dir, "services/") && !strings.HasSuffix(name, "_test.go") &&
+				!strings.Contains(rows[dir], "`"+name+"`") {
+				t.Errorf("README's Layout row of %s/ does not name its domain file %s", dir, name)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every path named exists: the rows' paths, and the `sub/` and
+	// `file.go` they name below them.
+	named := regexp.MustCompile("`([A-Za-z0-9_./-]+(?:/|\\.go))`")
+	for p, rest := range rows {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("README's Layout table names %s, which does not exist", p)
+		}
+		for _, m := range named.FindAllStringSubmatch(rest, -1) {
+			if _, err := os.Stat(filepath.Join(root, p, m[1])); err != nil {
+				t.Errorf("README's Layout row of %s names %s, which does not exist there", p, m[1])
+			}
+		}
+	}
 }
