@@ -41,3 +41,18 @@ func (c *Collector) Err() error {
 	}
 	return &Error{Fields: c.fields}
 }
+
+// IsRandomID reports whether id is prefix followed by 24 lowercase hex
+// digits (96 random bits), the form of every id the services make.
+func IsRandomID(id, prefix string) bool {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok || len(rest) != 24 {
+		return false
+	}
+	for i := range len(rest) {
+		if c := rest[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

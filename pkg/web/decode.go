@@ -15,8 +15,8 @@ import (
 )
 
 // DecodeJSON reads the request body into dst, strictly by type: the body must
-// be application/json, at most maxBytes long, one JSON value of the right
-// shape. A member of the wrong JSON type (say an object where a string is
+// be application/json, at most maxBytes long, one JSON object (not null,
+// an array or a scalar) of the right shape. A member of the wrong JSON type (say an object where a string is
 // expected, as in {"username":{"$ne":null}}) is a validation problem naming
 // the field, never something passed on to a query. Unknown members are
 // ignored, so clients may send more than this version knows.
@@ -84,6 +84,12 @@ func decodeJSONBytes(data []byte, dst any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must hold exactly one JSON value."}
+	}
+	// Every body of the API is an object. null decodes into a struct or
+	// map as "nothing given", and a string or number into a
+	// json.Unmarshaler might too: refuse whatever does not start as one.
+	if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
+		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must be a JSON object."}
 	}
 	return nil
 }

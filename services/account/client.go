@@ -98,14 +98,23 @@ type ServiceClient struct {
 func (c ServiceClient) HasScope(scope string) bool { return slices.Contains(c.Scopes, scope) }
 
 // GrantScopes returns the scopes of a token for the client: all of its
-// scopes when requested is empty, else requested (normalized), which may
-// narrow the client's scopes but never widen them: a scope the client does
-// not hold, or that does not exist, is ErrInvalidScope (RFC 6749 §4.4.2,
-// §5.2). requested is the token request's space-separated scope parameter.
+// scopes when requested is empty (the parameter omitted or empty), else
+// requested (normalized), which may narrow the client's scopes but never
+// widen them: a scope the client does not hold, or that does not exist,
+// is ErrInvalidScope (RFC 6749 §4.4.2, §5.2). requested is the token
+// request's scope parameter, parsed exactly as RFC 6749 §3.3 writes it:
+// scope-tokens of %x21 / %x23-5B / %x5D-7E separated by single spaces.
+// Anything else (spaces only, leading, trailing or doubled spaces, tabs,
+// newlines) is ErrInvalidScope, never "every scope".
 func (c ServiceClient) GrantScopes(requested string) ([]string, error) {
-	fields := strings.Fields(requested)
-	if len(fields) == 0 {
+	if requested == "" {
 		return slices.Clone(c.Scopes), nil
+	}
+	fields := strings.Split(requested, " ")
+	for _, f := range fields {
+		if !validScopeToken(f) {
+			return nil, fmt.Errorf("scope parameter %q is not scope-tokens separated by single spaces: %w", requested, ErrInvalidScope)
+		}
 	}
 	scopes, err := NormalizeScopes(fields)
 	if err != nil {
@@ -117,6 +126,21 @@ func (c ServiceClient) GrantScopes(requested string) ([]string, error) {
 		}
 	}
 	return scopes, nil
+}
+
+// validScopeToken reports whether s is a scope-token of RFC 6749 §3.3:
+// one or more of %x21 / %x23-5B / %x5D-7E (printable ASCII but space, "
+// and \).
+func validScopeToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // secretMatches reports whether h, the HashClientSecret of a presented

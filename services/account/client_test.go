@@ -130,7 +130,13 @@ func TestGrantScopesNarrowsNeverWidens(t *testing.T) {
 		err       bool
 	}{
 		{"", []string{"conversations:read", "definitions:read"}, false},
-		{"   ", []string{"conversations:read", "definitions:read"}, false},
+		{"   ", nil, true}, // RFC 6749 §3.3: scope-tokens separated by single spaces, nothing else
+		{" definitions:read", nil, true},
+		{"definitions:read ", nil, true},
+		{"definitions:read  conversations:read", nil, true},
+		{"definitions:read\tconversations:read", nil, true},
+		{"definitions:read\nconversations:read", nil, true},
+		{"definitions:read\u00a0conversations:read", nil, true},
 		{"definitions:read", []string{"definitions:read"}, false},
 		{"definitions:read conversations:read definitions:read", []string{"conversations:read", "definitions:read"}, false},
 		{"definitions:write", nil, true},

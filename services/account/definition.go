@@ -12,6 +12,11 @@ import (
 
 var definitionType = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
+// ValidDefinitionID reports whether id has the form of a definition id,
+// as the store makes them: "def_" and 24 lowercase hex digits (96 random
+// bits). Any other cannot name a definition.
+func ValidDefinitionID(id string) bool { return validation.IsRandomID(id, "def_") }
+
 // DefinitionInput is what a client (or an operator's JSON file) sends to
 // create or replace a definition. Pointers tell a missing member from a zero
 // value.
@@ -24,7 +29,7 @@ type DefinitionInput struct {
 
 // Definition validates the input against the contract (name 1..200
 // characters, type 1..64 of a-z0-9_-, config a JSON object of at most
-// 64 KiB) and applies the defaults (config {}, enabled true). The error is a
+// 64 KiB nesting at most validation.MaxJSONDepth levels) and applies the defaults (config {}, enabled true). The error is a
 // *validation.Error listing every offending field.
 func (in DefinitionInput) Definition(accountID string) (Definition, error) {
 	var invalid validation.Collector
@@ -52,6 +57,8 @@ func (in DefinitionInput) Definition(accountID string) (Definition, error) {
 			invalid.Add("config", "must be a JSON object")
 		case compact.Len() > MaxDefinitionConfig:
 			invalid.Add("config", "must be at most 64 KiB")
+		case validation.JSONDepth(compact.Bytes()) > validation.MaxJSONDepth:
+			invalid.Add("config", fmt.Sprintf("must nest objects and arrays at most %d levels deep", validation.MaxJSONDepth))
 		default:
 			d.Config = compact.Bytes()
 		}

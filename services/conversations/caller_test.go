@@ -13,7 +13,7 @@ import (
 func participants(n int) []string {
 	out := make([]string, n)
 	for i := range out {
-		out[i] = fmt.Sprint("usr_", i)
+		out[i] = fmt.Sprintf("usr_%024x", i)
 	}
 	return out
 }
@@ -22,18 +22,18 @@ func participants(n int) []string {
 // participants itself, where a user is added to those they name.
 func TestNewConversationOfAServiceClient(t *testing.T) {
 	client := conversations.Caller{AccountID: "acc_1", ID: "cli_1", Client: true}
-	user := conversations.Caller{AccountID: "acc_1", ID: "usr_0"}
+	user := conversations.Caller{AccountID: "acc_1", ID: participants(1)[0]}
 	for _, tc := range []struct {
 		name  string
 		who   conversations.Caller
 		given []string
 		want  []string // nil: refused, naming participants
 	}{
-		{"client names one", client, []string{"usr_1", "usr_1"}, []string{"usr_1"}},
+		{"client names one", client, []string{participants(2)[1], participants(2)[1]}, participants(2)[1:]},
 		{"client names a hundred", client, participants(100), participants(100)},
 		{"client names none", client, nil, nil},
 		{"client names 101", client, participants(101), nil},
-		{"user names none", user, nil, []string{"usr_0"}},
+		{"user names none", user, nil, participants(1)},
 		{"user and 99 others", user, participants(100), participants(100)},
 		{"user and 100 others", user, participants(101), nil},
 	} {

@@ -14,25 +14,33 @@ import (
 
 // NewConversation is the body of POST /v1/conversations.
 type NewConversation struct {
-	Subject       string     `json:"subject"`
-	Status        Status     `json:"status"`
-	Participants  []string   `json:"participants"`
-	LastMessageAt *time.Time `json:"lastMessageAt"`
+	Subject string `json:"subject"`
+	// Status is nil when absent (open); "" is refused like any other
+	// value that is not a status.
+	Status       *Status  `json:"status"`
+	Participants []string `json:"participants"`
+	// LastMessageAt is the JSON value as sent (absent or null for
+	// none), parsed by Conversation, so that a malformed or
+	// out-of-range time is a field error naming it.
+	LastMessageAt json.RawMessage `json:"lastMessageAt"`
 }
 
 // Conversation validates the input and returns the conversation the caller
 // creates in their account: a user is always a participant (added when
 // missing); a service client is none, so it names 1 to MaxParticipants
-// participants itself. Duplicates are dropped, the status defaults to
-// open. The error is a *validation.Error listing every offending field.
+// participants itself, each a user id (ValidUserID). Duplicates are
+// dropped, the status defaults to open; lastMessageAt, when given, is an
+// RFC 3339 date-time within LastMessageAtRange, stored in UTC at
+// millisecond precision. The error is a *validation.Error listing every
+// offending field.
 func (in NewConversation) Conversation(who Caller) (Conversation, error) {
 	var invalid validation.Collector
 	if utf8.RuneCountInString(in.Subject) > MaxSubjectLen {
 		invalid.Add("subject", fmt.Sprintf("must be at most %d characters", MaxSubjectLen))
 	}
-	status := in.Status
-	if status == "" {
-		status = StatusOpen
+	status := StatusOpen
+	if in.Status != nil {
+		status = *in.Status
 	}
 	if !status.Valid() {
 		invalid.Add("status", "must be open, snoozed or closed")
@@ -43,8 +51,8 @@ func (in NewConversation) Conversation(who Caller) (Conversation, error) {
 	}
 	for i, p := range in.Participants {
 		switch {
-		case p == "" || len(p) > MaxParticipantLen:
-			invalid.Add(fmt.Sprintf("participants[%d]", i), fmt.Sprintf("must be a user id of 1 to %d bytes", MaxParticipantLen))
+		case !ValidUserID(p):
+			invalid.Add(fmt.Sprintf("participants[%d]", i), UserIDForm)
 		case !slices.Contains(participants, p):
 			participants = append(participants, p)
 		}
@@ -55,15 +63,39 @@ func (in NewConversation) Conversation(who Caller) (Conversation, error) {
 	case len(participants) > MaxParticipants:
 		invalid.Add("participants", fmt.Sprintf("must hold at most %d user ids, the caller included", MaxParticipants))
 	}
+	lastMessageAt, err := parseLastMessageAt(in.LastMessageAt, time.Now())
+	if err != nil {
+		invalid.Add("lastMessageAt", err.Error())
+	}
 	if err := invalid.Err(); err != nil {
 		return Conversation{}, err
 	}
-	c := Conversation{AccountID: who.AccountID, Subject: in.Subject, Status: status, Participants: participants}
-	if in.LastMessageAt != nil {
-		t := in.LastMessageAt.UTC().Truncate(time.Millisecond)
-		c.LastMessageAt = &t
-	}
+	c := Conversation{AccountID: who.AccountID, Subject: in.Subject, Status: status, Participants: participants,
+		LastMessageAt: lastMessageAt}
 	return c, nil
+}
+
+// parseLastMessageAt parses the lastMessageAt of a new conversation: nil
+// when absent or null, else an RFC 3339 date-time within
+// LastMessageAtRange at now, in UTC, truncated to milliseconds. The error
+// is the reason for the field error.
+func parseLastMessageAt(raw json.RawMessage, now time.Time) (*time.Time, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	earliest, latest := LastMessageAtRange(now)
+	reason := fmt.Errorf("must be an RFC 3339 date-time from %s to one day after now (%s), or null",
+		FormatTime(earliest), FormatTime(latest))
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return nil, reason
+	}
+	t, err := ParseTime(s)
+	if err != nil || t.Before(earliest) || t.After(latest) {
+		return nil, reason
+	}
+	return &t, nil
 }
 
 // NewMessage is the body of POST /v1/conversations/{id}/messages.
@@ -74,8 +106,8 @@ type NewMessage struct {
 
 // Message validates the input and returns the message the caller posts to
 // conversationID: body 1..MaxMessageBodyLen characters, metadata a JSON
-// object of at most MaxMetadataLen bytes once compacted ({} when absent or
-// null). The error is a *validation.Error listing every offending field.
+// object of at most MaxMetadataLen bytes once compacted, nesting at most
+// validation.MaxJSONDepth levels ({} when absent or null). The error is a *validation.Error listing every offending field.
 func (in NewMessage) Message(who Caller, conversationID string) (Message, error) {
 	var invalid validation.Collector
 	if n := utf8.RuneCountInString(in.Body); n < 1 || n > MaxMessageBodyLen {
@@ -91,6 +123,8 @@ func (in NewMessage) Message(who Caller, conversationID string) (Message, error)
 			invalid.Add("metadata", "must be a JSON object")
 		case compact.Len() > MaxMetadataLen:
 			invalid.Add("metadata", fmt.Sprintf("must be at most %d bytes of JSON", MaxMetadataLen))
+		case validation.JSONDepth(compact.Bytes()) > validation.MaxJSONDepth:
+			invalid.Add("metadata", fmt.Sprintf("must nest objects and arrays at most %d levels deep", validation.MaxJSONDepth))
 		default:
 			metadata = compact.Bytes()
 		}

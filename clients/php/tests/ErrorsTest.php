@@ -28,7 +28,7 @@ final class ErrorsTest extends ServiceTestCase
         $client = Env::userClient();
         $e = $this->expectApiError(fn () => $client->createConversation(
             subject: str_repeat('x', 301),
-            participants: ['ok', ''],
+            participants: [Env::get('OTHER_USER_ID'), ''],
         ));
         $this->assertSame([400, ApiError::VALIDATION_FAILED], [$e->status, $e->code()]);
         $fields = array_map(static fn ($f) => $f->field, $e->fields);

@@ -18,7 +18,7 @@ class ErrorMappingTest(LoggedTestCase):
     def test_400_carries_the_field_errors(self) -> None:
         client = user_client()
         with self.assertRaises(ApiError) as caught:
-            client.create_conversation(subject="x" * 301, participants=["ok", ""])
+            client.create_conversation(subject="x" * 301, participants=[env("OTHER_USER_ID"), ""])
         err = caught.exception
         self.assertEqual((err.status, err.code), (400, CODE_VALIDATION_FAILED))
         self.assertEqual({f.field for f in err.fields}, {"subject", "participants[1]"})

@@ -14,6 +14,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/validation"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongostore"
 )
@@ -274,6 +275,9 @@ func testLoginBadInput(t *testing.T, a *api) {
 		{"empty object", `{}`, "application/json", 400, "validation_failed", "accountName"},
 		{"malformed", `{"username":`, "application/json", 400, "malformed_json", ""},
 		{"not an object", `["alice"]`, "application/json", 400, "malformed_json", ""},
+		{"null body", `null`, "application/json", 400, "malformed_json", ""},
+		{"string body", ` "alice"`, "application/json", 400, "malformed_json", ""},
+		{"number body", `7`, "application/json", 400, "malformed_json", ""},
 		{"two values", `{"username":"a","password":"b","accountName":"c"} {}`, "application/json", 400, "malformed_json", ""},
 		{"form body", `username=alice`, "application/x-www-form-urlencoded", 415, "unsupported_media_type", ""},
 		{"no content type", `{}`, "", 415, "unsupported_media_type", ""},
@@ -436,21 +440,53 @@ func testDefinitionBadInput(t *testing.T, a *api) {
 		{"config over 64 KiB", `{"name":"n","type":"x","config":{"a":"` + strings.Repeat("x", 65<<10) + `"}}`, 400, "validation_failed"},
 		{"body over 128 KiB", `{"name":"n","type":"x","config":{"a":"` + strings.Repeat("x", 130<<10) + `"}}`, 413, "body_too_large"},
 		{"malformed", `{"name":`, 400, "malformed_json"},
+		{"null body", `null`, 400, "malformed_json"},
+		{"array body", `[{"name":"n","type":"x"}]`, 400, "malformed_json"},
+		{"config nested 33 deep", `{"name":"n","type":"x","config":` + nestedJSON(validation.MaxJSONDepth+1) + `}`, 400, "validation_failed"},
+		{"config nested 9990 deep", `{"name":"n","type":"x","config":` + nestedJSON(9990) + `}`, 400, "validation_failed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a.callInvalid("POST", "/definitions", eve, tc.body, "application/json").problem(t, tc.status, tc.code)
 		})
 	}
+	t.Run("too deep a config is named", func(t *testing.T) {
+		p := a.callInvalid("POST", "/definitions", eve, `{"name":"n","type":"x","config":`+nestedJSON(33)+`}`, "application/json").
+			problem(t, 400, "validation_failed")
+		if errs, _ := p["errors"].([]any); len(errs) != 1 || errs[0].(map[string]any)["field"] != "config" {
+			t.Fatalf("errors = %v, want one naming config", p["errors"])
+		}
+	})
+	// Ids of another form than the store makes name nothing: 404, and
+	// the store is never asked (nor written by PUT).
+	for _, id := range []string{"%FF%FE", "a%00b", "%24ne", "def_nope", "DEF_00000000000000000000000a", "def_00000000000000000000000A", "def_00000000000000000000000"} {
+		a.callInvalid("GET", "/definitions/"+id, eve, "", "").problem(t, 404, "not_found")
+		a.callInvalid("PUT", "/definitions/"+id, eve, `{"name":"n","type":"x"}`, "application/json").problem(t, 404, "not_found")
+		a.callInvalid("DELETE", "/definitions/"+id, eve, "", "").problem(t, 404, "not_found")
+	}
 	a.callInvalid("POST", "/definitions", eve, `{"name":"n","type":"x"}`, "text/plain").problem(t, 415, "unsupported_media_type")
 	var d definition
 	a.call("POST", "/definitions", eve, `{"name":"n","type":"x"}`).json(t, &d)
+	a.callInvalid("PUT", "/definitions/"+d.ID, eve, `null`, "application/json").problem(t, 400, "malformed_json")
+	a.callInvalid("PUT", "/definitions/"+d.ID, eve, `{"name":"n","type":"x","config":`+nestedJSON(33)+`}`, "application/json").
+		problem(t, 400, "validation_failed")
+	var deepest definition
+	a.call("POST", "/definitions", eve, `{"name":"n","type":"x","config":`+nestedJSON(validation.MaxJSONDepth)+`}`).json(t, &deepest)
+	if validation.JSONDepth(deepest.Config) != validation.MaxJSONDepth {
+		t.Fatalf("config at the depth limit came back as %s", deepest.Config)
+	}
+	a.call("DELETE", "/definitions/"+deepest.ID, eve, "")
 	a.callInvalid("PUT", "/definitions/"+d.ID, eve, `{"name":"","type":"x"}`, "application/json").problem(t, 400, "validation_failed")
 	a.call("DELETE", "/definitions/"+d.ID, eve, "")
 	r := a.call("GET", "/definitions", eve, "")
 	if strings.TrimSpace(string(r.body)) != "[]" {
 		t.Fatalf("bad inputs changed state: %s", r.body)
 	}
+}
+
+// nestedJSON is a JSON object nested depth levels deep: {"a":{"a":...{}}}.
+func nestedJSON(depth int) string {
+	return strings.Repeat(`{"a":`, depth-1) + "{}" + strings.Repeat("}", depth-1)
 }
 
 func testWellKnown(t *testing.T, a *api) {
@@ -637,6 +673,7 @@ func testRefreshBadInput(t *testing.T, a *api) {
 			"missing":      {`{}`, "application/json", 400, "validation_failed"},
 			"wrong type":   {`{"refresh_token":{"$ne":null}}`, "application/json", 400, "validation_failed"},
 			"malformed":    {`{"refresh_token":`, "application/json", 400, "malformed_json"},
+			"null":         {`null`, "application/json", 400, "malformed_json"},
 			"form":         {"refresh_token=x", "application/x-www-form-urlencoded", 415, "unsupported_media_type"},
 			"too large":    {refreshBody(strings.Repeat("a", 17<<10)), "application/json", 413, "body_too_large"},
 		} {

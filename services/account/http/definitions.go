@@ -53,9 +53,24 @@ func handleCreateDefinition(store account.DefinitionStore) echo.HandlerFunc {
 	}
 }
 
+// pathDefinitionID is the {id} of the path: a 404 unless it has the form
+// of a definition id (account.ValidDefinitionID), checked before the store
+// is asked, since an id of another form names nothing.
+func pathDefinitionID(c *echo.Context) (string, error) {
+	id := c.Param("id")
+	if !account.ValidDefinitionID(id) {
+		return "", account.ErrNotFound
+	}
+	return id, nil
+}
+
 func handleGetDefinition(store account.DefinitionStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		d, err := store.GetDefinition(c.Request().Context(), callerAccount(c), c.Param("id"))
+		id, err := pathDefinitionID(c)
+		if err != nil {
+			return err
+		}
+		d, err := store.GetDefinition(c.Request().Context(), callerAccount(c), id)
 		if err != nil {
 			return err
 		}
@@ -65,11 +80,15 @@ func handleGetDefinition(store account.DefinitionStore) echo.HandlerFunc {
 
 func handleReplaceDefinition(store account.DefinitionStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
+		id, err := pathDefinitionID(c)
+		if err != nil {
+			return err
+		}
 		d, err := decodeDefinition(c, callerAccount(c))
 		if err != nil {
 			return err
 		}
-		d.ID = c.Param("id")
+		d.ID = id
 		replaced, err := store.ReplaceDefinition(c.Request().Context(), d)
 		if err != nil {
 			return err
@@ -80,7 +99,11 @@ func handleReplaceDefinition(store account.DefinitionStore) echo.HandlerFunc {
 
 func handleDeleteDefinition(store account.DefinitionStore) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		if err := store.DeleteDefinition(c.Request().Context(), callerAccount(c), c.Param("id")); err != nil {
+		id, err := pathDefinitionID(c)
+		if err != nil {
+			return err
+		}
+		if err := store.DeleteDefinition(c.Request().Context(), callerAccount(c), id); err != nil {
 			return err
 		}
 		return c.NoContent(http.StatusNoContent)

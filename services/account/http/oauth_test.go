@@ -331,6 +331,14 @@ func testClientCredentials(t *testing.T, o *oauthAPI) {
 			t.Fatalf("scope %v, claims %+v, %v", tok.Extra("scope"), c, err)
 		}
 	})
+	t.Run("two scopes separated by one space", func(t *testing.T) {
+		cfg := clientcredentials.Config{ClientID: id, ClientSecret: secret, TokenURL: o.tokenEndpoint,
+			Scopes: []string{"definitions:read", "conversations:read"}}
+		tok, err := cfg.Token(ctx)
+		if err != nil || tok.Extra("scope") != "conversations:read definitions:read" {
+			t.Fatalf("scope %v, %v", tok.Extra("scope"), err)
+		}
+	})
 	t.Run("the library's client calls the API", func(t *testing.T) {
 		cfg := clientcredentials.Config{ClientID: id, ClientSecret: secret, TokenURL: o.tokenEndpoint}
 		resp, err := cfg.Client(ctx).Get(o.srv.URL + "/definitions")
@@ -531,6 +539,14 @@ func testTokenEndpointBadInput(t *testing.T, o *oauthAPI) {
 		{"scope the client lacks", "grant_type=client_credentials&scope=definitions:write", formType, basic(id, secret), 400, "invalid_scope"},
 		{"scope that does not exist", "grant_type=client_credentials&scope=admin", formType, basic(id, secret), 400, "invalid_scope"},
 		{"wider scope", "grant_type=client_credentials&scope=definitions:read+definitions:write", formType, basic(id, secret), 400, "invalid_scope"},
+		// RFC 6749 §3.3: scope-tokens separated by single spaces, nothing else.
+		{"scope of spaces only", "grant_type=client_credentials&scope=%20%20%20", formType, basic(id, secret), 400, "invalid_scope"},
+		{"scope with a leading space", "grant_type=client_credentials&scope=+definitions:read", formType, basic(id, secret), 400, "invalid_scope"},
+		{"scope with a trailing space", "grant_type=client_credentials&scope=definitions:read+", formType, basic(id, secret), 400, "invalid_scope"},
+		{"scope with a double space", "grant_type=client_credentials&scope=definitions:read++definitions:read", formType, basic(id, secret), 400, "invalid_scope"},
+		{"scope separated by a tab", "grant_type=client_credentials&scope=definitions:read%09definitions:read", formType, basic(id, secret), 400, "invalid_scope"},
+		{"scope separated by a newline", "grant_type=client_credentials&scope=definitions:read%0Adefinitions:read", formType, basic(id, secret), 400, "invalid_scope"},
+		{"scope ending in a newline", "grant_type=client_credentials&scope=definitions:read%0A", formType, basic(id, secret), 400, "invalid_scope"},
 		{"password grant without password", "grant_type=password&username=alice&account_name=acme", formType, nil, 400, "invalid_request"},
 		{"password grant without username", "grant_type=password&password=x&account_name=acme", formType, nil, 400, "invalid_request"},
 		{"password grant without account", "grant_type=password&username=alice&password=alice-password", formType, nil, 400, "invalid_request"},

@@ -2,7 +2,9 @@ package http_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
@@ -38,13 +42,15 @@ type api struct {
 	doc    *openapitest.Validator
 	issuer *token.Issuer
 	store  *mongostore.Store
+	db     *mongo.Database // the store's database, for documents an older version wrote
 }
 
 // newAPI starts the service on a fresh database; corsOrigins, when given,
 // are the origins whose web pages may call it.
 func newAPI(t *testing.T, corsOrigins ...string) *api {
 	t.Helper()
-	store := mongostore.New(mongotest.New(t))
+	db := mongotest.New(t)
+	store := mongostore.New(db)
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +73,21 @@ func newAPI(t *testing.T, corsOrigins ...string) *api {
 		Store: store, Cursors: cursors, Verifier: verifier, CORSOrigins: corsOrigins,
 	}))
 	t.Cleanup(srv.Close)
-	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer, store: store}
+	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer, store: store, db: db}
 }
 
-// user returns an id token of userID in accountID.
-func (a *api) user(accountID, userID string) string {
-	set, err := a.issuer.Mint(context.Background(), token.Subject{UserID: userID, AccountID: accountID, AccountName: accountID, Username: userID})
+// uid is the user id of the test user called name: the form the account
+// service makes ("usr_" and 24 hex digits), derived from the name, so that
+// a test names its users and the service sees real ids.
+func uid(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "usr_" + hex.EncodeToString(sum[:12])
+}
+
+// user returns an id token of the user called name (user id uid(name))
+// in accountID.
+func (a *api) user(accountID, name string) string {
+	set, err := a.issuer.Mint(context.Background(), token.Subject{UserID: uid(name), AccountID: accountID, AccountName: accountID, Username: name})
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -217,6 +232,10 @@ func TestAPI(t *testing.T) {
 	t.Run("ClientWithoutTheScopeIs403", func(t *testing.T) { testClientScopes(t, a) })
 	t.Run("ClientIdempotencyKeysAreItsOwn", func(t *testing.T) { testClientIdempotency(t, a) })
 	t.Run("AmbiguousCredentialsNeverAuthenticate", func(t *testing.T) { testAmbiguousCredentials(t, a) })
+	t.Run("BoundaryValuesThroughEveryWritePath", func(t *testing.T) { testBoundaryValuesThroughEveryWritePath(t, a) })
+	t.Run("StoredOutOfRangeTimesAreServed", func(t *testing.T) { testStoredOutOfRangeTimesAreServed(t, a) })
+	t.Run("PathIDsAreCheckedBeforeTheStore", func(t *testing.T) { testPathIDs(t, a) })
+	t.Run("StrictBodiesAndParameters", func(t *testing.T) { testStrictBodies(t, a) })
 	t.Run("OpenAPIServed", func(t *testing.T) {
 		if r := a.send("GET", "/openapi.yaml", "", "", true); r.status != 200 || !strings.Contains(string(r.body), "openapi: 3.1") {
 			t.Fatalf("openapi.yaml: %d", r.status)
@@ -357,7 +376,7 @@ func testIsolation(t *testing.T, a *api) {
 	for _, acc := range []string{"acc_x", "acc_y"} {
 		u1, u2 := a.user(acc, "u1"), a.user(acc, "u2")
 		only1 := a.create(u1, `{"subject":"u1 alone"}`)
-		both := a.create(u1, `{"subject":"both","participants":["u2"]}`)
+		both := a.create(u1, `{"subject":"both","participants":["`+uid("u2")+`"]}`)
 		only2 := a.create(u2, `{"subject":"u2 alone"}`)
 		want[acc+"/u1"] = []string{only1.ID, both.ID}
 		want[acc+"/u2"] = []string{both.ID, only2.ID}
@@ -385,20 +404,20 @@ func testIsolation(t *testing.T, a *api) {
 
 func testCreateAndGet(t *testing.T, a *api) {
 	u := a.user("acc_create", "frank")
-	r := a.send("POST", "/v1/conversations", u, `{"subject":"Renewal","status":"snoozed","participants":["grace","frank","grace"],"lastMessageAt":"2026-01-02T03:04:05.678Z"}`, true)
+	r := a.send("POST", "/v1/conversations", u, `{"subject":"Renewal","status":"snoozed","participants":["`+uid("grace")+`","`+uid("frank")+`","`+uid("grace")+`"],"lastMessageAt":"2026-01-02T03:04:05.678Z"}`, true)
 	if r.status != http.StatusCreated {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	var c conversation
 	json.Unmarshal(r.body, &c)
 	if r.header.Get("Location") != "/v1/conversations/"+c.ID || c.Subject != "Renewal" || c.Status != "snoozed" ||
-		!slices.Equal(c.Participants, []string{"frank", "grace"}) || c.LastMessageAt == nil ||
+		!slices.Equal(c.Participants, []string{uid("frank"), uid("grace")}) || c.LastMessageAt == nil ||
 		!c.LastMessageAt.Equal(time.Date(2026, 1, 2, 3, 4, 5, 678e6, time.UTC)) {
 		t.Fatalf("created %+v, Location %q", c, r.header.Get("Location"))
 	}
 	// Defaults: open, the caller as the only participant, lastMessageAt null.
 	d := a.create(u, `{}`)
-	if d.Status != "open" || !slices.Equal(d.Participants, []string{"frank"}) || d.LastMessageAt != nil {
+	if d.Status != "open" || !slices.Equal(d.Participants, []string{uid("frank")}) || d.LastMessageAt != nil {
 		t.Fatalf("defaults: %+v", d)
 	}
 	var got conversation
@@ -414,7 +433,7 @@ func testCreateBadInput(t *testing.T, a *api) {
 	u := a.user("acc_badcreate", "heidi")
 	many := make([]string, 101)
 	for i := range many {
-		many[i] = fmt.Sprintf("u%d", i)
+		many[i] = uid(fmt.Sprintf("u%d", i))
 	}
 	manyJSON, _ := json.Marshal(many)
 	for _, tc := range []struct{ name, body, code, field string }{
@@ -424,7 +443,11 @@ func testCreateBadInput(t *testing.T, a *api) {
 		{"empty participant", `{"participants":[""]}`, "validation_failed", "participants[0]"},
 		{"too many participants", `{"participants":` + string(manyJSON) + `}`, "validation_failed", "participants"},
 		{"subject object", `{"subject":{"$gt":""}}`, "validation_failed", "subject"},
-		{"bad time", `{"lastMessageAt":"yesterday"}`, "malformed_json", ""},
+		{"bad time", `{"lastMessageAt":"yesterday"}`, "validation_failed", "lastMessageAt"},
+		{"time of year 0000 at +01:00", `{"lastMessageAt":"0000-01-01T00:00:00+01:00"}`, "validation_failed", "lastMessageAt"},
+		{"time of year 9999 at -01:00", `{"lastMessageAt":"9999-12-31T23:59:59-01:00"}`, "validation_failed", "lastMessageAt"},
+		{"empty status", `{"status":""}`, "validation_failed", "status"},
+		{"participant of another form", `{"participants":["bob"]}`, "validation_failed", "participants[0]"},
 		{"malformed", `{`, "malformed_json", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

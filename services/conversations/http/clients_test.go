@@ -40,7 +40,7 @@ func testClientReadsEveryConversation(t *testing.T, a *api) {
 	mine := []string{
 		a.create(alice, `{"subject":"alice alone"}`).ID,
 		a.create(bob, `{"subject":"bob alone","status":"closed"}`).ID,
-		a.create(alice, `{"subject":"both","participants":["bob"]}`).ID,
+		a.create(alice, `{"subject":"both","participants":["`+uid("bob")+`"]}`).ID,
 	}
 	foreign := a.create(a.user("acc_cr_other", "alice"), `{"subject":"another account"}`)
 
@@ -154,13 +154,13 @@ func testClientPaging(t *testing.T, a *api) {
 func testClientWrites(t *testing.T, a *api) {
 	const acc = "acc_cw"
 	writer := a.client(acc, "cli_writer", token.ScopeConversationsWrite)
-	r := a.send("POST", "/v1/conversations", writer, `{"subject":"from a backend","participants":["alice","bob","alice"]}`, true)
+	r := a.send("POST", "/v1/conversations", writer, `{"subject":"from a backend","participants":["`+uid("alice")+`","`+uid("bob")+`","`+uid("alice")+`"]}`, true)
 	if r.status != http.StatusCreated {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	var conv conversation
 	json.Unmarshal(r.body, &conv)
-	if !slices.Equal(conv.Participants, []string{"alice", "bob"}) || r.header.Get("Location") != "/v1/conversations/"+conv.ID ||
+	if !slices.Equal(conv.Participants, []string{uid("alice"), uid("bob")}) || r.header.Get("Location") != "/v1/conversations/"+conv.ID ||
 		r.header.Get("ETag") != `"1"` {
 		t.Fatalf("created %+v, Location %q, ETag %q: want alice and bob only", conv, r.header.Get("Location"), r.header.Get("ETag"))
 	}
@@ -185,14 +185,14 @@ func testClientWrites(t *testing.T, a *api) {
 		t.Fatalf("patch: %d %s %v", p.status, p.body, p.header)
 	}
 	base := "/v1/conversations/" + conv.ID + "/participants/"
-	if r := a.do(exchange{method: "PUT", path: base + "carol", bearer: writer}); r.status != 204 {
+	if r := a.do(exchange{method: "PUT", path: base + uid("carol"), bearer: writer}); r.status != 204 {
 		t.Fatalf("add carol: %d %s", r.status, r.body)
 	}
-	if r := a.do(exchange{method: "DELETE", path: base + "alice", bearer: writer, header: map[string]string{"If-Match": `"4"`}}); r.status != 204 {
+	if r := a.do(exchange{method: "DELETE", path: base + uid("alice"), bearer: writer, header: map[string]string{"If-Match": `"4"`}}); r.status != 204 {
 		t.Fatalf("remove alice: %d %s", r.status, r.body)
 	}
 	got, _ := a.get(a.user(acc, "carol"), conv.ID)
-	if got.Subject != "renamed" || !slices.Equal(got.Participants, []string{"bob", "carol"}) || got.LastMessageAt == nil {
+	if got.Subject != "renamed" || !slices.Equal(got.Participants, []string{uid("bob"), uid("carol")}) || got.LastMessageAt == nil {
 		t.Fatalf("after the client's changes: %+v", got)
 	}
 	a.send("GET", "/v1/conversations/"+conv.ID, alice, "", true).problem(t, 404, "not_found", "")
@@ -227,10 +227,10 @@ func testClientScopes(t *testing.T, a *api) {
 		{exchange{method: "GET", path: base}, token.ScopeConversationsRead},
 		{exchange{method: "GET", path: base + "/messages"}, token.ScopeConversationsRead},
 		{exchange{method: "GET", path: base + "/messages/" + m.ID}, token.ScopeConversationsRead},
-		{exchange{method: "POST", path: "/v1/conversations", body: `{"participants":["alice"]}`}, token.ScopeConversationsWrite},
+		{exchange{method: "POST", path: "/v1/conversations", body: `{"participants":["` + uid("alice") + `"]}`}, token.ScopeConversationsWrite},
 		{exchange{method: "PATCH", path: base, body: `{"subject":"changed"}`, contentType: "application/merge-patch+json"}, token.ScopeConversationsWrite},
-		{exchange{method: "PUT", path: base + "/participants/bob"}, token.ScopeConversationsWrite},
-		{exchange{method: "DELETE", path: base + "/participants/alice"}, token.ScopeConversationsWrite},
+		{exchange{method: "PUT", path: base + "/participants/" + uid("bob")}, token.ScopeConversationsWrite},
+		{exchange{method: "DELETE", path: base + "/participants/" + uid("alice")}, token.ScopeConversationsWrite},
 		{exchange{method: "POST", path: base + "/messages", body: `{"body":"x"}`}, token.ScopeConversationsWrite},
 	}
 	tokens := map[string]string{
@@ -256,7 +256,7 @@ func testClientScopes(t *testing.T, a *api) {
 		}
 	}
 	// Nothing changed, nothing was created.
-	if got, now := a.get(u, conv.ID); now != tag || got.Subject != "unchanged" || !slices.Equal(got.Participants, []string{"alice"}) {
+	if got, now := a.get(u, conv.ID); now != tag || got.Subject != "unchanged" || !slices.Equal(got.Participants, []string{uid("alice")}) {
 		t.Fatalf("a refused request changed the conversation: %+v %s", got, now)
 	}
 	if list, _ := a.page(a.client(acc, "cli_all", readWrite...), "/v1/conversations"); len(list) != 1 {
@@ -274,14 +274,14 @@ func testClientIdempotency(t *testing.T, a *api) {
 	const acc = "acc_cidem"
 	c := a.client(acc, "cli_idem", readWrite...)
 	key := map[string]string{"Idempotency-Key": "k1"}
-	body := `{"subject":"once","participants":["alice"]}`
+	body := `{"subject":"once","participants":["` + uid("alice") + `"]}`
 	first := a.do(exchange{method: "POST", path: "/v1/conversations", bearer: c, body: body, header: key})
 	again := a.do(exchange{method: "POST", path: "/v1/conversations", bearer: a.client(acc, "cli_idem", readWrite...), body: body, header: key})
 	if first.status != 201 || again.status != 201 || string(first.body) != string(again.body) ||
 		again.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Location") != again.header.Get("Location") {
 		t.Fatalf("replay:\n%d %s\n%d %s %v", first.status, first.body, again.status, again.body, again.header)
 	}
-	a.do(exchange{method: "POST", path: "/v1/conversations", bearer: c, body: `{"subject":"twice","participants":["alice"]}`, header: key}).
+	a.do(exchange{method: "POST", path: "/v1/conversations", bearer: c, body: `{"subject":"twice","participants":["` + uid("alice") + `"]}`, header: key}).
 		problem(t, 422, "idempotency_key_reused", "")
 	for name, bearer := range map[string]string{
 		"another client":          a.client(acc, "cli_peer", readWrite...),
@@ -332,8 +332,8 @@ func testAmbiguousCredentials(t *testing.T, a *api) {
 		{method: "POST", path: "/v1/conversations", body: `{}`},
 		{method: "GET", path: base},
 		{method: "PATCH", path: base, body: `{"subject":"changed"}`, contentType: "application/merge-patch+json"},
-		{method: "PUT", path: base + "/participants/bob"},
-		{method: "DELETE", path: base + "/participants/alice"},
+		{method: "PUT", path: base + "/participants/" + uid("bob")},
+		{method: "DELETE", path: base + "/participants/" + uid("alice")},
 		{method: "POST", path: base + "/messages", body: `{"body":"x"}`},
 		{method: "GET", path: base + "/messages"},
 		{method: "GET", path: base + "/messages/" + m.ID},
@@ -361,7 +361,7 @@ func testAmbiguousCredentials(t *testing.T, a *api) {
 			}
 		}
 	}
-	if got, now := a.get(u, conv.ID); now != tag || got.Subject != "unchanged" || !slices.Equal(got.Participants, []string{"alice"}) {
+	if got, now := a.get(u, conv.ID); now != tag || got.Subject != "unchanged" || !slices.Equal(got.Participants, []string{uid("alice")}) {
 		t.Fatalf("an ambiguous request changed the conversation: %+v %s", got, now)
 	}
 	if list, _ := a.page(u, "/v1/conversations"); len(list) != 1 {

@@ -79,12 +79,11 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 			}
 		}
 		if v, ok := single("updatedAfter"); ok {
-			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-				t = t.UTC().Truncate(time.Millisecond)
+			if t, err := conversations.ParseTime(v); err == nil {
 				p.updatedAfter = &t
 			} else {
 				fields = append(fields, problem.FieldError{Field: "updatedAfter",
-					Reason: "must be an RFC 3339 date-time such as 2024-05-01T12:00:00Z (a + in the offset written %2B)"})
+					Reason: "must be an RFC 3339 date-time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z once in UTC, such as 2024-05-01T12:00:00Z (a + in the offset written %2B)"})
 			}
 		}
 	}
@@ -99,9 +98,6 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 	}
 	return p, nil
 }
-
-// timeParam formats a time as the list links carry it.
-func timeParam(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 func handleList(svc *conversations.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
@@ -130,7 +126,7 @@ func handleList(svc *conversations.Service, cursors *cursor.Codec, defaultLimit,
 			next.Set("status", string(p.status))
 		}
 		if p.updatedAfter != nil {
-			next.Set("updatedAfter", timeParam(*p.updatedAfter))
+			next.Set("updatedAfter", conversations.FormatTime(*p.updatedAfter))
 		}
 		setNextLink(c, "/v1/conversations", next, cursors, scope, page.Next)
 		return c.JSON(http.StatusOK, page.Conversations)
@@ -157,7 +153,11 @@ func handleCreate(svc *conversations.Service) echo.HandlerFunc {
 
 func handleGet(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		conv, err := svc.GetConversation(c.Request().Context(), caller(c), c.Param("id"))
+		id, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
+		conv, err := svc.GetConversation(c.Request().Context(), caller(c), id)
 		if err != nil {
 			return err
 		}
@@ -170,6 +170,10 @@ func handleGet(svc *conversations.Service) echo.HandlerFunc {
 // under the If-Match the request carries.
 func handlePatch(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
+		id, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
 		cond, err := parseIfMatch(c.Request().Header.Values("If-Match"))
 		if err != nil {
 			return err
@@ -178,14 +182,11 @@ func handlePatch(svc *conversations.Service) echo.HandlerFunc {
 		if err := web.DecodeJSONAs(c, mergePatchType, conversations.MaxBodyLen, &members); err != nil {
 			return err
 		}
-		if members == nil {
-			return &web.RequestError{Kind: web.ErrMalformedJSON, Detail: "A merge patch of a conversation must be a JSON object."}
-		}
 		patch, err := conversations.ParsePatch(members)
 		if err != nil {
 			return err
 		}
-		conv, err := svc.UpdateConversation(c.Request().Context(), caller(c), c.Param("id"), patch, cond)
+		conv, err := svc.UpdateConversation(c.Request().Context(), caller(c), id, patch, cond)
 		if err != nil {
 			return err
 		}
@@ -197,20 +198,23 @@ func handlePatch(svc *conversations.Service) echo.HandlerFunc {
 // handleParticipant adds (PUT) or removes (DELETE) one participant.
 func handleParticipant(svc *conversations.Service, add bool) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		cond, err := parseIfMatch(c.Request().Header.Values("If-Match"))
+		id, err := pathConversationID(c)
 		if err != nil {
 			return err
 		}
-		userID := c.Param("userId")
-		if userID == "" || len(userID) > conversations.MaxParticipantLen {
-			return problem.Validation(problem.FieldError{Field: "userId",
-				Reason: fmt.Sprintf("must be a user id of 1 to %d bytes", conversations.MaxParticipantLen)})
+		userID, err := pathUserID(c)
+		if err != nil {
+			return err
+		}
+		cond, err := parseIfMatch(c.Request().Header.Values("If-Match"))
+		if err != nil {
+			return err
 		}
 		change := svc.RemoveParticipant
 		if add {
 			change = svc.AddParticipant
 		}
-		conv, err := change(c.Request().Context(), caller(c), c.Param("id"), userID, cond)
+		conv, err := change(c.Request().Context(), caller(c), id, userID, cond)
 		if err != nil {
 			return err
 		}

@@ -116,7 +116,7 @@ func ids(list []conversation) []string {
 
 func testMessages(t *testing.T, a *api) {
 	alice, bob := a.user("acc_msg", "alice"), a.user("acc_msg", "bob")
-	conv := a.create(alice, `{"subject":"with bob","participants":["bob"]}`)
+	conv := a.create(alice, `{"subject":"with bob","participants":["`+uid("bob")+`"]}`)
 	other := a.create(bob, `{"subject":"newer, bob only"}`)
 	if list, _ := a.page(bob, "/v1/conversations"); list[0].ID != other.ID {
 		t.Fatalf("before the message bob's list starts with %s", list[0].ID)
@@ -130,7 +130,7 @@ func testMessages(t *testing.T, a *api) {
 	var m message
 	json.Unmarshal(r.body, &m)
 	if r.header.Get("Location") != "/v1/conversations/"+conv.ID+"/messages/"+m.ID || !strings.HasPrefix(m.ID, "msg_") ||
-		m.ConversationID != conv.ID || m.Author != "alice" || m.Body != "Hello Bob" ||
+		m.ConversationID != conv.ID || m.Author != uid("alice") || m.Body != "Hello Bob" ||
 		string(m.Metadata) != `{"channel":"email","n":12345678901234567890,"$k":{"a.b":[1,2]}}` ||
 		!m.CreatedAt.Equal(m.CreatedAt.Truncate(time.Millisecond)) || m.CreatedAt.Before(conv.UpdatedAt) {
 		t.Fatalf("posted %+v, Location %q", m, r.header.Get("Location"))
@@ -145,7 +145,7 @@ func testMessages(t *testing.T, a *api) {
 	}
 	// Metadata defaults to {}; the participant bob may read and post too.
 	m2 := a.post(bob, conv.ID, `{"body":"Hi"}`)
-	if string(m2.Metadata) != `{}` || m2.Author != "bob" || !m2.CreatedAt.After(m.CreatedAt) {
+	if string(m2.Metadata) != `{}` || m2.Author != uid("bob") || !m2.CreatedAt.After(m.CreatedAt) {
 		t.Fatalf("second message %+v", m2)
 	}
 	if r := a.post(alice, conv.ID, `{"body":"null metadata","metadata":null}`); string(r.Metadata) != `{}` {
@@ -218,7 +218,7 @@ func testMessagePaging(t *testing.T, a *api) {
 			if bearer == "" {
 				// Another participant of the same conversation.
 				dave := a.user("acc_msgpage", "dave")
-				a.do(exchange{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/dave", bearer: u})
+				a.do(exchange{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("dave"), bearer: u})
 				bearer = dave
 			}
 			a.do(exchange{method: "GET", path: tc.path, bearer: bearer, invalid: true}).problem(t, 400, "validation_failed", tc.field)
@@ -287,8 +287,8 @@ func testLifecycleIsolation(t *testing.T, a *api) {
 		for _, x := range []exchange{
 			{method: "GET", path: base},
 			{method: "PATCH", path: base, body: `{"status":"closed"}`, contentType: "application/merge-patch+json"},
-			{method: "PUT", path: base + "/participants/stranger"},
-			{method: "DELETE", path: base + "/participants/owner"},
+			{method: "PUT", path: base + "/participants/" + uid("stranger")},
+			{method: "DELETE", path: base + "/participants/" + uid("owner")},
 			{method: "POST", path: base + "/messages", body: `{"body":"let me in"}`},
 			{method: "GET", path: base + "/messages"},
 			{method: "GET", path: base + "/messages/" + m.ID},
@@ -298,7 +298,7 @@ func testLifecycleIsolation(t *testing.T, a *api) {
 		}
 	}
 	after, now := a.get(owner, conv.ID)
-	if now != tag || after.Status != "open" || !slices.Equal(after.Participants, []string{"owner"}) {
+	if now != tag || after.Status != "open" || !slices.Equal(after.Participants, []string{uid("owner")}) {
 		t.Fatalf("outsiders changed the conversation: %+v %s", after, now)
 	}
 	if list, _ := a.messages(owner, base+"/messages"); len(list) != 1 {
@@ -364,7 +364,7 @@ func testBadPatch(t *testing.T, a *api) {
 	before, tag := a.get(u, conv.ID)
 	for _, tc := range []struct{ name, body, code, field string }{
 		{"id", `{"id":"cnv_other"}`, "validation_failed", "id"},
-		{"participants", `{"participants":["mallory"]}`, "validation_failed", "participants"},
+		{"participants", `{"participants":["` + uid("mallory") + `"]}`, "validation_failed", "participants"},
 		{"createdAt", `{"createdAt":"2020-01-01T00:00:00Z"}`, "validation_failed", "createdAt"},
 		{"updatedAt", `{"updatedAt":"2020-01-01T00:00:00Z"}`, "validation_failed", "updatedAt"},
 		{"lastMessageAt", `{"lastMessageAt":null}`, "validation_failed", "lastMessageAt"},
@@ -410,18 +410,18 @@ func testIfMatch(t *testing.T, a *api) {
 	for name, stale := range map[string]string{"stale": tag, "weak": "W/" + fresh, "foreign": `"abc"`, "stale list": tag + `, "999"`} {
 		t.Run(name, func(t *testing.T) {
 			a.patch(u, conv.ID, `{"subject":"lost"}`, map[string]string{"If-Match": stale}).problem(t, 412, "precondition_failed", "")
-			a.do(exchange{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/ivan", bearer: u,
+			a.do(exchange{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("ivan"), bearer: u,
 				header: map[string]string{"If-Match": stale}}).problem(t, 412, "precondition_failed", "")
-			a.do(exchange{method: "DELETE", path: "/v1/conversations/" + conv.ID + "/participants/heidi", bearer: u,
+			a.do(exchange{method: "DELETE", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("heidi"), bearer: u,
 				header: map[string]string{"If-Match": stale}}).problem(t, 412, "precondition_failed", "")
 		})
 	}
 	for _, bad := range []string{`3`, `"3`, `W/3`, `"3" "4"`, `*, "3"`, `,`, `"a b"`} {
 		t.Run("malformed "+bad, func(t *testing.T) {
 			a.patch(u, conv.ID, `{"subject":"lost"}`, map[string]string{"If-Match": bad}).problem(t, 400, "validation_failed", "If-Match")
-			a.do(exchange{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/ivan", bearer: u,
+			a.do(exchange{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("ivan"), bearer: u,
 				header: map[string]string{"If-Match": bad}, invalid: true}).problem(t, 400, "validation_failed", "If-Match")
-			a.do(exchange{method: "DELETE", path: "/v1/conversations/" + conv.ID + "/participants/heidi", bearer: u,
+			a.do(exchange{method: "DELETE", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("heidi"), bearer: u,
 				header: map[string]string{"If-Match": bad}, invalid: true}).problem(t, 400, "validation_failed", "If-Match")
 		})
 	}
@@ -505,46 +505,46 @@ func testParticipants(t *testing.T, a *api) {
 	u, kim := a.user("acc_part", "judy"), a.user("acc_part", "kim")
 	conv := a.create(u, `{}`)
 	base := "/v1/conversations/" + conv.ID + "/participants/"
-	r := a.do(exchange{method: "PUT", path: base + "kim", bearer: u})
+	r := a.do(exchange{method: "PUT", path: base + uid("kim"), bearer: u})
 	if r.status != 204 || len(r.body) != 0 || r.header.Get("ETag") == "" {
 		t.Fatalf("add kim: %d %q %q", r.status, r.body, r.header.Get("ETag"))
 	}
 	got, tag := a.get(kim, conv.ID)
-	if !slices.Equal(got.Participants, []string{"judy", "kim"}) || tag != r.header.Get("ETag") {
+	if !slices.Equal(got.Participants, []string{uid("judy"), uid("kim")}) || tag != r.header.Get("ETag") {
 		t.Fatalf("after adding kim: %+v %s", got, tag)
 	}
 	// Idempotent: again, nothing changes.
-	if again := a.do(exchange{method: "PUT", path: base + "kim", bearer: u}); again.status != 204 || again.header.Get("ETag") != tag {
+	if again := a.do(exchange{method: "PUT", path: base + uid("kim"), bearer: u}); again.status != 204 || again.header.Get("ETag") != tag {
 		t.Fatalf("add kim again: %d %s", again.status, again.header.Get("ETag"))
 	}
 	// kim leaves: the conversation is a 404 for kim then.
-	if r := a.do(exchange{method: "DELETE", path: base + "kim", bearer: kim}); r.status != 204 {
+	if r := a.do(exchange{method: "DELETE", path: base + uid("kim"), bearer: kim}); r.status != 204 {
 		t.Fatalf("kim leaves: %d %s", r.status, r.body)
 	}
 	a.do(exchange{method: "GET", path: "/v1/conversations/" + conv.ID, bearer: kim}).problem(t, 404, "not_found", "")
 	_, tag = a.get(u, conv.ID)
-	if again := a.do(exchange{method: "DELETE", path: base + "kim", bearer: u}); again.status != 204 || again.header.Get("ETag") != tag {
+	if again := a.do(exchange{method: "DELETE", path: base + uid("kim"), bearer: u}); again.status != 204 || again.header.Get("ETag") != tag {
 		t.Fatalf("remove absent kim: %d %s", again.status, again.header.Get("ETag"))
 	}
-	a.do(exchange{method: "DELETE", path: base + "judy", bearer: u}).problem(t, 409, "last_participant", "")
+	a.do(exchange{method: "DELETE", path: base + uid("judy"), bearer: u}).problem(t, 409, "last_participant", "")
 	a.do(exchange{method: "PUT", path: base + strings.Repeat("u", 129), bearer: u, invalid: true}).problem(t, 400, "validation_failed", "userId")
 	a.do(exchange{method: "DELETE", path: base + strings.Repeat("u", 129), bearer: u, invalid: true}).problem(t, 400, "validation_failed", "userId")
 
 	// 100 participants at most.
 	many := make([]string, 99)
 	for i := range many {
-		many[i] = fmt.Sprintf("p%d", i)
+		many[i] = uid(fmt.Sprintf("p%d", i))
 	}
 	list, _ := json.Marshal(many)
 	full := a.create(u, `{"participants":`+string(list)+`}`)
 	fullBase := "/v1/conversations/" + full.ID + "/participants/"
 	_, fullTag := a.get(u, full.ID)
-	a.do(exchange{method: "PUT", path: fullBase + "one-too-many", bearer: u}).problem(t, 409, "too_many_participants", "")
+	a.do(exchange{method: "PUT", path: fullBase + uid("one-too-many"), bearer: u}).problem(t, 409, "too_many_participants", "")
 	if got, now := a.get(u, full.ID); len(got.Participants) != 100 || now != fullTag {
 		t.Fatalf("refused add changed the conversation: %d participants", len(got.Participants))
 	}
 	// Adding an existing one to a full conversation is still fine.
-	if r := a.do(exchange{method: "PUT", path: fullBase + "p5", bearer: u}); r.status != 204 {
+	if r := a.do(exchange{method: "PUT", path: fullBase + uid("p5"), bearer: u}); r.status != 204 {
 		t.Fatalf("add existing to full: %d", r.status)
 	}
 }
@@ -555,11 +555,11 @@ func testUpdatedAtForward(t *testing.T, a *api) {
 	prev, prevTag := a.get(u, conv.ID)
 	steps := []exchange{
 		{method: "PATCH", path: "/v1/conversations/" + conv.ID, body: `{"subject":"a"}`, contentType: "application/merge-patch+json"},
-		{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/mia"},
+		{method: "PUT", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("mia")},
 		{method: "POST", path: "/v1/conversations/" + conv.ID + "/messages", body: `{"body":"x"}`},
 		{method: "PATCH", path: "/v1/conversations/" + conv.ID, body: `{"status":"snoozed"}`, contentType: "application/merge-patch+json"},
 		{method: "POST", path: "/v1/conversations/" + conv.ID + "/messages", body: `{"body":"y"}`},
-		{method: "DELETE", path: "/v1/conversations/" + conv.ID + "/participants/mia"},
+		{method: "DELETE", path: "/v1/conversations/" + conv.ID + "/participants/" + uid("mia")},
 		{method: "PATCH", path: "/v1/conversations/" + conv.ID, body: `{"subject":"b"}`, contentType: "application/merge-patch+json"},
 	}
 	// Quickly, so that several steps fall within one millisecond.
@@ -846,8 +846,8 @@ func testBearerOnNewRoutes(t *testing.T, a *api) {
 	base := "/v1/conversations/" + conv.ID
 	for _, x := range []exchange{
 		{method: "PATCH", path: base, body: `{"subject":"x"}`, contentType: "application/merge-patch+json"},
-		{method: "PUT", path: base + "/participants/tom"},
-		{method: "DELETE", path: base + "/participants/sam"},
+		{method: "PUT", path: base + "/participants/" + uid("tom")},
+		{method: "DELETE", path: base + "/participants/" + uid("sam")},
 		{method: "POST", path: base + "/messages", body: `{"body":"x"}`},
 		{method: "GET", path: base + "/messages"},
 		{method: "GET", path: base + "/messages/" + m.ID},

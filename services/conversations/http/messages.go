@@ -17,12 +17,16 @@ func messagesPath(conversationID string) string {
 
 func handlePostMessage(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
 		var in conversations.NewMessage
 		body, err := decodeBody(c, conversations.MaxBodyLen, &in)
 		if err != nil {
 			return err
 		}
-		resp, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), c.Param("id"), in, idempotency(c, body),
+		resp, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, idempotency(c, body),
 			func(m conversations.Message) (conversations.SavedResponse, error) {
 				return createdResponse(messagesPath(m.ConversationID)+"/"+url.PathEscape(m.ID), "", m)
 			})
@@ -35,11 +39,15 @@ func handlePostMessage(svc *conversations.Service) echo.HandlerFunc {
 
 func handleListMessages(svc *conversations.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
 		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
 		if err != nil {
 			return err
 		}
-		who, conversationID := caller(c), c.Param("id")
+		who := caller(c)
 		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, ConversationID: conversationID}
 		after, err := pageAfter(cursors, scope, p.cursor)
 		if err != nil {
@@ -58,7 +66,15 @@ func handleListMessages(svc *conversations.Service, cursors *cursor.Codec, defau
 
 func handleGetMessage(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		m, err := svc.GetMessage(c.Request().Context(), caller(c), c.Param("id"), c.Param("messageId"))
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
+		messageID, err := pathMessageID(c)
+		if err != nil {
+			return err
+		}
+		m, err := svc.GetMessage(c.Request().Context(), caller(c), conversationID, messageID)
 		if err != nil {
 			return err
 		}

@@ -77,16 +77,17 @@ func testClientListsItsAccount(t *testing.T, s *conversations.Service) {
 func testClientCreates(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := client("acc_1", "cli_1")
-	conv, err := conversations.NewConversation{Subject: "from a backend", Participants: []string{"usr_1"}}.Conversation(who)
+	participant := "usr_000000000000000000000001" // the form NewConversation takes
+	conv, err := conversations.NewConversation{Subject: "from a backend", Participants: []string{participant}}.Conversation(who)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conv.ID = conversations.NewConversationID()
 	c, err := s.CreateConversation(ctx, who, conv)
-	if err != nil || !slices.Equal(c.Participants, []string{"usr_1"}) {
+	if err != nil || !slices.Equal(c.Participants, []string{participant}) {
 		t.Fatalf("create: %+v, %v", c, err)
 	}
-	for _, reader := range []conversations.Caller{who, client("acc_1", "cli_2"), caller("acc_1", "usr_1")} {
+	for _, reader := range []conversations.Caller{who, client("acc_1", "cli_2"), caller("acc_1", participant)} {
 		if got := get(t, s, reader, c.ID); got.Subject != "from a backend" {
 			t.Errorf("%+v reads %+v", reader, got)
 		}

@@ -210,8 +210,10 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
@@ -322,9 +324,12 @@ export interface components {
             /** @enum {string} */
             grant_type: "client_credentials" | "password" | "refresh_token";
             /**
-             * @description `client_credentials`: space-separated scopes, a subset of the
-             *     client's (all of them when absent). Ignored by the other grants:
-             *     a user's tokens have no scopes.
+             * @description `client_credentials`: scopes separated by single spaces
+             *     (RFC 6749 section 3.3), a subset of the client's (all of them
+             *     when absent or empty). Anything else, such as spaces only,
+             *     leading, trailing or repeated spaces, tabs or newlines, is
+             *     `invalid_scope`. Ignored by the other grants: a user's tokens
+             *     have no scopes.
              * @example definitions:read
              */
             scope?: string;
@@ -455,7 +460,10 @@ export interface components {
         DefinitionType: string;
         /**
          * @description Free-form settings of the integration, a JSON object of at most
-         *     64 KiB when serialized. Its members depend on the `type`.
+         *     64 KiB when serialized, nesting objects and arrays at most 32
+         *     levels deep (the object itself is level 1); deeper is a `400`
+         *     (`validation_failed`, field `config`). Its members depend on the
+         *     `type`.
          * @example {
          *       "instanceUrl": "https://acme.my.salesforce.com"
          *     }
@@ -714,7 +722,8 @@ export interface components {
          *     `unsupported_grant_type`, `invalid_grant` (wrong user credentials,
          *     of every kind alike; a refresh token that is invalid, spent,
          *     revoked, or another client's or account's) or `invalid_scope` (a
-         *     scope the client does not hold).
+         *     scope the client does not hold, or a `scope` that is not scope
+         *     tokens separated by single spaces).
          */
         OAuthBadRequest: {
             headers: {
@@ -1027,8 +1036,10 @@ export interface components {
     };
     parameters: {
         /**
-         * @description The `id` of a definition of the caller's account. An id of another
-         *     account, or one that does not exist, gives `404`.
+         * @description The `id` of a definition of the caller's account: `def_` and 24
+         *     lowercase hex digits, as the service makes them. An id of another
+         *     account, one that does not exist, or one of another form gives
+         *     `404` (an id of another form never reaches the database).
          * @example 665f1c2e9b1d4a0f8c3e2a71
          */
         DefinitionId: string;
@@ -1329,8 +1340,10 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
@@ -1361,8 +1374,10 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];
@@ -1395,8 +1410,10 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a definition of the caller's account. An id of another
-                 *     account, or one that does not exist, gives `404`.
+                 * @description The `id` of a definition of the caller's account: `def_` and 24
+                 *     lowercase hex digits, as the service makes them. An id of another
+                 *     account, one that does not exist, or one of another form gives
+                 *     `404` (an id of another form never reaches the database).
                  * @example 665f1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["DefinitionId"];

@@ -98,9 +98,11 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
@@ -155,15 +157,20 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
                 /**
-                 * @description A user id of the caller's account, 1 to 128 bytes; a longer one is a
-                 *     `400` (`validation_failed`, field `userId`).
+                 * @description A user id of the caller's account: the `sub` claim of that user's
+                 *     tokens, which the account service makes as `usr_` and 24 lowercase
+                 *     hex digits. Any other form (a service client's id included: it
+                 *     takes part in no conversation) is a `400` (`validation_failed`,
+                 *     field `userId`) and is never stored.
                  * @example usr_2c26b46b68ffc68ff99b453c
                  */
                 userId: components["parameters"]["ParticipantId"];
@@ -206,9 +213,11 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
@@ -253,14 +262,17 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
                 /**
-                 * @description The `id` of a message of the conversation.
+                 * @description The `id` of a message of the conversation: `msg_` and 24 lowercase
+                 *     hex digits. An id of another form gives `404`, like an unknown one.
                  * @example msg_5d41402abc4b2a76b9719d91
                  */
                 messageId: components["parameters"]["MessageId"];
@@ -335,16 +347,18 @@ export interface components {
              */
             subject?: components["schemas"]["Subject"];
             /**
-             * @description The initial status; `open` when left out.
+             * @description The initial status; `open` when left out or `null`. `""` is a `400`.
              * @default open
              */
             status?: components["schemas"]["ConversationStatus"];
             /**
              * @description User ids of the caller's account taking part in the
-             *     conversation. The caller is added when missing and duplicates
-             *     are removed; the result may hold at most 100 ids, the caller
-             *     included. Left out: the caller alone. A service client is no
-             *     participant: it names 1 to 100 ids here.
+             *     conversation, each `usr_` and 24 lowercase hex digits (the
+             *     `sub` of that user's tokens); another form is a `400` naming
+             *     `participants[i]`. The caller is added when missing and
+             *     duplicates are removed; the result may hold at most 100 ids, the
+             *     caller included. Left out: the caller alone. A service client is
+             *     no participant: it names 1 to 100 ids here.
              * @example [
              *       "usr_2c26b46b68ffc68ff99b453c"
              *     ]
@@ -354,7 +368,10 @@ export interface components {
              * Format: date-time
              * @description When the last message of the conversation was sent, if it has
              *     any (for example for a conversation imported with its history);
-             *     `null` or left out when it has none. Stored in UTC with
+             *     `null` or left out when it has none. An RFC 3339 date-time with
+             *     any offset, from `1970-01-01T00:00:00Z` to one day after the
+             *     server's now once converted to UTC; anything else is a `400`
+             *     (`validation_failed`, field `lastMessageAt`). Stored in UTC with
              *     millisecond precision.
              * @example null
              */
@@ -419,8 +436,11 @@ export interface components {
             body: string;
             /**
              * @description Any JSON object the client wants to keep with the message, at
-             *     most 16 KiB once compacted; `{}` when left out or `null`. It is
-             *     stored and returned as sent (members in the order sent).
+             *     most 16 KiB once compacted and nesting objects and arrays at
+             *     most 32 levels deep (the object itself is level 1); `{}` when
+             *     left out or `null`. Larger or deeper is a `400`
+             *     (`validation_failed`, field `metadata`). It is stored and
+             *     returned as sent (members in the order sent).
              * @example {
              *       "channel": "email"
              *     }
@@ -856,9 +876,11 @@ export interface components {
     };
     parameters: {
         /**
-         * @description The `id` of a conversation of the caller. An id that does not exist,
-         *     belongs to another account, or names a conversation the caller does
-         *     not take part in gives `404`.
+         * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+         *     hex digits, as the service makes them. An id that does not exist,
+         *     belongs to another account, names a conversation the caller does
+         *     not take part in, or has another form gives `404` (an id of another
+         *     form never reaches the database).
          * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
          */
         ConversationId: string;
@@ -883,28 +905,36 @@ export interface components {
         Cursor: string;
         /**
          * @description Only conversations with this status. Left out: every status. An
-         *     unknown value is a `400` (`validation_failed`, field `status`).
+         *     unknown or empty value (`status=`) is a `400` (`validation_failed`,
+         *     field `status`).
          * @example open
          */
         StatusFilter: components["schemas"]["ConversationStatus"];
         /**
          * @description Only conversations whose `updatedAt` is later than this RFC 3339
          *     date-time (compared at millisecond precision), e.g.
-         *     `2024-05-01T12:00:00.250Z`. Combines with `status` and paging; the
-         *     next links keep it. A value that is not an RFC 3339 date-time (note
-         *     that a `+` in an offset must be sent as `%2B`) is a `400`
-         *     (`validation_failed`, field `updatedAfter`).
+         *     `2024-05-01T12:00:00.250Z`. Any offset is accepted; the time must
+         *     lie from `0001-01-01T00:00:00Z` to `9999-12-31T23:59:59.999Z` once
+         *     converted to UTC (so `0000-01-01T00:00:00+01:00` is refused). Combines
+         *     with `status` and paging; the next links keep it, in UTC. A value
+         *     that is not an RFC 3339 date-time in that range (note that a `+` in
+         *     an offset must be sent as `%2B`) is a `400` (`validation_failed`,
+         *     field `updatedAfter`).
          * @example 2024-05-01T12:00:00.250Z
          */
         UpdatedAfter: string;
         /**
-         * @description The `id` of a message of the conversation.
+         * @description The `id` of a message of the conversation: `msg_` and 24 lowercase
+         *     hex digits. An id of another form gives `404`, like an unknown one.
          * @example msg_5d41402abc4b2a76b9719d91
          */
         MessageId: string;
         /**
-         * @description A user id of the caller's account, 1 to 128 bytes; a longer one is a
-         *     `400` (`validation_failed`, field `userId`).
+         * @description A user id of the caller's account: the `sub` claim of that user's
+         *     tokens, which the account service makes as `usr_` and 24 lowercase
+         *     hex digits. Any other form (a service client's id included: it
+         *     takes part in no conversation) is a `400` (`validation_failed`,
+         *     field `userId`) and is never stored.
          * @example usr_2c26b46b68ffc68ff99b453c
          */
         ParticipantId: string;
@@ -1044,17 +1074,21 @@ export interface operations {
                 cursor?: components["parameters"]["Cursor"];
                 /**
                  * @description Only conversations with this status. Left out: every status. An
-                 *     unknown value is a `400` (`validation_failed`, field `status`).
+                 *     unknown or empty value (`status=`) is a `400` (`validation_failed`,
+                 *     field `status`).
                  * @example open
                  */
                 status?: components["parameters"]["StatusFilter"];
                 /**
                  * @description Only conversations whose `updatedAt` is later than this RFC 3339
                  *     date-time (compared at millisecond precision), e.g.
-                 *     `2024-05-01T12:00:00.250Z`. Combines with `status` and paging; the
-                 *     next links keep it. A value that is not an RFC 3339 date-time (note
-                 *     that a `+` in an offset must be sent as `%2B`) is a `400`
-                 *     (`validation_failed`, field `updatedAfter`).
+                 *     `2024-05-01T12:00:00.250Z`. Any offset is accepted; the time must
+                 *     lie from `0001-01-01T00:00:00Z` to `9999-12-31T23:59:59.999Z` once
+                 *     converted to UTC (so `0000-01-01T00:00:00+01:00` is refused). Combines
+                 *     with `status` and paging; the next links keep it, in UTC. A value
+                 *     that is not an RFC 3339 date-time in that range (note that a `+` in
+                 *     an offset must be sent as `%2B`) is a `400` (`validation_failed`,
+                 *     field `updatedAfter`).
                  * @example 2024-05-01T12:00:00.250Z
                  */
                 updatedAfter?: components["parameters"]["UpdatedAfter"];
@@ -1177,9 +1211,11 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
@@ -1239,9 +1275,11 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
@@ -1315,15 +1353,20 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
                 /**
-                 * @description A user id of the caller's account, 1 to 128 bytes; a longer one is a
-                 *     `400` (`validation_failed`, field `userId`).
+                 * @description A user id of the caller's account: the `sub` claim of that user's
+                 *     tokens, which the account service makes as `usr_` and 24 lowercase
+                 *     hex digits. Any other form (a service client's id included: it
+                 *     takes part in no conversation) is a `400` (`validation_failed`,
+                 *     field `userId`) and is never stored.
                  * @example usr_2c26b46b68ffc68ff99b453c
                  */
                 userId: components["parameters"]["ParticipantId"];
@@ -1369,15 +1412,20 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
                 /**
-                 * @description A user id of the caller's account, 1 to 128 bytes; a longer one is a
-                 *     `400` (`validation_failed`, field `userId`).
+                 * @description A user id of the caller's account: the `sub` claim of that user's
+                 *     tokens, which the account service makes as `usr_` and 24 lowercase
+                 *     hex digits. Any other form (a service client's id included: it
+                 *     takes part in no conversation) is a `400` (`validation_failed`,
+                 *     field `userId`) and is never stored.
                  * @example usr_2c26b46b68ffc68ff99b453c
                  */
                 userId: components["parameters"]["ParticipantId"];
@@ -1429,9 +1477,11 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
@@ -1488,9 +1538,11 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
@@ -1543,14 +1595,17 @@ export interface operations {
             header?: never;
             path: {
                 /**
-                 * @description The `id` of a conversation of the caller. An id that does not exist,
-                 *     belongs to another account, or names a conversation the caller does
-                 *     not take part in gives `404`.
+                 * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
+                 *     hex digits, as the service makes them. An id that does not exist,
+                 *     belongs to another account, names a conversation the caller does
+                 *     not take part in, or has another form gives `404` (an id of another
+                 *     form never reaches the database).
                  * @example cnv_3f9a1c2e9b1d4a0f8c3e2a71
                  */
                 id: components["parameters"]["ConversationId"];
                 /**
-                 * @description The `id` of a message of the conversation.
+                 * @description The `id` of a message of the conversation: `msg_` and 24 lowercase
+                 *     hex digits. An id of another form gives `404`, like an unknown one.
                  * @example msg_5d41402abc4b2a76b9719d91
                  */
                 messageId: components["parameters"]["MessageId"];

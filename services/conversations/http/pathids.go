@@ -1,0 +1,46 @@
+package http
+
+import (
+	"fmt"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/services/conversations"
+)
+
+// The ids of a path are checked against their form before anything else
+// (conversations.ValidConversationID and the others): an id of another
+// form names nothing that exists, so it is a 404 like an unknown one, and
+// never reaches the store. A user id is a 400 naming it: it names someone
+// to add or remove, not a resource of the path.
+
+// pathConversationID is the {id} of the path: ErrNotFound unless it has
+// the form of a conversation id.
+func pathConversationID(c *echo.Context) (string, error) {
+	id := c.Param("id")
+	if !conversations.ValidConversationID(id) {
+		return "", fmt.Errorf("conversation id of another form: %w", conversations.ErrNotFound)
+	}
+	return id, nil
+}
+
+// pathMessageID is the {messageId} of the path: ErrMessageNotFound unless
+// it has the form of a message id.
+func pathMessageID(c *echo.Context) (string, error) {
+	id := c.Param("messageId")
+	if !conversations.ValidMessageID(id) {
+		return "", fmt.Errorf("message id of another form: %w", conversations.ErrMessageNotFound)
+	}
+	return id, nil
+}
+
+// pathUserID is the {userId} of the path: a validation problem unless it
+// has the form of a user id.
+func pathUserID(c *echo.Context) (string, error) {
+	id := c.Param("userId")
+	if !conversations.ValidUserID(id) {
+		return "", problem.Validation(problem.FieldError{Field: "userId", Reason: conversations.UserIDForm})
+	}
+	return id, nil
+}
