@@ -55,7 +55,7 @@ export GOFLAGS += -trimpath
 #    builds it, so all share one compilation.
 # On a cold build cache the two sets compile side by side, which keeps both
 # cores busy; warm, their tests overlap.
-BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench observabilitytest devstack)
+BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest oidcinterop e2e bench observabilitytest devstack)
 STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
 OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)

@@ -91,6 +91,10 @@ type Claims struct {
 	// Id tokens only.
 	PreferredUsername string
 	AuthTime          time.Time
+	// AuthorizedParty is the azp of an id token issued to an OAuth client
+	// through the token endpoint: that client's id, which aud lists too.
+	// Empty for tokens of POST /login.
+	AuthorizedParty string
 
 	// Service clients' access tokens only (CONTRACT.md section 9): the
 	// client_id claim, and the scope claim split at spaces (RFC 9068
@@ -132,6 +136,7 @@ type wireClaims struct {
 	Sid               string      `json:"sid"`
 	PreferredUsername string      `json:"preferred_username"`
 	AuthTime          numericDate `json:"auth_time"`
+	Azp               string      `json:"azp"`
 	ClientID          string      `json:"client_id"`
 	Scope             string      `json:"scope"`
 }

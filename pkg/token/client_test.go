@@ -89,6 +89,44 @@ func TestUserTokensAreNotClients(t *testing.T) {
 	}
 }
 
+// A set minted for an OAuth client (the password and refresh grants)
+// names the client in its id token's aud, beside the configured audience,
+// and in azp; a verifier of the configured audience (the services') still
+// accepts every token, and the user's access token does not become a
+// client's.
+func TestMintForClientNamesItInIDToken(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, token.AlgES256)
+	s := testSubject()
+	s.ClientID = "cli_app"
+	set, err := f.issuer.Mint(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.verifier.Verify(context.Background(), set.IDToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(id.Audience, []string{testAudience, "cli_app"}) || id.AuthorizedParty != "cli_app" || id.IsClient() {
+		t.Fatalf("id token claims = %+v", id)
+	}
+	for name, raw := range map[string]string{"access": set.AccessToken, "refresh": set.RefreshToken} {
+		_, claims, _ := parts(t, raw)
+		if aud, _ := json.Marshal(claims["aud"]); string(aud) != `["`+testAudience+`"]` || claims["azp"] != nil || claims["client_id"] != nil {
+			t.Errorf("%s token claims = %v; want the configured audience alone, no azp or client_id", name, claims)
+		}
+	}
+	access, err := f.verifier.Verify(context.Background(), set.AccessToken)
+	if err != nil || access.IsClient() || access.AuthorizedParty != "" {
+		t.Fatalf("access token claims = %+v, %v", access, err)
+	}
+	// Without a client, as for POST /login: the configured audience alone.
+	plain, err := f.verifier.Verify(context.Background(), f.mint(t).IDToken)
+	if err != nil || !slices.Equal(plain.Audience, []string{testAudience}) || plain.AuthorizedParty != "" {
+		t.Fatalf("id token of no client = %+v, %v", plain, err)
+	}
+}
+
 // A token that claims a client but is not shaped as a client's access
 // token is refused, even when properly signed.
 func TestMalformedClientTokens(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,9 @@ const (
 	ClaimAuthTime          = "auth_time"
 	ClaimClientID          = "client_id"
 	ClaimScope             = "scope"
+	// ClaimAuthorizedParty is the azp of an id token issued to a client
+	// (OpenID Connect Core 1.0 section 2): its client id.
+	ClaimAuthorizedParty = "azp"
 )
 
 // IssuerConfig configures an Issuer.
@@ -107,6 +111,13 @@ type Subject struct {
 	// one), not a second one.
 	RefreshTokenID   string
 	RefreshExpiresAt time.Time
+	// ClientID, when set, is the OAuth client the set is issued to (the
+	// password and refresh grants of the token endpoint): its id token
+	// names it in aud beside the configured audience, and in azp, as
+	// OpenID Connect Core 1.0 section 3.1.3.7 requires of the client that
+	// validates it. The access and refresh tokens are unchanged: they are
+	// the user's, for the services of the configured audience.
+	ClientID string
 }
 
 // Set is a minted token set, shaped as the "tokens" member of the login
@@ -163,6 +174,13 @@ func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
 	idb := i.base(UseID, s, sid, now, now.Add(i.cfg.TokenTTL)).
 		Claim(ClaimPreferredUsername, s.Username).
 		Claim(ClaimAuthTime, authTime.Unix())
+	if s.ClientID != "" {
+		aud := i.cfg.Audience
+		if !slices.Contains(aud, s.ClientID) {
+			aud = append(slices.Clone(aud), s.ClientID)
+		}
+		idb = idb.Audience(aud).Claim(ClaimAuthorizedParty, s.ClientID)
+	}
 	if out.IDToken, _, err = i.sign(kr, UseID, idb, ""); err != nil {
 		return Set{}, err
 	}

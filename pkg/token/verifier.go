@@ -314,6 +314,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		SessionID:         wc.Sid,
 		PreferredUsername: wc.PreferredUsername,
 		AuthTime:          wc.AuthTime.Time,
+		AuthorizedParty:   wc.Azp,
 		ClientID:          wc.ClientID,
 		Scopes:            ParseScope(wc.Scope),
 		Type:              hdr.Typ,

@@ -21,6 +21,12 @@ import (
 // access tokens with the client-credentials grant. A client authenticates
 // with its client_id and a secret that only it knows; the service keeps a
 // hash of the secret, never the secret.
+//
+// Public clients (RFC 6749 section 2.1) are apps that cannot keep a secret
+// (a single-page app, a mobile app): they have none, present only their
+// client_id (token_endpoint_auth_method "none"), and may use only the
+// grants that need a user's password or refresh token, never
+// client_credentials, since anyone can present their id.
 
 // Client errors.
 var (
@@ -35,6 +41,13 @@ var (
 	// ErrConflict: a conditional update lost to a concurrent one (two
 	// rotations of one secret at once); the caller may retry.
 	ErrConflict = errors.New("changed concurrently")
+	// ErrUnauthorizedClient: an authenticated client asked for a grant it
+	// may not use, a public client for client_credentials (RFC 6749
+	// unauthorized_client).
+	ErrUnauthorizedClient = errors.New("grant not allowed for this client")
+	// ErrPublicClient: an operation that needs a secret (rotating it) on a
+	// public client, which has none.
+	ErrPublicClient = errors.New("a public client has no secret")
 )
 
 // The scopes a service client may hold (contract section 9): pkg/token's,
@@ -81,10 +94,14 @@ type ServiceClient struct {
 	// change, so tokens take it from here without a lookup per token.
 	AccountName string
 	Name        string   // what the operator calls it, 1..200 chars
-	Scopes      []string // sorted, distinct, each one of Scopes()
-	Disabled    bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	Scopes      []string // sorted, distinct, each one of Scopes(); none for a public client
+	// Public marks a client without a secret (see the top of this file):
+	// it authenticates by its client_id alone, for the password and
+	// refresh grants only.
+	Public    bool
+	Disabled  bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// SecretHash is the hash of the current secret (HashClientSecret).
 	SecretHash string
 	// PreviousSecretHash is the hash of the secret that the last rotation
@@ -126,6 +143,18 @@ func (c ServiceClient) GrantScopes(requested string) ([]string, error) {
 		}
 	}
 	return scopes, nil
+}
+
+// credentialsMatch reports whether the presented secret, whose
+// HashClientSecret is h, authenticates the client: none at all for a
+// public client (a public client that sends a secret is misconfigured, and
+// is refused rather than have the secret ignored), else secretMatches.
+func (c ServiceClient) credentialsMatch(secret, h string, now time.Time) bool {
+	matches := c.secretMatches(h, now)
+	if c.Public {
+		return secret == ""
+	}
+	return matches
 }
 
 // validScopeToken reports whether s is a scope-token of RFC 6749 §3.3:
@@ -190,6 +219,17 @@ func NewServiceClient(acc Account, name string, scopes []string) (ServiceClient,
 		AccountID: acc.ID, AccountName: acc.Name, Name: name, Scopes: scopes,
 		SecretHash: HashClientSecret(secret),
 	}, secret, nil
+}
+
+// NewPublicClient returns a public client of acc to store (the store
+// assigns its ID and times): no secret, no scope (its tokens are a user's,
+// which act as the user).
+func NewPublicClient(acc Account, name string) (ServiceClient, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || utf8.RuneCountInString(name) > MaxClientNameLen {
+		return ServiceClient{}, fmt.Errorf("a client name must have 1 to %d characters", MaxClientNameLen)
+	}
+	return ServiceClient{AccountID: acc.ID, AccountName: acc.Name, Name: name, Scopes: []string{}, Public: true}, nil
 }
 
 // NewClientSecret returns a new secret: ClientSecretPrefix and 256 random
@@ -279,10 +319,12 @@ type ClientAuthenticator struct {
 	Cache *ClientCache
 }
 
-// Authenticate returns the client whose id and secret are given. An
-// unknown client, a wrong secret, a disabled client and a previous secret
-// past its overlap are all the same ErrInvalidClient, and each costs one
-// hash comparison. While the client id is locked it returns a
+// Authenticate returns the client whose id and secret are given; secret is
+// empty when none was presented, the one right answer for a public client
+// and a wrong one for any other. An unknown client, a wrong secret, a
+// disabled client, a previous secret past its overlap and a secret sent
+// by a public client are all the same ErrInvalidClient, and each costs
+// one hash comparison. While the client id is locked it returns a
 // *ClientThrottledError before looking at the secret. Any other error
 // means the check could not run (the database): the caller must refuse.
 //
@@ -347,7 +389,7 @@ func (a ClientAuthenticator) verify(ctx context.Context, clientID, secret, secre
 	if err != nil {
 		return ServiceClient{}, false, fmt.Errorf("authenticate client: %w", err)
 	}
-	matches := c.secretMatches(secretHash, a.now())
+	matches := c.credentialsMatch(secret, secretHash, a.now())
 	return c, matches && !c.Disabled, nil
 }
 
@@ -404,6 +446,9 @@ func RotateClientSecret(ctx context.Context, clients ClientStore, accountID, cli
 	c, err := clients.ClientByID(ctx, clientID)
 	if err == nil && c.AccountID != accountID {
 		err = fmt.Errorf("client %q: %w", clientID, ErrNotFound)
+	}
+	if err == nil && c.Public {
+		err = fmt.Errorf("client %q: %w", clientID, ErrPublicClient)
 	}
 	if err != nil {
 		return "", fmt.Errorf("rotate client secret: %w", err)

@@ -68,13 +68,14 @@ func (c *ClientCache) get(clientID, secretHash string, now time.Time) (ServiceCl
 
 // put remembers client, authenticated at now by the secret whose hash is
 // secretHash, until now + TTL or the end of that secret's overlap when it
-// is the previous one.
+// is the previous one (a public client, authenticated by no secret, until
+// now + TTL).
 func (c *ClientCache) put(client ServiceClient, secretHash string, now time.Time) {
 	if c == nil {
 		return
 	}
 	expires := now.Add(c.ttl)
-	if !hashEqual(client.SecretHash, secretHash) && client.PreviousSecretExpiresAt.Before(expires) {
+	if !client.Public && !hashEqual(client.SecretHash, secretHash) && client.PreviousSecretExpiresAt.Before(expires) {
 		expires = client.PreviousSecretExpiresAt
 	}
 	c.mu.Lock()

@@ -28,10 +28,12 @@ type Session struct {
 	ID        string // the tokens' sid claim
 	AccountID string
 	UserID    string
-	// ClientID is the service client the session was issued to (the
-	// password grant with client authentication); empty for a session of
-	// no client (POST /login, or the password grant without one). Only
-	// that client, or only a request of no client, can refresh or end it.
+	// ClientID is the OAuth client the session was issued to (the
+	// password grant with client authentication, a confidential or a
+	// public client); empty for a session of no client (POST /login, or
+	// the password grant without one). Only that client, or only a
+	// request of no client, can refresh or end it, and the id tokens of
+	// its refreshes keep naming that client in aud and azp.
 	ClientID string
 	// RefreshID is the jti of the one refresh token that may be exchanged.
 	RefreshID string

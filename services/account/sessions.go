@@ -57,10 +57,11 @@ type PasswordLogin struct {
 	AccountName, Username, Password string
 	// ClientIP is the caller's address, for the throttle.
 	ClientIP string
-	// Client is the service client that asks for the user's tokens (the
-	// password grant with client authentication), nil for none. The
-	// session is bound to it, and the user must be of its account, which
-	// AccountName defaults to.
+	// Client is the OAuth client that asks for the user's tokens (the
+	// password grant with client authentication, a confidential or a
+	// public client), nil for none. The session is bound to it, the id
+	// token names it in aud and azp, and the user must be of its account,
+	// which AccountName defaults to.
 	Client *ServiceClient
 }
 
@@ -101,6 +102,7 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	authTime := s.now()
 	set, err := s.Issuer.Mint(ctx, token.Subject{
 		UserID: user.ID, AccountID: acc.ID, AccountName: acc.Name, Username: user.Username, AuthTime: authTime,
+		ClientID: clientIDOf(in.Client),
 	})
 	if err != nil {
 		return token.Set{}, err
@@ -142,6 +144,9 @@ func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClien
 	subject := token.Subject{
 		UserID: user.ID, AccountID: claims.AccountID, AccountName: claims.AccountName,
 		Username: user.Username, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
+		// The session's client, which session checked is the caller: the
+		// id token keeps naming it in aud and azp.
+		ClientID: sess.ClientID,
 	}
 	// The new set is minted first so that its refresh token id is written
 	// by the same conditional update that spends the presented one; the
@@ -232,8 +237,12 @@ func (s *Sessions) AuthenticateClient(ctx context.Context, clientID, secret stri
 // ClientToken issues an access token to an authenticated client (the
 // client-credentials grant), for scope: the client's scopes when empty,
 // else a subset of them (ErrInvalidScope otherwise). A client gets neither
-// a refresh token nor an id token, and no session.
+// a refresh token nor an id token, and no session. A public client gets
+// nothing (ErrUnauthorizedClient): anyone can present its id.
 func (s *Sessions) ClientToken(ctx context.Context, client ServiceClient, scope string) (token.ClientToken, error) {
+	if client.Public {
+		return token.ClientToken{}, fmt.Errorf("client %q is public: %w", client.ID, ErrUnauthorizedClient)
+	}
 	scopes, err := client.GrantScopes(scope)
 	if err != nil {
 		return token.ClientToken{}, err

@@ -16,6 +16,7 @@ import (
 // (docs/errors.md lists every code).
 const (
 	codeInvalidClient        = "invalid_client"
+	codeUnauthorizedClient   = "unauthorized_client"
 	codeInvalidGrant         = "invalid_grant"
 	codeInvalidScope         = "invalid_scope"
 	codeUnsupportedGrantType = "unsupported_grant_type"
@@ -30,9 +31,12 @@ var errTwoAuthorizationHeaders = errors.New("more than one Authorization header"
 
 // oauthRefusal is a request to an OAuth 2.0 endpoint refused for what it
 // is: code is its RFC 6749 error (invalid_request, invalid_client,
-// unsupported_grant_type), detail says why for people.
+// unsupported_grant_type), detail says why for people; challenged is set
+// for a client that authenticated with the Authorization header (only it
+// gets the WWW-Authenticate challenge, see clientAuthChallenge).
 type oauthRefusal struct {
 	code, detail string
+	challenged   bool
 }
 
 func (e *oauthRefusal) Error() string { return e.code + ": " + e.detail }
@@ -52,7 +56,9 @@ func problemFor(err error) *problem.Problem {
 	case errors.As(err, &refusal):
 		if refusal.code == codeInvalidClient {
 			p := problem.New(http.StatusUnauthorized, codeInvalidClient, refusal.detail)
-			p.Challenge = clientAuthChallenge
+			if refusal.challenged {
+				p.Challenge = clientAuthChallenge
+			}
 			return p
 		}
 		return problem.BadRequest(refusal.code, refusal.detail)
@@ -71,7 +77,9 @@ func problemFor(err error) *problem.Problem {
 		// Spent, revoked, unknown, of a disabled user: one answer.
 		return problem.InvalidToken("The refresh token is not valid; log in again.")
 	case errors.Is(err, account.ErrInvalidClient):
-		return problemFor(invalidClient("Client authentication failed."))
+		return problemFor(invalidClient(clientAuthFailed))
+	case errors.Is(err, account.ErrUnauthorizedClient):
+		return problem.BadRequest(codeUnauthorizedClient, "This client may not use this grant type.")
 	case errors.Is(err, account.ErrInvalidScope):
 		return problem.BadRequest(codeInvalidScope, "The requested scope is not granted to this client.")
 	case errors.Is(err, password.ErrBusy):
@@ -89,11 +97,22 @@ func invalidRequest(detail string) error {
 	return &oauthRefusal{code: token.CodeInvalidRequest, detail: detail}
 }
 
-// invalidClient refuses a client authentication (problemFor adds the
-// scheme the client may use, RFC 6749 section 5.2).
-func invalidClient(detail string) error {
+// invalidClient refuses a client authentication made without the
+// Authorization header; challenged one made with it.
+func invalidClient(detail string) *oauthRefusal {
 	return &oauthRefusal{code: codeInvalidClient, detail: detail}
 }
+
+// challenged adds the scheme the client may use (RFC 6749 section 5.2) to
+// the refusal of a client that authenticated with the Authorization header.
+func challenged(r *oauthRefusal) *oauthRefusal {
+	r.challenged = true
+	return r
+}
+
+// clientAuthFailed is the description of every failed client
+// authentication by credentials.
+const clientAuthFailed = "Client authentication failed."
 
 // oauthError is an RFC 6749 section 5.2 error response.
 type oauthError struct {
@@ -124,7 +143,7 @@ func oauthErrorFor(err error) (*problem.Problem, oauthError) {
 	case p.Status >= http.StatusInternalServerError:
 		code = codeServerError
 	case p.Code == codeInvalidClient || p.Code == codeInvalidScope || p.Code == codeUnsupportedGrantType ||
-		p.Code == token.CodeInvalidRequest:
+		p.Code == codeUnauthorizedClient || p.Code == token.CodeInvalidRequest:
 	default:
 		code = token.CodeInvalidRequest
 	}

@@ -37,7 +37,12 @@ const (
 var grantTypes = []string{grantClientCredentials, grantPassword, grantRefreshToken}
 
 // clientAuthChallenge is the WWW-Authenticate of a failed client
-// authentication (RFC 6749 section 5.2: the scheme the client may use).
+// authentication by the Authorization header (RFC 6749 section 5.2: the
+// scheme the client may use). A client that authenticated otherwise (form
+// parameters, or a public client's client_id) gets the 401 without it:
+// section 5.2 asks for the challenge only after an Authorization header,
+// and OpenID libraries (oauth4webapi) report any challenge as an
+// authentication scheme failure, hiding the invalid_client code.
 const clientAuthChallenge = `Basic realm="oauth2", charset="UTF-8"`
 
 // oauthEndpoint writes the error of h as RFC 6749 JSON and returns it
@@ -122,8 +127,8 @@ func requireParams(form url.Values, names ...string) error {
 // when it presents credentials: HTTP Basic (client_secret_basic) or the
 // client_id and client_secret parameters (client_secret_post), never both
 // (RFC 6749 section 2.3: one method per request), and never two
-// Authorization headers. It returns nil for a request without client
-// credentials.
+// Authorization headers; a public client presents its client_id alone
+// (method none). It returns nil for a request without client credentials.
 func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Values) (*account.ServiceClient, error) {
 	headers := c.Request().Header.Values("Authorization")
 	inForm := form.Has("client_id") || form.Has("client_secret")
@@ -136,7 +141,7 @@ func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Va
 	case len(headers) == 1:
 		var ok bool
 		if id, secret, ok = basicCredentials(headers[0]); !ok {
-			return nil, invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters.")
+			return nil, challenged(invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters."))
 		}
 	case inForm:
 		id, secret = form.Get("client_id"), form.Get("client_secret")
@@ -144,6 +149,9 @@ func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Va
 		return nil, nil
 	}
 	client, err := sessions.AuthenticateClient(c.Request().Context(), id, secret)
+	if errors.Is(err, account.ErrInvalidClient) && len(headers) == 1 {
+		return nil, challenged(invalidClient(clientAuthFailed))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -155,7 +155,7 @@ func (o *oauthAPI) oauthContext() context.Context {
 // postForm sends a form to an OAuth endpoint; edit may change the request
 // (headers). Only the response is validated: many of these requests are
 // deliberately wrong.
-func (o *oauthAPI) postForm(endpoint, body, contentType string, edit func(*http.Request)) response {
+func (o *oauthAPI) postForm(endpoint, body, contentType string, edit func(*http.Request)) oauthResponse {
 	o.t.Helper()
 	req, err := http.NewRequest("POST", endpoint, strings.NewReader(body))
 	if err != nil {
@@ -168,7 +168,17 @@ func (o *oauthAPI) postForm(endpoint, body, contentType string, edit func(*http.
 		edit(req)
 	}
 	resp, respBody := o.doc.DoResponseOnly(o.t, o.srv.Client(), req)
-	return response{status: resp.StatusCode, header: resp.Header, body: respBody}
+	return oauthResponse{
+		response:      response{status: resp.StatusCode, header: resp.Header, body: respBody},
+		authorization: req.Header.Get("Authorization") != "",
+	}
+}
+
+// oauthResponse is the answer of an OAuth endpoint, and whether the
+// request carried an Authorization header.
+type oauthResponse struct {
+	response
+	authorization bool
 }
 
 const formType = "application/x-www-form-urlencoded"
@@ -179,8 +189,10 @@ func basic(id, secret string) func(*http.Request) {
 	}
 }
 
-// oauthError checks an RFC 6749 section 5.2 error response.
-func (r response) oauthError(t *testing.T, status int, code string) {
+// oauthError checks an RFC 6749 section 5.2 error response: an
+// invalid_client carries a Basic challenge when, and only when, the client
+// used the Authorization header (section 5.2).
+func (r oauthResponse) oauthError(t *testing.T, status int, code string) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
@@ -199,8 +211,12 @@ func (r response) oauthError(t *testing.T, status int, code string) {
 	if body.Error != code || body.Description == "" {
 		t.Errorf("error = %+v, want %q with a description", body, code)
 	}
-	if code == "invalid_client" && !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Basic ") {
-		t.Errorf("invalid_client without a Basic challenge: %q", r.header.Get("WWW-Authenticate"))
+	challenge := r.header.Get("WWW-Authenticate")
+	switch {
+	case code == "invalid_client" && r.authorization && !strings.HasPrefix(challenge, "Basic "):
+		t.Errorf("invalid_client after an Authorization header without a Basic challenge: %q", challenge)
+	case (code != "invalid_client" || !r.authorization) && challenge != "":
+		t.Errorf("%s without an Authorization header has a challenge: %q", code, challenge)
 	}
 }
 
@@ -214,7 +230,7 @@ type tokenResponse struct {
 	Scope        string `json:"scope"`
 }
 
-func (r response) tokens(t *testing.T) tokenResponse {
+func (r oauthResponse) tokens(t *testing.T) tokenResponse {
 	t.Helper()
 	if r.status != http.StatusOK {
 		t.Fatalf("status = %d, want 200; body %s", r.status, r.body)
@@ -237,6 +253,7 @@ func TestOAuth(t *testing.T) {
 	t.Run("ClientTokensByScope", func(t *testing.T) { testClientTokenScopes(t, o) })
 	t.Run("PasswordGrantAndRefreshingTokenSource", func(t *testing.T) { testPasswordGrant(t, o) })
 	t.Run("PasswordGrantWithoutClient", func(t *testing.T) { testPublicPasswordGrant(t, o) })
+	t.Run("PublicClient", func(t *testing.T) { testPublicClient(t, o) })
 	t.Run("TokenEndpointBadInput", func(t *testing.T) { testTokenEndpointBadInput(t, o) })
 	t.Run("RefreshTokenOfAnotherClientOrAccount", func(t *testing.T) { testRefreshOfAnotherClient(t, o) })
 	t.Run("Revocation", func(t *testing.T) { testRevocation(t, o) })
@@ -275,7 +292,7 @@ func testOAuthDiscovery(t *testing.T, o *oauthAPI) {
 	}
 	for name, want := range map[string][]string{
 		"grant_types_supported":                 {"client_credentials", "password", "refresh_token"},
-		"token_endpoint_auth_methods_supported": {"client_secret_basic", "client_secret_post"},
+		"token_endpoint_auth_methods_supported": {"client_secret_basic", "client_secret_post", "none"},
 		"scopes_supported":                      {"conversations:read", "conversations:write", "definitions:read", "definitions:write"},
 	} {
 		if got := list(name); !slices.Equal(got, want) {
@@ -437,6 +454,9 @@ func testPasswordGrant(t *testing.T, o *oauthAPI) {
 	if r := o.call("POST", "/definitions", tok.AccessToken, `{"name":"mine","type":"x"}`); r.status != http.StatusCreated {
 		t.Fatalf("user token writes: %d", r.status)
 	}
+	// The id token names the client (OpenID Connect Core 3.1.3.7) and
+	// still passes the services' verifier, which wants the platform.
+	o.idTokenOf(t, tok.Extra("id_token"), id)
 
 	// The refreshing TokenSource exchanges the refresh token once the
 	// access token has expired, and keeps the session.
@@ -454,6 +474,7 @@ func testPasswordGrant(t *testing.T, o *oauthAPI) {
 	if err != nil || second.SessionID != first.SessionID || second.Subject != first.Subject {
 		t.Fatalf("refreshed claims = %+v, %v; want the session of %+v", second, err, first)
 	}
+	o.idTokenOf(t, renewed.Extra("id_token"), id)
 	// The spent refresh token is reuse (strict server): the session ends.
 	spent := *tok
 	spent.Expiry = time.Now().Add(-time.Minute)
@@ -476,6 +497,103 @@ func testPasswordGrant(t *testing.T, o *oauthAPI) {
 	r.oauthError(t, http.StatusBadRequest, "invalid_grant")
 }
 
+// idTokenOf verifies an id token with the services' verifier (the
+// platform audience) and checks whom it is for: aud is the platform and
+// clientID, and azp is clientID; for no client (""), aud is the platform
+// alone and there is no azp, as /login's.
+func (o *oauthAPI) idTokenOf(t *testing.T, raw any, clientID string) *token.Claims {
+	t.Helper()
+	s, _ := raw.(string)
+	c, err := o.verifier.Verify(context.Background(), s)
+	if err != nil {
+		t.Fatalf("id token: %v", err)
+	}
+	want := []string{audience}
+	if clientID != "" {
+		want = append(want, clientID)
+	}
+	if c.Use != token.UseID || !slices.Equal(c.Audience, want) || c.AuthorizedParty != clientID || c.ClientID != "" {
+		t.Fatalf("id token claims = %+v; want aud %v and azp %q", c, want, clientID)
+	}
+	return c
+}
+
+// A public client has no secret: it presents its client_id alone, for the
+// password and refresh grants and revocation, and its id tokens name it.
+func testPublicClient(t *testing.T, o *oauthAPI) {
+	ctx := context.Background()
+	pc, err := account.NewPublicClient(o.acme, "single-page app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := o.store.CreateClient(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.ID
+	confID, confSecret := o.newClient(o.acme, "definitions:read")
+
+	// golang.org/x/oauth2 with an empty secret sends client_id alone.
+	cfg := oauth2.Config{ClientID: id, Endpoint: oauth2.Endpoint{TokenURL: o.tokenEndpoint, AuthStyle: oauth2.AuthStyleInParams}}
+	tok, err := cfg.PasswordCredentialsToken(o.oauthContext(), "alice", "alice-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := o.idTokenOf(t, tok.Extra("id_token"), id)
+	tok.Expiry = time.Now().Add(-time.Minute)
+	renewed, err := cfg.TokenSource(o.oauthContext(), tok).Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := o.idTokenOf(t, renewed.Extra("id_token"), id); again.SessionID != first.SessionID {
+		t.Fatalf("refreshed id token of session %q, want %q", again.SessionID, first.SessionID)
+	}
+	// account_name may be given (it must then be the client's account).
+	set := o.postForm(o.tokenEndpoint, "grant_type=password&username=alice&password=alice-password&account_name=acme&client_id="+id, formType, nil).tokens(t)
+	o.idTokenOf(t, set.IDToken, id)
+
+	for _, tc := range []struct {
+		name, body string
+		edit       func(*http.Request)
+		status     int
+		code       string
+	}{
+		{"client_credentials", "grant_type=client_credentials&client_id=" + id, nil, 400, "unauthorized_client"},
+		{"a secret in the body", "grant_type=password&username=alice&password=alice-password&client_id=" + id + "&client_secret=cs_x", nil, 401, "invalid_client"},
+		{"a secret by HTTP Basic", "grant_type=password&username=alice&password=alice-password", basic(id, "cs_x"), 401, "invalid_client"},
+		{"an unknown client_id alone", "grant_type=password&username=alice&password=alice-password&client_id=cli_nope", nil, 401, "invalid_client"},
+		{"a confidential client's id alone", "grant_type=password&username=alice&password=alice-password&client_id=" + confID, nil, 401, "invalid_client"},
+		{"a user of another account", "grant_type=password&username=bob&password=bob-password&account_name=globex&client_id=" + id, nil, 400, "invalid_grant"},
+		{"its refresh token without it", "grant_type=refresh_token&refresh_token=" + set.RefreshToken, nil, 400, "invalid_grant"},
+		{"its refresh token by another client", "grant_type=refresh_token&refresh_token=" + set.RefreshToken, basic(confID, confSecret), 400, "invalid_grant"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o.postForm(o.tokenEndpoint, tc.body, formType, tc.edit).oauthError(t, tc.status, tc.code)
+		})
+	}
+	// Another client's refresh token is not the public client's either.
+	other := o.postForm(o.tokenEndpoint, "grant_type=password&username=alice&password=alice-password", formType, basic(confID, confSecret)).tokens(t)
+	o.postForm(o.tokenEndpoint, "grant_type=refresh_token&refresh_token="+other.RefreshToken+"&client_id="+id, formType, nil).
+		oauthError(t, http.StatusBadRequest, "invalid_grant")
+
+	// Nothing above spent the session: it refreshes, keeping aud and azp,
+	// and its client revokes it.
+	next := o.postForm(o.tokenEndpoint, "grant_type=refresh_token&refresh_token="+set.RefreshToken+"&client_id="+id, formType, nil).tokens(t)
+	o.idTokenOf(t, next.IDToken, id)
+	if r := o.postForm(o.revokeEndpoint, "token="+next.RefreshToken+"&client_id="+id, formType, nil); r.status != http.StatusOK {
+		t.Fatalf("revoke by the public client: %d %s", r.status, r.body)
+	}
+	o.postForm(o.tokenEndpoint, "grant_type=refresh_token&refresh_token="+next.RefreshToken+"&client_id="+id, formType, nil).
+		oauthError(t, http.StatusBadRequest, "invalid_grant")
+
+	// A disabled public client is refused like any other.
+	if err := o.store.SetClientDisabled(ctx, o.acme.ID, id, true); err != nil {
+		t.Fatal(err)
+	}
+	o.postForm(o.tokenEndpoint, "grant_type=password&username=alice&password=alice-password&client_id="+id, formType, nil).
+		oauthError(t, http.StatusUnauthorized, "invalid_client")
+}
+
 func isOAuthError(err error, code string) bool {
 	var re *oauth2.RetrieveError
 	return errors.As(err, &re) && re.ErrorCode == code
@@ -489,9 +607,9 @@ func testPublicPasswordGrant(t *testing.T, o *oauthAPI) {
 	if set.TokenType != "Bearer" || set.RefreshToken == "" || set.IDToken == "" || set.ExpiresIn != 3600 || set.Scope != "" {
 		t.Fatalf("token response = %+v", set)
 	}
-	id, err := o.verifier.Verify(context.Background(), set.IDToken)
-	if err != nil || id.PreferredUsername != "alice" || id.AccountName != "acme" {
-		t.Fatalf("id token = %+v, %v", id, err)
+	id := o.idTokenOf(t, set.IDToken, "")
+	if id.PreferredUsername != "alice" || id.AccountName != "acme" {
+		t.Fatalf("id token = %+v", id)
 	}
 	// Its refresh token refreshes on /token/refresh and with the grant.
 	status, next := o.refresh(set.RefreshToken)

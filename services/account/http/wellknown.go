@@ -29,9 +29,10 @@ type discovery struct {
 	ClaimsSupported                        []string `json:"claims_supported"`
 }
 
-// clientAuthMethods are the ways a service client authenticates at the
-// token and revocation endpoints.
-var clientAuthMethods = []string{"client_secret_basic", "client_secret_post"}
+// clientAuthMethods are the ways a client authenticates at the token and
+// revocation endpoints: a confidential client with its secret, a public
+// client with its client_id alone ("none").
+var clientAuthMethods = []string{"client_secret_basic", "client_secret_post", "none"}
 
 func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerFunc {
 	base := strings.TrimSuffix(issuerURL, "/")
@@ -50,7 +51,7 @@ func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerF
 			ResponseTypesSupported:                 []string{"id_token"},
 			SubjectTypesSupported:                  []string{"public"},
 			ClaimsSupported: []string{"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "token_use",
-				"account_id", "account_name", "preferred_username", "auth_time", "sid", "client_id", "scope"},
+				"account_id", "account_name", "preferred_username", "auth_time", "sid", "azp", "client_id", "scope"},
 		})
 	}
 }

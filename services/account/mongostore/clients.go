@@ -21,10 +21,11 @@ type clientDoc struct {
 	AccountName string    `bson:"account_name"`
 	Name        string    `bson:"name"`
 	Scopes      []string  `bson:"scopes"`
+	Public      bool      `bson:"public,omitempty"`
 	Disabled    bool      `bson:"disabled"`
 	CreatedAt   time.Time `bson:"created_at"`
 	UpdatedAt   time.Time `bson:"updated_at"`
-	SecretHash  string    `bson:"secret_hash"`
+	SecretHash  string    `bson:"secret_hash"` // empty for a public client
 	// The secret the last rotation replaced, valid until its expiry.
 	PreviousSecretHash      string    `bson:"previous_secret_hash,omitempty"`
 	PreviousSecretExpiresAt time.Time `bson:"previous_secret_expires_at,omitempty"`
@@ -115,7 +116,7 @@ func (s *Store) SetClientDisabled(ctx context.Context, accountID, clientID strin
 func toClientDoc(c account.ServiceClient) clientDoc {
 	return clientDoc{
 		ID: c.ID, AccountID: c.AccountID, AccountName: c.AccountName, Name: c.Name, Scopes: c.Scopes,
-		Disabled: c.Disabled, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, SecretHash: c.SecretHash,
+		Public: c.Public, Disabled: c.Disabled, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, SecretHash: c.SecretHash,
 		PreviousSecretHash: c.PreviousSecretHash, PreviousSecretExpiresAt: c.PreviousSecretExpiresAt,
 	}
 }
@@ -127,7 +128,7 @@ func (d clientDoc) domain() account.ServiceClient {
 	}
 	c := account.ServiceClient{
 		ID: d.ID, AccountID: d.AccountID, AccountName: d.AccountName, Name: d.Name, Scopes: scopes,
-		Disabled: d.Disabled, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), SecretHash: d.SecretHash,
+		Public: d.Public, Disabled: d.Disabled, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), SecretHash: d.SecretHash,
 		PreviousSecretHash: d.PreviousSecretHash,
 	}
 	if !d.PreviousSecretExpiresAt.IsZero() {

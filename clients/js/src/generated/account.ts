@@ -121,22 +121,33 @@ export interface paths {
          *     * `password` (section 4.3) with `username`, `password` and
          *       `account_name`: the rules of `POST /login` (throttling, one
          *       answer for every wrong part), answered in OAuth's shape. A
-         *       service client may use it for users of its own account (then
-         *       `account_name` defaults to the client's account); the session is
-         *       then the client's, and only it can refresh or revoke it.
+         *       service client, confidential or public, may use it for users of
+         *       its own account (then `account_name` defaults to the client's
+         *       account); the session is then the client's, and only it can
+         *       refresh or revoke it. The id token then has `aud` = the platform
+         *       audience and the client id, and `azp` = the client id; without
+         *       a client it is `/login`'s (`aud` the platform audience alone).
          *     * `refresh_token` (section 6): the rules of `POST /token/refresh`
          *       (single use, reuse detection, the retry grace). The refresh
          *       token must be presented by the client its session was issued to,
-         *       or without client authentication for a session of no client.
+         *       or without client authentication for a session of no client;
+         *       the new id token names the same client in `aud` and `azp`.
          *
-         *     Clients authenticate with HTTP Basic (`client_secret_basic`; id and
-         *     secret form-encoded first, RFC 6749 section 2.3.1) or with the
-         *     `client_id` and `client_secret` parameters
-         *     (`client_secret_post`), never both at once, and with one
-         *     `Authorization` header at most: an ambiguous request is
-         *     `invalid_request` and authenticates nothing. A wrong, unknown or
-         *     disabled client is `401` `invalid_client`; repeated failures of
-         *     one client id are throttled (`429`, `slow_down`, `Retry-After`).
+         *     Confidential clients authenticate with HTTP Basic
+         *     (`client_secret_basic`; id and secret form-encoded first, RFC 6749
+         *     section 2.3.1) or with the `client_id` and `client_secret`
+         *     parameters (`client_secret_post`), never both at once, and with
+         *     one `Authorization` header at most: an ambiguous request is
+         *     `invalid_request` and authenticates nothing. Public clients send
+         *     the `client_id` parameter alone (`none`); a public client that
+         *     sends a secret, like a confidential client that sends none, is
+         *     `invalid_client`, and a public client asking for
+         *     `client_credentials` is `400` `unauthorized_client`. A wrong,
+         *     unknown or disabled client is `401` `invalid_client` (with
+         *     `WWW-Authenticate: Basic` only when the client used the
+         *     `Authorization` header, RFC 6749 section 5.2); repeated failures
+         *     of one client id are throttled (`429`, `slow_down`,
+         *     `Retry-After`).
          *
          *     Every response carries `Cache-Control: no-store`.
          */
@@ -166,7 +177,8 @@ export interface paths {
          *     revoked; garbage; another client's token) is accepted and changes
          *     nothing: the answer is `200` for every well-formed request, so it
          *     tells nothing about the token. `token_type_hint` is optional and
-         *     only a hint. Client credentials, when given, must be right.
+         *     only a hint. Client credentials, when given, must be right (a
+         *     public client sends its `client_id` alone).
          */
         post: operations["oauthRevoke"];
         delete?: never;
@@ -347,11 +359,11 @@ export interface components {
             account_name?: string;
             /** @description `refresh_token`: the refresh token to exchange. */
             refresh_token?: string;
-            /** @description The client id (`client_secret_post`). */
+            /** @description The client id (`client_secret_post`, or alone for a public client, `none`). */
             client_id?: string;
             /**
              * Format: password
-             * @description The client secret (`client_secret_post`).
+             * @description The client secret (`client_secret_post`); never sent by a public client.
              */
             client_secret?: string;
         };
@@ -361,11 +373,11 @@ export interface components {
             token: string;
             /** @description A hint, e.g. `refresh_token`; any value is accepted. */
             token_type_hint?: string;
-            /** @description The client id (`client_secret_post`). */
+            /** @description The client id (`client_secret_post`, or alone for a public client, `none`). */
             client_id?: string;
             /**
              * Format: password
-             * @description The client secret (`client_secret_post`).
+             * @description The client secret (`client_secret_post`); never sent by a public client.
              */
             client_secret?: string;
         };
@@ -391,7 +403,7 @@ export interface components {
              * @description The error code; switch on it.
              * @enum {string}
              */
-            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unsupported_grant_type" | "invalid_scope" | "slow_down" | "temporarily_unavailable" | "server_error";
+            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "slow_down" | "temporarily_unavailable" | "server_error";
             /** @description Human-readable explanation. */
             error_description?: string;
         };
@@ -434,7 +446,9 @@ export interface components {
             refresh_token: components["schemas"]["JWT"];
             /**
              * @description ID token (header `typ: JWT`), with the extra claims
-             *     `preferred_username` and `auth_time`. This is the value to send as
+             *     `preferred_username` and `auth_time` (and, when issued to an
+             *     OAuth client by `POST /oauth2/token`, that client's id in `aud`
+             *     and `azp`). This is the value to send as
              *     `Authorization: Bearer <id_token>` on later requests.
              */
             id_token: components["schemas"]["JWT"];
@@ -641,10 +655,10 @@ export interface components {
             revocation_endpoint: string;
             /** @description The grants of the token endpoint. */
             grant_types_supported: ("client_credentials" | "password" | "refresh_token")[];
-            /** @description How service clients authenticate at the token endpoint. */
-            token_endpoint_auth_methods_supported: ("client_secret_basic" | "client_secret_post")[];
-            /** @description How service clients authenticate at the revocation endpoint. */
-            revocation_endpoint_auth_methods_supported?: ("client_secret_basic" | "client_secret_post")[];
+            /** @description How clients authenticate at the token endpoint (`none`, the client_id alone, for public clients). */
+            token_endpoint_auth_methods_supported: ("client_secret_basic" | "client_secret_post" | "none")[];
+            /** @description How clients authenticate at the revocation endpoint. */
+            revocation_endpoint_auth_methods_supported?: ("client_secret_basic" | "client_secret_post" | "none")[];
             /** @description The scopes a service client may hold. */
             scopes_supported: string[];
             /** @description The claims tokens may carry. */
@@ -719,11 +733,12 @@ export interface components {
          *     `invalid_request` (a missing or repeated parameter, a body that is
          *     not form-encoded, such as JSON, parameters in the URL, client
          *     credentials given twice or two `Authorization` headers),
-         *     `unsupported_grant_type`, `invalid_grant` (wrong user credentials,
-         *     of every kind alike; a refresh token that is invalid, spent,
-         *     revoked, or another client's or account's) or `invalid_scope` (a
-         *     scope the client does not hold, or a `scope` that is not scope
-         *     tokens separated by single spaces).
+         *     `unsupported_grant_type`, `unauthorized_client` (a public client
+         *     asking for `client_credentials`), `invalid_grant` (wrong user
+         *     credentials, of every kind alike; a refresh token that is invalid,
+         *     spent, revoked, or another client's or account's) or
+         *     `invalid_scope` (a scope the client does not hold, or a `scope`
+         *     that is not scope tokens separated by single spaces).
          */
         OAuthBadRequest: {
             headers: {
@@ -742,9 +757,12 @@ export interface components {
         };
         /**
          * @description Client authentication failed (`invalid_client`): an unknown or
-         *     disabled client, a wrong secret, an unsupported authentication
+         *     disabled client, a wrong secret, a secret sent by a public client
+         *     or none by a confidential one, an unsupported authentication
          *     method, or no client authentication for `client_credentials`. The
-         *     same answer for each.
+         *     same answer for each. `WWW-Authenticate` is sent when, and only
+         *     when, the client authenticated with the `Authorization` header
+         *     (RFC 6749 section 5.2).
          */
         OAuthInvalidClient: {
             headers: {
@@ -1089,7 +1107,9 @@ export interface components {
         /** @description The RFC 6750 challenge of a malformed request, `Bearer error="invalid_request"`. */
         WWWAuthenticateRequest: string;
         /**
-         * @description The challenge of a failed client authentication, HTTP Basic.
+         * @description The challenge of a failed client authentication by the
+         *     `Authorization` header, HTTP Basic; absent when the client
+         *     authenticated otherwise.
          * @example Basic realm="oauth2", charset="UTF-8"
          */
         WWWAuthenticateBasic: string;
@@ -1500,11 +1520,13 @@ export interface operations {
                      *       ],
                      *       "token_endpoint_auth_methods_supported": [
                      *         "client_secret_basic",
-                     *         "client_secret_post"
+                     *         "client_secret_post",
+                     *         "none"
                      *       ],
                      *       "revocation_endpoint_auth_methods_supported": [
                      *         "client_secret_basic",
-                     *         "client_secret_post"
+                     *         "client_secret_post",
+                     *         "none"
                      *       ],
                      *       "scopes_supported": [
                      *         "definitions:read",

@@ -18,23 +18,40 @@ import (
 // command scopes by account: an id of another account is not found.
 
 // createClient creates a client and prints its id and secret, the only
-// time the secret is ever shown: the service keeps its hash.
+// time the secret is ever shown: the service keeps its hash. With
+// --public it creates a public client, which has neither secret nor
+// scopes (its tokens are its users'), so --scopes is refused with it.
 func createClient(ctx context.Context, env adminEnv, args []string, _ io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("create-client", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	accountName := fs.String("account", "", "account name")
 	name := fs.String("name", "", "name of the client")
 	scopes := fs.String("scopes", "", "comma-separated scopes")
-	const usage = "usage: account create-client --account NAME --name CLIENT_NAME --scopes SCOPE[,SCOPE...]"
+	public := fs.Bool("public", false, "a public client: no secret, password and refresh_token grants only")
+	const usage = "usage: account create-client --account NAME --name CLIENT_NAME (--scopes SCOPE[,SCOPE...] | --public)"
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w (%s)", err, usage)
 	}
-	if *accountName == "" || *name == "" || *scopes == "" || fs.NArg() > 0 {
-		return errors.New(usage + "\nscopes: " + strings.Join(account.Scopes(), ", "))
+	if *accountName == "" || *name == "" || (*scopes == "") == !*public || fs.NArg() > 0 {
+		return errors.New(usage + "\nscopes: " + strings.Join(account.Scopes(), ", ") +
+			"\na public client has no scopes: its tokens act as the user who logs in")
 	}
 	acc, err := env.store.AccountByName(ctx, *accountName)
 	if err != nil {
 		return err
+	}
+	if *public {
+		c, err := account.NewPublicClient(acc, *name)
+		if err != nil {
+			return err
+		}
+		created, err := env.store.CreateClient(ctx, c)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "created public client %s in account %s (password and refresh_token grants; no secret)\n", created.Name, acc.Name)
+		fmt.Fprintf(out, "client_id: %s\n", created.ID)
+		return nil
 	}
 	c, secret, err := account.NewServiceClient(acc, *name, strings.Split(*scopes, ","))
 	if err != nil {
@@ -87,7 +104,12 @@ func listClients(ctx context.Context, env adminEnv, args []string, _ io.Reader, 
 		if c.PreviousSecretHash != "" && c.PreviousSecretExpiresAt.After(now) {
 			previous = c.PreviousSecretExpiresAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Name, strings.Join(c.Scopes, ","), state,
+		scopes := strings.Join(c.Scopes, ",")
+		if c.Public {
+			// A public client has no scopes: its tokens are its users'.
+			scopes = "(public)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Name, scopes, state,
 			c.CreatedAt.UTC().Format(time.RFC3339), previous)
 	}
 	return tw.Flush()

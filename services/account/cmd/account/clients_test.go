@@ -118,6 +118,32 @@ func TestClientCommands(t *testing.T) {
 	mustRun(t, id+"  billing  conversations:read,definitions:read  disabled", "list-clients", "--account", "acme")
 	mustRun(t, "enabled", "enable-client", "--account", "acme", "--client", id)
 	works("re-enabled client", id, third, true)
+
+	// A public client: no secret printed, authenticated by its id alone.
+	out = mustRun(t, "created public client spa in account acme", "create-client", "--account", "acme", "--name", "spa", "--public")
+	m := regexp.MustCompile(`(?m)^client_id: (cli_[0-9a-f]+)$`).FindStringSubmatch(out)
+	if m == nil || strings.Contains(out, "client_secret") || strings.Contains(out, "cs_") {
+		t.Fatalf("create-client --public printed %q; want a client_id and no secret", out)
+	}
+	public := m[1]
+	works("public client by its id alone", public, "", true)
+	works("public client sending a secret", public, third, false)
+	works("confidential client without its secret", id, "", false)
+	if list := mustRun(t, "", "list-clients", "--account", "acme"); !regexp.MustCompile(public + `\s+spa\s+\(public\)\s+enabled`).MatchString(list) {
+		t.Fatalf("list-clients does not show the public client:\n%s", list)
+	}
+	for _, bad := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"create-client", "--account", "acme", "--name", "x", "--public", "--scopes", "definitions:read"}, "a public client has no scopes"},
+		{[]string{"rotate-client-secret", "--account", "acme", "--client", public}, "has no secret"},
+	} {
+		if out, err := runCmd(t, "", bad.args...); err == nil || !strings.Contains(err.Error(), bad.wantErr) {
+			t.Errorf("%v = %q, %v; want an error containing %q", bad.args, out, err, bad.wantErr)
+		}
+	}
+	works("public client after refused commands", public, "", true)
 }
 
 func TestHelpListsClientCommands(t *testing.T) {

@@ -30,9 +30,13 @@ Usage:
                                   its client_id and client_secret, the secret only this once;
                                   scopes: definitions:read, definitions:write,
                                   conversations:read, conversations:write
+  account create-client --account NAME --name CLIENT_NAME --public
+                                  create a public client (an app that cannot keep a secret:
+                                  single-page, mobile); it has no secret and sends its
+                                  client_id alone, for the password and refresh_token grants
   account list-clients --account NAME
   account rotate-client-secret --account NAME --client CLIENT_ID [--overlap DURATION]
-                                  print a new secret; the old one works for the overlap
+                                  print a new secret (not for a public client); the old one works for the overlap
                                   (default ACCOUNT_CLIENT_SECRET_OVERLAP; 0 stops it now)
   account disable-client --account NAME --client CLIENT_ID
   account enable-client --account NAME --client CLIENT_ID

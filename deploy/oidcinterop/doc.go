@@ -1,0 +1,31 @@
+// Package oidcinterop proves that a standard OpenID Connect library,
+// openid-client (npm, with its oauth4webapi), accepts what the account
+// service's OAuth 2.0 endpoints answer: it starts the account and
+// conversations binaries on a fresh database (the embedded store, or
+// MONGODB_URI), seeds one account with a user, a confidential client and a
+// public client (with the account binary's own subcommands), and runs
+// test/*.test.js with node --test against them. The library validates the
+// id tokens itself (iss, aud, azp, exp, iat, and the signature against the
+// JWKS of discovery); the suite checks discovery, the password grant with
+// account_name, refresh, revocation and client credentials, and that the
+// conversations service accepts the id tokens it gets.
+//
+//	go test ./deploy/oidcinterop/     # make test runs it
+//
+// The dependencies are locked in package-lock.json and installed with npm
+// ci (from the npm registry, or npm's cache when offline). Node 20 or
+// later and npm are needed; a missing one fails the test with the Debian
+// package that provides it, it never skips.
+//
+// # The environment of the suite
+//
+//	OIDC_TEST_ISSUER              the account service's issuer URL (its base URL), for discovery
+//	OIDC_TEST_AUDIENCE            the platform audience every token carries
+//	OIDC_TEST_CONVERSATIONS_URL   base URL of the conversations service
+//	OIDC_TEST_ACCOUNT_NAME        the account …
+//	OIDC_TEST_USERNAME            … a user of it …
+//	OIDC_TEST_PASSWORD            … and the user's password
+//	OIDC_TEST_CLIENT_ID           a confidential client of the account (every scope) …
+//	OIDC_TEST_CLIENT_SECRET       … and its secret
+//	OIDC_TEST_PUBLIC_CLIENT_ID    a public client of the account (account create-client --public)
+package oidcinterop

@@ -1,0 +1,182 @@
+package oidcinterop
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
+	"github.com/acme/platform/pkg/testkit/mongotest"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+// audience is the platform audience both services are configured with.
+const audience = "acme-platform"
+
+// suiteTimeout bounds npm ci and the suite together: generous, since npm
+// may fetch the locked packages from the registry on a machine whose cache
+// lacks them; a run that takes it is stuck, not slow.
+const suiteTimeout = 5 * time.Minute
+
+func TestOpenIDClient(t *testing.T) {
+	for _, tl := range []struct{ program, install string }{
+		{"node", "apt-get install nodejs (Node 20 or later)"},
+		{"npm", "apt-get install npm"},
+	} {
+		if _, err := exec.LookPath(tl.program); err != nil {
+			t.Fatalf("%s not found: %s", tl.program, tl.install)
+		}
+	}
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// npm ci installs while the services start.
+	ctx, cancel := context.WithTimeout(t.Context(), suiteTimeout)
+	defer cancel()
+	installed := make(chan error, 1)
+	go func() {
+		installed <- run(ctx, t, dir, nil, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error")
+	}()
+	env := startAndSeed(t)
+	if err := <-installed; err != nil {
+		t.Fatal(err)
+	}
+	if err := run(ctx, t, dir, env, "node", "--test", "--test-reporter=spec"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs a command in dir with env added, logging its output.
+func run(ctx context.Context, t *testing.T, dir string, env []string, args ...string) error {
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("%s (%s):\n%s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond), out.String())
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// startAndSeed starts both services on fresh databases (the test's
+// cleanup stops them), creates the account, its user and its two clients
+// with the account binary's subcommands, and returns the suite's
+// environment (see the package documentation).
+func startAndSeed(t *testing.T) []string {
+	t.Helper()
+	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account", "conversations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uri := mongotest.URI(t)
+	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
+	accAddr, convAddr, accOps, convOps := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	issuer := "http://" + accAddr
+	accountEnv := []string{
+		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
+		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + accOps,
+		"ACCOUNT_ISSUER=" + issuer, "ACCOUNT_AUDIENCE=" + audience,
+		// Cheap hashes: the hashing parameters are not what this tests.
+		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
+	}
+	start(t, filepath.Join(bin, "account"), accountEnv, accOps)
+	start(t, filepath.Join(bin, "conversations"), []string{
+		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=" + convDB,
+		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + convOps,
+		"CONVERSATIONS_JWKS_URL=" + issuer + "/.well-known/jwks.json",
+		"CONVERSATIONS_ISSUER=" + issuer, "CONVERSATIONS_AUDIENCE=" + audience,
+	}, convOps)
+
+	admin := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, "account"), args...)
+		cmd.Env = append(os.Environ(), accountEnv...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("account %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	const accountName, username = "interop", "alice"
+	password := randomSecret(t)
+	admin("", "create-account", accountName)
+	admin(password+"\n", "create-user", "--account", accountName, "--username", username)
+	confidential := admin("", "create-client", "--account", accountName, "--name", "backend",
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
+	public := admin("", "create-client", "--account", accountName, "--name", "spa", "--public")
+	id, secret := clientIDPattern.FindStringSubmatch(confidential), clientSecretPattern.FindStringSubmatch(confidential)
+	publicID := clientIDPattern.FindStringSubmatch(public)
+	if id == nil || secret == nil || publicID == nil || clientSecretPattern.MatchString(public) {
+		// The confidential client's output is not shown: it holds a secret.
+		t.Fatalf("create-client printed no client_id and client_secret (%d bytes), or create-client --public a secret:\n%s", len(confidential), public)
+	}
+	return []string{
+		"OIDC_TEST_ISSUER=" + issuer,
+		"OIDC_TEST_AUDIENCE=" + audience,
+		"OIDC_TEST_CONVERSATIONS_URL=http://" + convAddr,
+		"OIDC_TEST_ACCOUNT_NAME=" + accountName,
+		"OIDC_TEST_USERNAME=" + username,
+		"OIDC_TEST_PASSWORD=" + password,
+		"OIDC_TEST_CLIENT_ID=" + id[1],
+		"OIDC_TEST_CLIENT_SECRET=" + secret[1],
+		"OIDC_TEST_PUBLIC_CLIENT_ID=" + publicID[1],
+	}
+}
+
+var (
+	clientIDPattern     = regexp.MustCompile(`(?m)^client_id: (\S+)$`)
+	clientSecretPattern = regexp.MustCompile(`(?m)^client_secret: (cs_\S+)$`)
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	addr, err := svcproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// start runs a service binary until the test ends, then stops it and
+// requires a clean exit; when the test failed, it shows what the service
+// logged.
+func start(t *testing.T, bin string, env []string, opsAddr string) {
+	t.Helper()
+	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Stop(20 * time.Second); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("%s logged:\n%s", filepath.Base(bin), p.Logs.String())
+		}
+	})
+}
+
+// randomSecret is a password of 128 random bits.
+func randomSecret(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "pw-" + hex.EncodeToString(b)
+}
