@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -77,7 +78,27 @@ type Config struct {
 	// Now is the clock that decides when tokens need renewing; nil means
 	// time.Now.
 	Now func() time.Time
+	// MaxRetries is how many times a read (GET), or a creation with its
+	// Idempotency-Key, is sent again after a network failure, a 502, 503
+	// or 504, or a 429: 0 means DefaultMaxRetries, a negative number none.
+	// See "Retries" in the top-level README: every client of this
+	// repository has this policy.
+	MaxRetries int
+	// MaxRetryWait is the longest wait before a retry: an answer whose
+	// Retry-After asks for longer is returned at once. 0 means
+	// DefaultMaxRetryWait.
+	MaxRetryWait time.Duration
 }
+
+const (
+	// DefaultMaxRetries is Config.MaxRetries when it is 0.
+	DefaultMaxRetries = 2
+	// DefaultMaxRetryWait is Config.MaxRetryWait when it is 0.
+	DefaultMaxRetryWait = 10 * time.Second
+	// firstRetryWait is the wait before the first retry when the answer
+	// names none; it doubles with each retry.
+	firstRetryWait = 250 * time.Millisecond
+)
 
 // Client calls the account and conversations services as one user, or as
 // one service client. It is safe for concurrent use.
@@ -88,6 +109,8 @@ type Client struct {
 	creds      Credentials
 	client     ClientCredentials // ClientID is "" in user mode
 	now        func() time.Time
+	maxRetries int
+	maxWait    time.Duration
 
 	mu     sync.Mutex
 	tokens *tokenSet // nil before the first login
@@ -119,6 +142,16 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.now == nil {
 		c.now = time.Now
+	}
+	c.maxRetries, c.maxWait = cfg.MaxRetries, cfg.MaxRetryWait
+	switch {
+	case c.maxRetries == 0:
+		c.maxRetries = DefaultMaxRetries
+	case c.maxRetries < 0:
+		c.maxRetries = 0
+	}
+	if c.maxWait <= 0 {
+		c.maxWait = DefaultMaxRetryWait
 	}
 	return c, nil
 }
@@ -183,6 +216,48 @@ func parseBaseURL(name, raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// retryWait says whether a request that failed with err after retries
+// retries may be sent again, and after how long: for a 429, 502, 503 or 504
+// its Retry-After (else 250 ms, doubling), and for a failure with no answer
+// (the connection refused or reset, a timeout of the HTTP client) the
+// doubling wait; never when the caller's context ended, and never beyond
+// maxRetries retries or a wait over maxWait.
+func (c *Client) retryWait(ctx context.Context, err error, retries int) (time.Duration, bool) {
+	if retries >= c.maxRetries || ctx.Err() != nil {
+		return 0, false
+	}
+	backoff := firstRetryWait << retries
+	var e *Error
+	var o *OAuthError
+	var status int
+	var retryAfter time.Duration
+	switch {
+	case errors.As(err, &e):
+		status, retryAfter = e.Status, e.RetryAfter
+	case errors.As(err, &o):
+		status, retryAfter = o.Status, o.RetryAfter
+	case errors.Is(err, ErrBodyTooLarge):
+		return 0, false
+	default:
+		var ne net.Error
+		var oe *net.OpError
+		if errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return backoff, backoff <= c.maxWait
+		}
+		return 0, false
+	}
+	switch status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	default:
+		return 0, false
+	}
+	wait := backoff
+	if retryAfter > 0 {
+		wait = retryAfter
+	}
+	return wait, wait <= c.maxWait
+}
+
 // endpoint is base with escapedPath (which starts with "/") appended to its
 // path.
 func endpoint(base *url.URL, escapedPath string) (*url.URL, error) {
@@ -204,9 +279,6 @@ type request struct {
 	// Idempotency-Key, a Basic Authorization).
 	header http.Header
 	bearer string
-	// secrets are removed from any text of an error built from the
-	// response, in case a server echoes them.
-	secrets []string
 	// oauth: the endpoint answers errors in the form of RFC 6749 section
 	// 5.2 rather than as problems.
 	oauth bool
@@ -278,7 +350,10 @@ var ErrBodyTooLarge = fmt.Errorf("response body exceeds %d bytes", MaxBodyBytes)
 // its JSON body, decodes the JSON response into out (unless nil) and returns
 // the response headers. On a 401 invalid_token it renews the session once
 // and retries once, with the same body and header fields (so the same
-// Idempotency-Key).
+// Idempotency-Key). A read (GET), or a request with an Idempotency-Key, is
+// also sent again after a network failure or a 429, 502, 503 or 504, up to
+// maxRetries times, waiting Retry-After (else 250 ms, doubling) unless that
+// exceeds maxWait.
 func (c *Client) call(ctx context.Context, r request, in, out any) (http.Header, error) {
 	if in != nil {
 		var err error
@@ -286,20 +361,35 @@ func (c *Client) call(ctx context.Context, r request, in, out any) (http.Header,
 			return nil, fmt.Errorf("client: %s %s: encode request: %w", r.method, r.url.Path, err)
 		}
 	}
-	for retried := false; ; retried = true {
+	retryable := r.method == http.MethodGet || r.header.Get("Idempotency-Key") != ""
+	renewed := false
+	for retries := 0; ; {
 		bearer, gen, err := c.bearer(ctx)
 		if err != nil {
 			return nil, err
 		}
-		r.bearer, r.secrets = bearer, []string{bearer}
+		r.bearer = bearer
 		h, data, err := c.exchange(ctx, r)
 		var e *Error
-		if !retried && errors.As(err, &e) && e.Status == http.StatusUnauthorized && e.Code == CodeInvalidToken {
+		if !renewed && errors.As(err, &e) && e.Status == http.StatusUnauthorized && e.Code == CodeInvalidToken {
+			renewed = true
 			c.invalidate(gen)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			wait, again := c.retryWait(ctx, err, retries)
+			if !retryable || !again {
+				return nil, err
+			}
+			retries++
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, err
+			case <-t.C:
+			}
+			continue
 		}
 		if out != nil {
 			if err := json.Unmarshal(data, out); err != nil {

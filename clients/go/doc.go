@@ -56,11 +56,14 @@
 //
 // When a service nevertheless rejects the token (401 invalid_token: a key
 // rotation, a revoked session, a clock far off), the client renews once and
-// retries the call once. No other call is retried by the client: a 503 or
-// 429 is returned as an [*Error] whose RetryAfter says when to try again.
-// (net/http replays a request on a kept-alive connection the server closed
-// before answering only when it is idempotent: a GET, or a POST with an
-// Idempotency-Key, see below.)
+// retries the call once. Reads (GET), and creations with their
+// Idempotency-Key, are also sent again after a network failure, a 502, 503
+// or 504, or a 429 whose Retry-After is at most Config.MaxRetryWait (10 s
+// by default), at most Config.MaxRetries times (2 by default), waiting
+// Retry-After, else 250 ms, 500 ms, …: the policy of every client of this
+// repository ("Retries" in the top-level README). Patches and participant
+// changes are never retried; an error that remains is returned as an
+// [*Error] whose RetryAfter says when to try again.
 //
 // # Paging
 //
@@ -93,6 +96,9 @@
 // and retry. Listings carry no tags, so PatchConversation of a listed value
 // asks for a GetConversation first. The participant calls return the
 // conversation's new tag and take [WithIfMatch] to be conditional too.
+// Posting a message changes the conversation's tag as well; PostMessage
+// with [WithConversation](&conv) reads it again into conv, so that a patch
+// after a message is conditional on the state after it.
 //
 //	conv, err := c.GetConversation(ctx, id)
 //	...
@@ -119,11 +125,14 @@
 // Detail. A body that is not a problem (say, from a proxy) gives the Code
 // "http_<status>". The OAuth 2.0 token endpoint answers in the form of RFC
 // 6749 instead: an [*OAuthError], whose Code IsCode and errors.Is read alike.
-// Network failures and undecodable bodies are other errors.
+// Network failures and undecodable bodies (JSON nested over 10,000 levels
+// among them) are other errors, never a crash.
 //
 // # Secrets
 //
 // Neither the password, the client secret nor any token ever appears in an
-// error, and [Credentials] and [ClientCredentials] print with the password
-// and the secret redacted. Response bodies are read up to [MaxBodyBytes].
+// error, because the client never puts one there (an error keeps the
+// method, the path and the service's answer, whose texts stay as the
+// service wrote them), and [Credentials] and [ClientCredentials] print with
+// the password and the secret redacted. Response bodies are read up to [MaxBodyBytes].
 package client

@@ -31,6 +31,11 @@ const (
 	CodeUnavailable          = problem.CodeUnavailable
 	CodeInternal             = problem.CodeInternal
 	CodeConflict             = problem.CodeConflict
+	// CodeServiceUnavailable is CodeUnavailable under the name of its code.
+	CodeServiceUnavailable = CodeUnavailable
+	// CodeOverloaded is the 503 of a replica that sheds requests it cannot
+	// take on now, with Retry-After (the database is fine).
+	CodeOverloaded = "overloaded"
 
 	// Codes of the conversation lifecycle (CONTRACT section 8).
 	CodePreconditionFailed   = "precondition_failed"    // 412: the If-Match tag is stale
@@ -72,6 +77,7 @@ var (
 	ErrValidationFailed     error = codeError(CodeValidationFailed)
 	ErrTooManyRequests      error = codeError(CodeTooManyRequests)
 	ErrUnavailable          error = codeError(CodeUnavailable)
+	ErrOverloaded           error = codeError(CodeOverloaded)
 	ErrPreconditionFailed   error = codeError(CodePreconditionFailed)
 	ErrConversationClosed   error = codeError(CodeConversationClosed)
 	ErrTooManyParticipants  error = codeError(CodeTooManyParticipants)
@@ -96,8 +102,9 @@ type FieldError struct {
 }
 
 // Error is an answer of a service outside 2xx, parsed from its problem body.
-// It never contains a token or a password: should a server echo the secret
-// sent with the request, it is replaced by "[redacted]".
+// Its texts are the service's, unchanged. It never contains a token or a
+// password because the client never puts one there: it keeps the method,
+// the path and the answer, never the request's body or header fields.
 type Error struct {
 	// Method and Path name the request (the path without its query).
 	Method string
@@ -115,8 +122,9 @@ type Error struct {
 	Title    string
 	Detail   string
 	Instance string
-	// Fields lists the offending inputs of a validation_failed problem.
-	Fields []FieldError
+	// FieldErrors lists the offending inputs of a validation_failed
+	// problem; empty otherwise.
+	FieldErrors []FieldError
 	// RetryAfter is the Retry-After header (429, 503), 0 when absent.
 	RetryAfter time.Duration
 	// RequestID is the X-Request-ID header of the response: quote it when
@@ -132,14 +140,14 @@ func (e *Error) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.Detail)
 	}
-	for i, f := range e.Fields {
+	for i, f := range e.FieldErrors {
 		if i == 0 {
 			b.WriteString(" (")
 		} else {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "%s: %s", f.Field, f.Reason)
-		if i == len(e.Fields)-1 {
+		if i == len(e.FieldErrors)-1 {
 			b.WriteString(")")
 		}
 	}
@@ -189,14 +197,6 @@ type problemBody struct {
 // newError builds the error of a response outside 2xx: an *OAuthError for an
 // RFC 6749 error body of the token endpoint, an *Error otherwise.
 func newError(r request, resp *http.Response, body []byte, now time.Time) error {
-	redact := func(s string) string {
-		for _, secret := range r.secrets {
-			if secret != "" {
-				s = strings.ReplaceAll(s, secret, "[redacted]")
-			}
-		}
-		return s
-	}
 	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
 	requestID := resp.Header.Get("X-Request-ID")
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -207,7 +207,7 @@ func newError(r request, resp *http.Response, body []byte, now time.Time) error 
 	if r.oauth && !isProblem && isJSON(mediaType) && json.Unmarshal(body, &o) == nil && o.Error != "" {
 		return &OAuthError{
 			Method: r.method, Path: r.url.Path, Status: resp.StatusCode,
-			Code: redact(o.Error), Description: redact(o.ErrorDescription), URI: redact(o.ErrorURI),
+			Code: o.Error, Description: o.ErrorDescription, URI: o.ErrorURI,
 			RetryAfter: retryAfter, RequestID: requestID,
 		}
 	}
@@ -220,7 +220,7 @@ func newError(r request, resp *http.Response, body []byte, now time.Time) error 
 		RequestID:  requestID,
 	}
 	if isProblem {
-		e.Code, e.Type, e.Title, e.Detail, e.Instance, e.Fields = p.Code, p.Type, p.Title, p.Detail, p.Instance, p.Errors
+		e.Code, e.Type, e.Title, e.Detail, e.Instance, e.FieldErrors = p.Code, p.Type, p.Title, p.Detail, p.Instance, p.Errors
 	} else {
 		e.Title = http.StatusText(resp.StatusCode)
 		if isText(mediaType) {
@@ -229,12 +229,6 @@ func newError(r request, resp *http.Response, body []byte, now time.Time) error 
 	}
 	if e.Code == "" {
 		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
-	}
-	e.Code = redact(e.Code)
-	e.Title, e.Detail, e.Instance, e.Type = redact(e.Title), redact(e.Detail), redact(e.Instance), redact(e.Type)
-	for i := range e.Fields {
-		e.Fields[i].Field = redact(e.Fields[i].Field)
-		e.Fields[i].Reason = redact(e.Fields[i].Reason)
 	}
 	return e
 }

@@ -57,6 +57,8 @@ type MessagePage struct {
 // PostMessage sends an Idempotency-Key, generated unless given with
 // WithIdempotencyKey, so a retried request posts one message: the client's
 // own retries reuse it, and so must a caller's (see NewIdempotencyKey).
+// WithConversation(&conv) keeps conv, and its ETag, current after the
+// message.
 func (c *Client) PostMessage(ctx context.Context, conversationID string, m NewMessage, opts ...CallOption) (Message, error) {
 	o, err := collectOptions("PostMessage", opts, true, false)
 	if err != nil {
@@ -67,8 +69,16 @@ func (c *Client) PostMessage(ctx context.Context, conversationID string, m NewMe
 		return Message{}, err
 	}
 	var msg Message
-	_, err = c.call(ctx, request{method: http.MethodPost, url: u, header: idempotencyHeader(o)}, m, &msg)
-	return msg, err
+	if _, err = c.call(ctx, request{method: http.MethodPost, url: u, header: idempotencyHeader(o)}, m, &msg); err != nil {
+		return msg, err
+	}
+	if conv := o.conversation; conv != nil && conv.ETag != "" {
+		// See WithConversation: a failed read leaves conv as it was.
+		if again, err := c.GetConversation(ctx, conversationID); err == nil {
+			*conv = again
+		}
+	}
+	return msg, nil
 }
 
 // GetMessage returns one message of the conversation

@@ -85,7 +85,6 @@ func (c *Client) clientCredentialsToken(ctx context.Context) (*tokenSet, error) 
 		method: http.MethodPost, url: u, body: []byte(form.Encode()),
 		contentType: "application/x-www-form-urlencoded",
 		header:      http.Header{"Authorization": {"Basic " + basic}},
-		secrets:     []string{c.client.ClientSecret, secret, basic},
 		oauth:       true,
 	}
 	start := c.now() // expires_in counts from the response: earlier is safe
@@ -115,8 +114,8 @@ func (c *Client) clientCredentialsToken(ctx context.Context) (*tokenSet, error) 
 // Switch on its Code, with IsCode or errors.Is and the Err* sentinels
 // (ErrInvalidClient, ErrInvalidScope, and ErrTooManyRequests and
 // ErrUnavailable for slow_down and temporarily_unavailable). Its RetryAfter
-// says when to try again. It never contains the client secret:
-// should a server echo it, it is replaced by "[redacted]".
+// says when to try again. Its texts are the service's, unchanged; it never
+// contains the client secret because the client never puts it there.
 type OAuthError struct {
 	// Method and Path name the request.
 	Method string

@@ -21,6 +21,7 @@ type callOptions struct {
 	hasKey         bool
 	ifMatch        string
 	hasIfMatch     bool
+	conversation   *Conversation
 }
 
 // WithIdempotencyKey sends key as the Idempotency-Key of a create call
@@ -40,6 +41,18 @@ func WithIdempotencyKey(key string) CallOption {
 // (ErrPreconditionFailed) and changes nothing.
 func WithIfMatch(etag string) CallOption {
 	return func(o *callOptions) { o.ifMatch, o.hasIfMatch = etag, true }
+}
+
+// WithConversation makes [Client.PostMessage] keep conv current: a message
+// changes its conversation, and so its ETag, which the message's answer does
+// not carry; so after the message, when conv holds a tag (conv.ETag), the
+// client reads the conversation again (one GET) into *conv. A
+// PatchConversation(ctx, conv, ...) that follows is then conditional on the
+// state after the message, as in every client of this repository. Should
+// that read fail, the message stands and conv stays as it was: the patch
+// then gets a 412 (ErrPreconditionFailed), never a silent overwrite.
+func WithConversation(conv *Conversation) CallOption {
+	return func(o *callOptions) { o.conversation = conv }
 }
 
 // NewIdempotencyKey returns a new random Idempotency-Key (128 bits from
@@ -63,6 +76,8 @@ func collectOptions(op string, opts []CallOption, takesKey, takesIfMatch bool) (
 		return o, fmt.Errorf("client: %s does not take an Idempotency-Key (only CreateConversation and PostMessage do)", op)
 	case o.hasIfMatch && !takesIfMatch:
 		return o, fmt.Errorf("client: %s does not take WithIfMatch", op)
+	case o.conversation != nil && op != "PostMessage":
+		return o, fmt.Errorf("client: %s does not take WithConversation (only PostMessage does)", op)
 	}
 	if o.hasKey {
 		if err := checkIdempotencyKey(o.idempotencyKey); err != nil {

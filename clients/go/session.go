@@ -199,7 +199,7 @@ func (c *Client) login(ctx context.Context) (*tokenSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: POST /login: encode request: %w", err)
 	}
-	return c.tokenRequest(ctx, "/login", body, c.creds.Password)
+	return c.tokenRequest(ctx, "/login", body)
 }
 
 // refresh is POST /token/refresh.
@@ -210,18 +210,18 @@ func (c *Client) refresh(ctx context.Context, refreshToken string) (*tokenSet, e
 	if err != nil {
 		return nil, fmt.Errorf("client: POST /token/refresh: encode request: %w", err)
 	}
-	return c.tokenRequest(ctx, "/token/refresh", body, refreshToken)
+	return c.tokenRequest(ctx, "/token/refresh", body)
 }
 
 // tokenRequest posts body to path of the account service and reads the
 // {"tokens":{...}} answer.
-func (c *Client) tokenRequest(ctx context.Context, path string, body []byte, secret string) (*tokenSet, error) {
+func (c *Client) tokenRequest(ctx context.Context, path string, body []byte) (*tokenSet, error) {
 	u, err := endpoint(c.accountURL, path)
 	if err != nil {
 		return nil, err
 	}
 	start := c.now() // expires_in counts from the response: earlier is safe
-	_, data, err := c.exchange(ctx, request{method: http.MethodPost, url: u, body: body, secrets: []string{secret}})
+	_, data, err := c.exchange(ctx, request{method: http.MethodPost, url: u, body: body})
 	if err != nil {
 		return nil, err
 	}

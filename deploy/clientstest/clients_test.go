@@ -69,6 +69,9 @@ var suites = []suite{
 		tools: []tool{{"python3", "apt-get install python3 (Python 3.9 or later)"}},
 		prepare: [][]string{
 			{"python3", "-c", `import sys; sys.exit(sys.version_info < (3, 9) and "python3 is " + sys.version.split()[0] + ": the client needs Python 3.9 or later")`},
+			// The README's install line, which the suite runs
+			// (tests/test_readme.py), makes a venv with pip.
+			{"python3", "-c", `import sys, importlib.util; sys.exit(importlib.util.find_spec("ensurepip") is None and "python3 has no venv with pip: apt-get install python3-venv")`},
 		},
 		// The package from its source folder: the suite needs no install.
 		run: []string{"env", "PYTHONPATH=src", "python3", "-m", "unittest", "discover", "-s", "tests", "-v"},
@@ -79,6 +82,8 @@ var suites = []suite{
 		tools: []tool{
 			{"php", "apt-get install php-cli php-curl (PHP 8.1 or later)"},
 			{"phpunit", "apt-get install phpunit"},
+			// The README's install lines, which the suite runs (tests/ReadmeTest.php).
+			{"composer", "apt-get install composer"},
 		},
 		prepare: [][]string{
 			{"php", "-r", `if (PHP_VERSION_ID < 80100 || !extension_loaded("curl")) { fwrite(STDERR, "the client needs PHP 8.1 or later with curl: apt-get install php-cli php-curl\n"); exit(1); }`},

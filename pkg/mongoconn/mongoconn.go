@@ -1,7 +1,8 @@
 // Package mongoconn holds what both services need around the MongoDB driver:
-// a client with timeouts that suit a request path, and the classification
-// of driver errors into "the database is unreachable" (a 503 that heals by
-// itself) versus everything else.
+// a client with timeouts that suit a request path, a readiness check on a
+// connection of its own, and the classification of driver errors into "the
+// database is unreachable" (a 503 that heals by itself), "no pooled
+// connection free in time" (the overloaded 503) and everything else.
 package mongoconn
 
 import (
@@ -50,14 +51,66 @@ func Ping(ctx context.Context, client *mongo.Client) error {
 	return nil
 }
 
-// Classify wraps err with problem.ErrUnavailable when it means the database
-// could not be reached (no server selectable, network failure, timeout, a
-// connection pool cleared by another operation's network failure), so that
-// the HTTP layer answers 503 with Retry-After. Other errors are returned as
-// they are.
+// readinessPoolSize is the connection pool of the readiness client: /readyz
+// is asked by a few probes at a time, never by the request load.
+const readinessPoolSize = 2
+
+// ConnectReadiness returns a client of its own for the readiness check
+// (/readyz pings the primary with it; see Ping). Pinging on the client that
+// serves requests would wait in line behind them for a pooled connection,
+// and a busy pool would then report the database as unreachable: under
+// Kubernetes, every replica would leave the Service at once during a
+// traffic spike. This client's small pool is used by nothing else, so the
+// check answers whether the database is reachable, and only that.
+func ConnectReadiness(uri string, selectTimeout time.Duration) (*mongo.Client, error) {
+	if selectTimeout <= 0 {
+		selectTimeout = 3 * time.Second
+	}
+	opts := options.Client().
+		ApplyURI(uri).
+		SetServerSelectionTimeout(selectTimeout).
+		SetConnectTimeout(selectTimeout).
+		SetMaxPoolSize(readinessPoolSize).
+		SetAppName("readiness")
+	client, err := mongo.Connect(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mongodb readiness client for configured URI: %w", err)
+	}
+	return client, nil
+}
+
+// defaultPoolSize is the driver's maxPoolSize when the URI sets none.
+const defaultPoolSize = 100
+
+// PoolSize is the size of the connection pool of a client for uri: its
+// maxPoolSize, or the driver's default 100 when it sets none (or 0, which
+// the driver takes as unbounded). The services bound the requests they
+// work on at once to it by default, so that no request waits in line for a
+// connection.
+func PoolSize(uri string) int {
+	opts := options.Client().ApplyURI(uri)
+	if opts.MaxPoolSize == nil || *opts.MaxPoolSize == 0 || *opts.MaxPoolSize > 1<<20 {
+		return defaultPoolSize
+	}
+	return int(*opts.MaxPoolSize)
+}
+
+// Classify wraps err with problem.ErrOverloaded when no pooled connection
+// came free in time (the database answers, but this process has more
+// operations waiting than connections: the overloaded 503), and with
+// problem.ErrUnavailable when it means the database could not be reached
+// (no server selectable, network failure, timeout, a connection pool
+// cleared by another operation's network failure), so that the HTTP layer
+// answers 503 with Retry-After. Other errors are returned as they are.
 func Classify(err error) error {
-	if err == nil || errors.Is(err, problem.ErrUnavailable) {
+	if err == nil || errors.Is(err, problem.ErrUnavailable) || errors.Is(err, problem.ErrOverloaded) {
 		return err
+	}
+	// Checked first: it is a timeout too (mongo.IsTimeout), but the server
+	// was selected, so the database is reachable.
+	var waitErr topology.WaitQueueTimeoutError
+	if errors.As(err, &waitErr) {
+		return errors.Join(problem.ErrOverloaded, err)
 	}
 	var selErr topology.ServerSelectionError
 	// A pool cleared while the database goes away fails the operations

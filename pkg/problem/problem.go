@@ -37,6 +37,11 @@ const (
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeTooManyRequests      = "too_many_requests"
 	CodeUnavailable          = "service_unavailable"
+	CodeOverloaded           = "overloaded"
+	CodeRequestTimeout       = "request_timeout"
+	CodeMalformedRequest     = "malformed_request"
+	CodeHeadersTooLarge      = "headers_too_large"
+	CodeUnsupportedEncoding  = "unsupported_transfer_encoding"
 	CodeInternal             = "internal_error"
 	CodeConflict             = "conflict"
 )
@@ -148,6 +153,10 @@ const (
 	// RetryAfterBusy: every password-hashing slot is taken; one hash
 	// takes tens of milliseconds, so a slot frees up well within it.
 	RetryAfterBusy = time.Second
+	// RetryAfterOverloaded: this replica is working on as many requests
+	// as it may (or waited too long for a database connection); each takes
+	// milliseconds, so capacity frees up within a second.
+	RetryAfterOverloaded = time.Second
 )
 
 // unavailable is a 503 with the Retry-After of its cause.
@@ -179,6 +188,18 @@ func Busy() *Problem {
 	return unavailable("The service is at capacity; retry shortly.", RetryAfterBusy)
 }
 
+// Overloaded is the 503 of a replica at its capacity: it already works on
+// as many requests as it may, or a request waited too long for one of its
+// database connections. The database is up; the client should retry (with
+// backoff), possibly on another replica. Its code differs from
+// service_unavailable (the database is unreachable) so that clients and dashboards can tell a burst
+// from an outage.
+func Overloaded() *Problem {
+	p := New(http.StatusServiceUnavailable, CodeOverloaded, "The service is overloaded; retry shortly.")
+	p.RetryAfter = RetryAfterOverloaded
+	return p
+}
+
 // TooManyRequests is a 429 with Retry-After.
 func TooManyRequests(detail string, retryAfter time.Duration) *Problem {
 	p := New(http.StatusTooManyRequests, CodeTooManyRequests, detail)
@@ -198,9 +219,16 @@ func Internal() *Problem {
 // balancers retry, and service start-up retries it (pkg/servicecmd).
 var ErrUnavailable = errors.New("dependency unavailable")
 
+// ErrOverloaded marks an error caused by this process being at capacity
+// for the database (pkg/mongoconn classifies a timed-out wait for a pooled
+// connection with it): From turns it into the overloaded 503, never into
+// the database-unreachable 503, because the database answered all along.
+var ErrOverloaded = errors.New("overloaded: no database connection free in time")
+
 // From returns the problem to send for err: err itself when it is (or wraps)
-// a *Problem, a 400 validation_failed for a *validation.Error, a 503 when it
-// wraps ErrUnavailable, and a 500 otherwise.
+// a *Problem, a 400 validation_failed for a *validation.Error, the
+// overloaded 503 when it wraps ErrOverloaded, the database-unreachable 503
+// when it wraps ErrUnavailable, and a 500 otherwise.
 func From(err error) *Problem {
 	var p *Problem
 	if errors.As(err, &p) {
@@ -213,6 +241,9 @@ func From(err error) *Problem {
 			fields = append(fields, FieldError{Field: f.Name, Reason: f.Reason})
 		}
 		return Validation(fields...)
+	}
+	if errors.Is(err, ErrOverloaded) {
+		return Overloaded()
 	}
 	if errors.Is(err, ErrUnavailable) {
 		return DatabaseUnavailable()

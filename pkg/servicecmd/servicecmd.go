@@ -91,13 +91,17 @@ type Service struct {
 	Checks map[string]web.Check
 	// Profiling serves net/http/pprof on the operations listener.
 	Profiling bool
+	// MaxInFlight bounds the API requests worked on at once; the excess
+	// gets the overloaded 503 at once (web.LimitInFlight). 0: no bound.
+	MaxInFlight int
 	// Init builds the API handler from what lives in the database
 	// (indexes, keys); validate the configuration before Run, so that a
 	// mistake in it ends the process before it listens. Run retries Init
 	// with backoff (0.5 s doubling to 10 s) while it fails because the
 	// database is unreachable (an error wrapping problem.ErrUnavailable, as
 	// pkg/mongoconn classifies driver errors), so that a database that starts
-	// later than the service causes no crash loop; meanwhile the API
+	// later than the service causes no crash loop (likewise while no pooled
+	// connection comes free in time, problem.ErrOverloaded); meanwhile the API
 	// answers 503 and /readyz is not ready. Any other error ends Run at
 	// once: retrying cannot fix it.
 	Init func(ctx context.Context) (http.Handler, error)
@@ -116,7 +120,8 @@ func (s Service) Run(ctx context.Context) error {
 		return err
 	}
 
-	api := web.NewPending(web.Config{Logger: s.Logger, Metrics: s.Registry})
+	observe := web.Config{Logger: s.Logger, Metrics: s.Registry}
+	api := web.NewPending(observe)
 	checks := map[string]web.Check{"initialised": func(context.Context) error {
 		if !api.IsReady() {
 			return errors.New("initialising")
@@ -141,7 +146,7 @@ func (s Service) Run(ctx context.Context) error {
 
 	s.Logger.Info("starting "+s.Name, "version", s.Version)
 	err = web.Serve(serveCtx, s.Logger, s.Drain,
-		web.Server{Name: "api", Listener: apiListener, Handler: api},
+		web.Server{Name: "api", Listener: apiListener, Handler: web.LimitInFlight(api, s.MaxInFlight, observe), Observe: &observe},
 		web.Server{Name: "ops", Listener: opsListener, Handler: s.opsHandler(checks)},
 	)
 	if cause := context.Cause(serveCtx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
@@ -165,7 +170,7 @@ func (s Service) initialise(ctx context.Context) (http.Handler, error) {
 		if err == nil {
 			return h, nil
 		}
-		if !errors.Is(err, problem.ErrUnavailable) {
+		if !errors.Is(err, problem.ErrUnavailable) && !errors.Is(err, problem.ErrOverloaded) {
 			return nil, fmt.Errorf("initialise %s: %w", s.Name, err)
 		}
 		s.Logger.Warn("database unreachable during initialisation; retrying", "error", err.Error(), "retry_in", backoff.String())
@@ -200,6 +205,23 @@ func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) 
 	}, nil
 }
 
+// MongoReadiness returns the readiness check of the database ("mongodb" in
+// /readyz): a ping on a client of its own (mongoconn.ConnectReadiness), so
+// that a busy request pool never makes the database look unreachable, and
+// a function that disconnects that client.
+func MongoReadiness(ctx context.Context, uri string, selectTimeout time.Duration) (web.Check, func(), error) {
+	client, err := mongoconn.ConnectReadiness(uri, selectTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	check := func(ctx context.Context) error { return mongoconn.Ping(ctx, client) }
+	return check, func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(closeCtx)
+	}, nil
+}
+
 // HealthCheck asks this process's own /readyz on the operations listener
 // at opsAddr and returns nil on a 200. It lets a container health check run
 // the service binary itself (distroless images have no shell or curl).
@@ -227,4 +249,17 @@ func HealthCheck(ctx context.Context, opsAddr string) error {
 		return fmt.Errorf("health check: /readyz answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// MaxInFlight is the bound of the API requests one replica works on at
+// once: configured when positive, else the size of the MongoDB connection
+// pool of uri (mongoconn.PoolSize). At that bound every request that needs
+// the database finds a connection without waiting in line for one, so a
+// burst is shed at once with the overloaded 503 instead of slowing every
+// request down until they time out on the pool.
+func MaxInFlight(configured int, uri string) int {
+	if configured > 0 {
+		return configured
+	}
+	return mongoconn.PoolSize(uri)
 }

@@ -3,10 +3,13 @@ package web
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -38,21 +41,36 @@ func newObserver(logger *slog.Logger, reg prometheus.Registerer, problemFor func
 	if reg == nil {
 		return o
 	}
-	// Every Echo instance of a process (the API, and the start-up answer
-	// before it: Pending) records into the same series.
-	o.duration = RegisterShared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	o.duration = requestDuration(reg)
+	return o
+}
+
+// requestDuration is the HTTP metric on reg. Every Echo instance of a
+// process (the API, the start-up answer before it: Pending, the shed
+// answers: LimitInFlight) and the refusals of its listener record into the
+// same series.
+func requestDuration(reg prometheus.Registerer) *prometheus.HistogramVec {
+	return RegisterShared(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "http_request_duration_seconds",
 		Help:    "Duration of HTTP requests by route pattern, method and the status written to the client.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"route", "method", "status"}))
-	return o
 }
 
 // middleware must be the outermost middleware but for RequestID.
 func (o *observer) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		start := time.Now()
+		body := &deadlineBody{ReadCloser: c.Request().Body}
+		if body.ReadCloser != nil {
+			c.Request().Body = body
+		}
 		stack, err := callRecovering(next, c)
+		if body.timedOut.Load() {
+			// Whatever the handler made of the cut body (usually a 400),
+			// the cause is the server's read timeout.
+			err = errBodyTimeout
+		}
 		status := o.respond(c, err)
 		o.record(c, status, time.Since(start), err, stack)
 		return nil
@@ -85,10 +103,63 @@ func (o *observer) respond(c *echo.Context, err error) int {
 		return http.StatusOK
 	}
 	p := o.problemFor(err)
+	if errors.Is(err, errBodyTimeout) {
+		return o.respondAfterBodyTimeout(c, p)
+	}
 	if werr := problem.Write(c.Response(), p); werr != nil {
 		o.logger.DebugContext(c.Request().Context(), "write problem", "error", werr)
 	}
 	return p.Status
+}
+
+// bodyTimeoutWriteGrace is how long the answer to a request whose body
+// hit the server's read timeout may take to write. That timeout and the
+// write timeout start together, so without more time the answer would be
+// cut too, and the client would get nothing while the log said otherwise.
+const bodyTimeoutWriteGrace = 5 * time.Second
+
+// respondAfterBodyTimeout sends p (the 408) to a client whose body did
+// not arrive before the server's read timeout, and returns the status the
+// client got: 0 when the answer could not be written (see
+// StatusNoResponse).
+func (o *observer) respondAfterBodyTimeout(c *echo.Context, p *problem.Problem) int {
+	rc := http.NewResponseController(c.Response())
+	_ = rc.SetWriteDeadline(time.Now().Add(bodyTimeoutWriteGrace))
+	c.Response().Header().Set("Connection", "close")
+	werr := problem.Write(c.Response(), p)
+	if werr == nil {
+		// Sent now, so that a failure is known before the log line.
+		werr = rc.Flush()
+	}
+	if werr != nil {
+		o.logger.DebugContext(c.Request().Context(), "write request timeout", "error", werr)
+		return StatusNoResponse
+	}
+	return p.Status
+}
+
+// StatusNoResponse is the status logged and counted for a request whose
+// answer could not be written to the client at all (the connection failed
+// first): the client got no response, so no HTTP status is claimed.
+const StatusNoResponse = 0
+
+// errBodyTimeout is the cause of a request whose body did not arrive
+// before the server's read timeout.
+var errBodyTimeout = errors.New("request body not received before the read timeout")
+
+// deadlineBody notes whether reading the request body failed on the
+// connection's read deadline (the server's ReadTimeout).
+type deadlineBody struct {
+	io.ReadCloser
+	timedOut atomic.Bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		b.timedOut.Store(true)
+	}
+	return n, err
 }
 
 // record writes the access log line and the metric of one response. It
@@ -159,6 +230,8 @@ func ProblemFor(err error) *problem.Problem {
 	var bearer *token.BearerError
 	var scope *token.ScopeError
 	switch {
+	case errors.Is(err, errBodyTimeout):
+		return problem.New(http.StatusRequestTimeout, problem.CodeRequestTimeout, "The request body did not arrive in time.")
 	case errors.As(err, &request):
 		switch request.Kind {
 		case ErrUnsupportedMediaType:

@@ -16,6 +16,23 @@ type Server struct {
 	Name     string
 	Listener net.Listener
 	Handler  http.Handler
+	// Observe, when set, answers the requests net/http refuses before any
+	// handler runs as problem+json with a request id, and logs and counts
+	// them (route "refused") with its logger and registry.
+	Observe *Config
+	// ReadTimeout and WriteTimeout bound reading a whole request and
+	// writing its response; 0 means 30 s.
+	ReadTimeout, WriteTimeout time.Duration
+}
+
+// defaultIOTimeout is the read and write timeout of a Server that sets none.
+const defaultIOTimeout = 30 * time.Second
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }
 
 // Serve runs every server until ctx is done, then shuts them all down
@@ -29,16 +46,20 @@ func Serve(ctx context.Context, logger *slog.Logger, drain time.Duration, server
 		hs := &http.Server{
 			Handler:           s.Handler,
 			ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout:       30 * time.Second,
-			WriteTimeout:      30 * time.Second,
+			ReadTimeout:       orDefault(s.ReadTimeout, defaultIOTimeout),
+			WriteTimeout:      orDefault(s.WriteTimeout, defaultIOTimeout),
 			IdleTimeout:       120 * time.Second,
 			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
 		https[i] = hs
 		logger.Info("listening", "server", s.Name, "addr", s.Listener.Addr().String())
+		listener := s.Listener
+		if s.Observe != nil {
+			listener = observeRefusals(listener, *s.Observe)
+		}
 		go func() {
-			if err := hs.Serve(s.Listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := hs.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s server: %w", s.Name, err)
 				return
 			}

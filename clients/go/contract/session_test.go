@@ -320,7 +320,12 @@ func TestConcurrentCallsRenewOnce(t *testing.T) {
 			f := newFake(t)
 			f.set(func(f *fake) { f.refreshMode = tc.mode })
 			clk := newClock()
-			c := f.client(t, clk)
+			// Retries off: every request counted is one call's, and the
+			// counts say how the calls shared the renewal.
+			c := f.newClient(t, clk, client.Config{
+				Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
+				MaxRetries:  -1,
+			})
 			ctx := context.Background()
 			if err := c.Login(ctx); err != nil {
 				t.Fatal(err)

@@ -23,6 +23,17 @@ export interface ClientOptions {
   fetch?: typeof globalThis.fetch;
   /** Called after every login and renewal, with how it was done (for metrics). */
   onRenew?: (kind: RenewalKind) => void;
+  /**
+   * How many times a read, or a creation with its `Idempotency-Key`, is
+   * sent again after a network failure, a 502, 503 or 504, or a 429
+   * (default 2; 0 turns retries off). See "Retries" in the top-level README.
+   */
+  maxRetries?: number;
+  /**
+   * The longest wait, in seconds, before a retry (default 10): an answer
+   * whose `Retry-After` asks for longer is thrown at once.
+   */
+  maxRetryWait?: number;
 }
 
 /** Per-call options. */
@@ -71,6 +82,9 @@ export interface Page<T> {
 /** How many conversations' ETags a client remembers. */
 const maxRememberedETags = 1000;
 
+/** Statuses after which a read or an idempotency-keyed creation is retried. */
+const retryStatuses = new Set([429, 502, 503, 504]);
+
 /**
  * The client of the account and conversations services for one principal:
  * a user (username, password, account name) or a service client (client
@@ -83,8 +97,15 @@ export class PlatformClient {
   readonly #session: Session;
   readonly #fetch: typeof globalThis.fetch;
   readonly #etags = new Map<string, string>();
+  readonly #maxRetries: number;
+  readonly #maxRetryWait: number;
 
   constructor(options: ClientOptions) {
+    this.#maxRetries = options.maxRetries ?? 2;
+    this.#maxRetryWait = options.maxRetryWait ?? 10;
+    if (!(Number.isInteger(this.#maxRetries) && this.#maxRetries >= 0) || !(this.#maxRetryWait >= 0)) {
+      throw new TypeError("maxRetries must be a whole number and maxRetryWait a number of seconds, neither negative");
+    }
     this.accountUrl = baseUrl(options.accountUrl, "accountUrl");
     this.conversationsUrl = baseUrl(options.conversationsUrl, "conversationsUrl");
     // A browser's fetch must be called on the global object.
@@ -207,9 +228,26 @@ export class PlatformClient {
       contentType: "application/json",
       idempotencyKey: options.idempotencyKey ?? newIdempotencyKey(),
     });
-    // The message moved the conversation's updatedAt: its ETag is stale.
-    this.#etags.delete(conversationId);
-    return res.json();
+    const posted: Message = await res.json();
+    await this.#trackETagAfterMessage(conversationId, options);
+    return posted;
+  }
+
+  /**
+   * A message changes its conversation, and so its ETag, which the
+   * message's answer does not carry. When the client holds a tag of the
+   * conversation, it reads the conversation again (one GET) and keeps the
+   * new tag, so that the next update is conditional on the state after the
+   * message. Should that read fail, the message stands and the old tag
+   * stays: the next update then gets a 412, never a silent overwrite.
+   */
+  async #trackETagAfterMessage(conversationId: string, options: CallOptions): Promise<void> {
+    if (!this.#etags.has(conversationId)) return;
+    try {
+      await this.getConversation(conversationId, options);
+    } catch {
+      // The old tag stays (see above).
+    }
   }
 
   /** One page of a conversation's messages, newest first. */
@@ -250,8 +288,11 @@ export class PlatformClient {
   /**
    * Sends a request with the session's bearer token. A 401 invalid_token
    * (a key rotation, a revoked session) renews the session and retries the
-   * request once, with the same body and idempotency key; any other
-   * failure is thrown as an ApiError.
+   * request once, with the same body and idempotency key. A read (GET), or
+   * a request with an Idempotency-Key, is also sent again after a network
+   * failure or a 429, 502, 503 or 504, up to maxRetries times, waiting
+   * Retry-After (else 0.25 s, 0.5 s, …) unless that exceeds maxRetryWait.
+   * Any other failure is thrown: an ApiError, or fetch's own error.
    */
   async #call(
     method: string,
@@ -259,26 +300,42 @@ export class PlatformClient {
     options: CallOptions,
     send: { body?: string; contentType?: string; idempotencyKey?: string | undefined; ifMatch?: string | undefined } = {},
   ): Promise<Response> {
-    for (let attempt = 0; ; attempt++) {
+    const retryable = method === "GET" || Boolean(send.idempotencyKey);
+    let renewed = false;
+    for (let retries = 0; ; ) {
       const bearer = await this.#session.bearer();
       const headers: Record<string, string> = { Authorization: `Bearer ${bearer.token}`, Accept: "application/json" };
       if (send.contentType) headers["Content-Type"] = send.contentType;
       if (send.idempotencyKey) headers["Idempotency-Key"] = send.idempotencyKey;
       if (send.ifMatch) headers["If-Match"] = send.ifMatch;
-      const res = await this.#fetch(url, {
-        method,
-        headers,
-        body: send.body ?? null,
-        signal: options.signal ?? null,
-        credentials: "omit",
-      });
-      if (res.ok) return res;
-      const err = await ApiError.fromResponse(res, method);
-      if (err.status === 401 && err.code === "invalid_token" && attempt === 0) {
-        this.#session.invalidate(bearer.generation);
-        continue;
+      let wait: number;
+      try {
+        const res = await this.#fetch(url, {
+          method,
+          headers,
+          body: send.body ?? null,
+          signal: options.signal ?? null,
+          credentials: "omit",
+        });
+        if (res.ok) return res;
+        const err = await ApiError.fromResponse(res, method);
+        if (err.status === 401 && err.code === "invalid_token" && !renewed) {
+          renewed = true;
+          this.#session.invalidate(bearer.generation);
+          continue;
+        }
+        if (!retryable || !retryStatuses.has(err.status) || retries >= this.#maxRetries) throw err;
+        wait = err.retryAfter ?? 0.25 * 2 ** retries;
+        if (wait > this.#maxRetryWait) throw err;
+      } catch (err) {
+        // fetch rejects with a TypeError when no answer came (refused,
+        // reset, DNS); an abort is the caller's and never retried.
+        if (err instanceof ApiError || !(err instanceof TypeError) || options.signal?.aborted) throw err;
+        if (!retryable || retries >= this.#maxRetries) throw err;
+        wait = 0.25 * 2 ** retries;
       }
-      throw err;
+      retries++;
+      await delay(wait * 1000, options.signal);
     }
   }
 
@@ -328,6 +385,22 @@ export class PlatformClient {
       if (oldest !== undefined) this.#etags.delete(oldest);
     }
   }
+}
+
+/** Waits ms milliseconds, or until signal aborts (then rejects with its reason). */
+function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }
 
 /** A random idempotency key (a UUID). */

@@ -1,5 +1,42 @@
 import type { FieldError } from "./types.js";
 
+/**
+ * The stable codes of {@link ApiError.code}: one for every code of the
+ * services' problems (docs/errors.md) and of the token endpoint's OAuth
+ * errors (RFC 6749 section 5.2). New codes may appear; an answer without a
+ * code has `http_<status>`.
+ */
+export const ErrorCodes = {
+  MalformedJson: "malformed_json",
+  ValidationFailed: "validation_failed",
+  InvalidCredentials: "invalid_credentials",
+  InvalidToken: "invalid_token",
+  InsufficientScope: "insufficient_scope",
+  NotFound: "not_found",
+  MethodNotAllowed: "method_not_allowed",
+  Conflict: "conflict",
+  PreconditionFailed: "precondition_failed",
+  ConversationClosed: "conversation_closed",
+  TooManyParticipants: "too_many_participants",
+  LastParticipant: "last_participant",
+  IdempotencyKeyReused: "idempotency_key_reused",
+  BodyTooLarge: "body_too_large",
+  UnsupportedMediaType: "unsupported_media_type",
+  TooManyRequests: "too_many_requests",
+  ServiceUnavailable: "service_unavailable",
+  Overloaded: "overloaded",
+  InternalError: "internal_error",
+  InvalidRequest: "invalid_request",
+  InvalidClient: "invalid_client",
+  InvalidGrant: "invalid_grant",
+  InvalidScope: "invalid_scope",
+  UnauthorizedClient: "unauthorized_client",
+  UnsupportedGrantType: "unsupported_grant_type",
+} as const;
+
+/** A code of {@link ErrorCodes}. */
+export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes];
+
 /** What an {@link ApiError} is made of. */
 export interface ApiErrorInit {
   status: number;
@@ -20,8 +57,10 @@ export interface ApiErrorInit {
  * services, or the RFC 6749 error of the token endpoint, in one shape.
  * Switch on {@link ApiError.code}, never on the message.
  *
- * It carries no credential: no password, client secret or token is ever
- * part of a request line, and request bodies and headers are not kept.
+ * It carries no credential because the client never puts one there: no
+ * password, client secret or token is ever part of a request line, request
+ * bodies and headers are not kept, and the service's texts are kept as
+ * they came.
  */
 export class ApiError extends Error {
   /** The HTTP status, e.g. 404. */

@@ -10,8 +10,8 @@ export type {
   ListMessagesOptions,
   Page,
 } from "./client.js";
-export { ApiError, isApiError, parseRetryAfter } from "./errors.js";
-export type { ApiErrorInit } from "./errors.js";
+export { ApiError, ErrorCodes, isApiError, parseRetryAfter } from "./errors.js";
+export type { ApiErrorInit, ErrorCode } from "./errors.js";
 export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind } from "./session.js";
 export type * from "./types.js";
 export { nextLink } from "./link.js";

@@ -41,6 +41,13 @@ final class Client
     private const USER_AGENT = 'acme-platform-php/0.1';
     private const RETRY_STATUSES = [429, 502, 503, 504];
     private const ETAG_CACHE_SIZE = 1024;
+    /**
+     * The deepest JSON answer parsed: far beyond what the services store
+     * (they limit the nesting of config and metadata), and a parse error of
+     * this client's own (ClientException) rather than exhausted memory
+     * beyond it.
+     */
+    private const MAX_JSON_DEPTH = 512;
 
     private readonly string $accountUrl;
     private readonly ?string $conversationsUrl;
@@ -185,7 +192,6 @@ final class Client
                 $this->accountUrl . '/logout',
                 new Secret(self::json(['refresh_token' => $refresh->reveal()])),
                 ['Content-Type' => 'application/json'],
-                [$refresh],
             );
         }
     }
@@ -239,7 +245,6 @@ final class Client
                     '/token/refresh',
                     new Secret(self::json(['refresh_token' => $refresh->reveal()])),
                     'application/json',
-                    [$refresh],
                     null,
                 );
                 $this->log('debug', 'session renewed by refresh');
@@ -271,7 +276,6 @@ final class Client
                 '/oauth2/token',
                 new Secret(http_build_query($form, '', '&', PHP_QUERY_RFC1738)),
                 'application/x-www-form-urlencoded',
-                [$this->clientSecret, $encoded],
                 new Secret('Basic ' . $encoded->reveal()),
             );
             $this->log('debug', 'obtained an access token with client credentials');
@@ -282,7 +286,7 @@ final class Client
             'username' => $this->username,
             'password' => $this->password->reveal(),
             'accountName' => $this->accountName,
-        ])), 'application/json', [$this->password], null);
+        ])), 'application/json', null);
         $this->log('debug', 'logged in');
         return $session;
     }
@@ -292,13 +296,11 @@ final class Client
      * token for a user, access token for a service client) and the refresh
      * token.
      *
-     * @param list<Secret> $secrets
      */
     private function tokenRequest(
         string $path,
         #[\SensitiveParameter] Secret $body,
         string $contentType,
-        array $secrets,
         ?Secret $authorization,
     ): Session {
         $start = microtime(true); // expires_in counts from the answer: earlier is safe
@@ -307,7 +309,6 @@ final class Client
             $this->accountUrl . $path,
             $body,
             ['Content-Type' => $contentType],
-            $secrets,
             $authorization,
         );
         $doc = json_decode($response->body, true);
@@ -341,18 +342,16 @@ final class Client
     // -- HTTP ------------------------------------------------------------
 
     /**
-     * One request; an answer outside 2xx throws ApiError, with every secret
-     * of the request removed from its texts.
+     * One request; an answer outside 2xx throws ApiError. Nothing of the
+     * request but its method and path goes into the error, so no secret can.
      *
      * @param array<string, string> $headers
-     * @param list<Secret>          $secrets
      */
     private function exchange(
         string $method,
         string $url,
         #[\SensitiveParameter] string|Secret|null $body,
         array $headers,
-        array $secrets,
         ?Secret $authorization = null,
     ): Response {
         $headers = [
@@ -363,7 +362,7 @@ final class Client
         if ($response->status >= 200 && $response->status < 300) {
             return $response;
         }
-        throw Problem::toError($method, self::path($url), $response, $secrets);
+        throw Problem::toError($method, self::path($url), $response);
     }
 
     /**
@@ -392,7 +391,7 @@ final class Client
             [$bearer, $generation] = $this->currentBearer();
             try {
                 $authorization = new Secret('Bearer ' . $bearer->reveal());
-                return $this->exchange($method, $url, $body, $headers, [$bearer], $authorization);
+                return $this->exchange($method, $url, $body, $headers, $authorization);
             } catch (ApiError $e) {
                 if ($e->status === 401 && $e->code() === ApiError::INVALID_TOKEN && !$renewed) {
                     $renewed = true;
@@ -437,11 +436,16 @@ final class Client
     private static function decode(Response $response, string $method, string $url): mixed
     {
         try {
-            return json_decode($response->body, true, 512, JSON_THROW_ON_ERROR);
-        } catch (\JsonException) {
-            throw new ClientException(
-                sprintf('acme/platform: %s %s: the response is not JSON', $method, self::path($url))
-            );
+            return json_decode($response->body, true, self::MAX_JSON_DEPTH, JSON_THROW_ON_ERROR);
+        } catch (\JsonException $e) {
+            throw new ClientException(sprintf(
+                'acme/platform: %s %s: %s',
+                $method,
+                self::path($url),
+                $e->getCode() === JSON_ERROR_DEPTH
+                    ? 'the response is nested more than ' . self::MAX_JSON_DEPTH . ' levels deep'
+                    : 'the response is not JSON',
+            ));
         }
     }
 
@@ -690,7 +694,29 @@ final class Client
         $response = $this->call('POST', $url, $payload, headers: [
             'Idempotency-Key' => $idempotencyKey ?? self::newIdempotencyKey(),
         ], retry: true);
-        return self::decode($response, 'POST', $url);
+        $message = self::decode($response, 'POST', $url);
+        $this->trackEtagAfterMessage($conversationId);
+        return $message;
+    }
+
+    /**
+     * A message changes its conversation, and so its ETag, which the
+     * message's answer does not carry. When the client holds a tag of the
+     * conversation, it reads the conversation again (one GET) and keeps the
+     * new tag, so that the next update is conditional on the state after
+     * the message. Should that read fail, the message stands and the old
+     * tag stays: the next update then gets a 412, never a silent overwrite.
+     */
+    private function trackEtagAfterMessage(string $conversationId): void
+    {
+        if ($this->etag($conversationId) === null) {
+            return;
+        }
+        try {
+            $this->getConversation($conversationId);
+        } catch (ClientException $e) {
+            $this->log('info', 're-reading the conversation after a message failed: ' . $e->getMessage());
+        }
     }
 
     /**

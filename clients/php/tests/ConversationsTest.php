@@ -107,6 +107,31 @@ final class ConversationsTest extends ServiceTestCase
         $this->assertSame('mine', $mine->updateConversation($conv['id'], subject: 'mine')['subject']);
     }
 
+    public function testAnUpdateAfterAMessageIsConditionalOnTheStateAfterIt(): void
+    {
+        $client = Env::userClient();
+        $conv = $client->createConversation(subject: 'etag after a message ' . bin2hex(random_bytes(4)));
+        $createdTag = $client->etag($conv['id']);
+        $client->postMessage($conv['id'], "moves the conversation's ETag");
+        $this->assertNotNull($client->etag($conv['id']));
+        $this->assertNotSame($createdTag, $client->etag($conv['id']));
+        // No 412: the client tracked the tag the message made.
+        $updated = $client->updateConversation($conv['id'], subject: 'after the message');
+        $this->assertSame('after the message', $updated['subject']);
+
+        // And the update is still conditional: a change by someone else
+        // after the message is a 412, not silently overwritten.
+        $client->postMessage($conv['id'], 'another');
+        Env::userClient()->updateConversation($conv['id'], status: 'snoozed');
+        try {
+            $client->updateConversation($conv['id'], subject: 'overwrites?');
+            $this->fail('no 412');
+        } catch (ApiError $e) {
+            $this->assertSame([412, ApiError::PRECONDITION_FAILED], [$e->status, $e->code()]);
+        }
+        $this->assertSame('after the message', Env::userClient()->getConversation($conv['id'])['subject']);
+    }
+
     public function testACreateWhoseAnswerIsLostIsRetriedAndCreatesOne(): void
     {
         $proxy = new DropFirstResponses(Env::get('CONVERSATIONS_URL'), 'POST', '/v1/conversations', 1);

@@ -5,6 +5,7 @@ declare(strict_types=1);
 namespace Acme\Platform\Tests;
 
 use Acme\Platform\ApiError;
+use Acme\Platform\Client;
 use Acme\Platform\Tests\Support\Env;
 use Acme\Platform\Tests\Support\ServiceTestCase;
 
@@ -31,10 +32,12 @@ final class ErrorsTest extends ServiceTestCase
             participants: [Env::get('OTHER_USER_ID'), ''],
         ));
         $this->assertSame([400, ApiError::VALIDATION_FAILED], [$e->status, $e->code()]);
-        $fields = array_map(static fn ($f) => $f->field, $e->fields);
+        $fields = array_map(static fn ($f) => $f->field, $e->fieldErrors);
         sort($fields);
         $this->assertSame(['participants[1]', 'subject'], $fields);
-        $this->assertNotSame('', $e->field('subject')?->reason);
+        foreach ($e->fieldErrors as $f) {
+            $this->assertNotSame('', $f->reason);
+        }
         $this->assertStringContainsString('participants[1]', $e->getMessage());
         $this->assertNull($e->retryAfter);
     }
@@ -44,7 +47,7 @@ final class ErrorsTest extends ServiceTestCase
         $client = Env::userClient();
         $e = $this->expectApiError(fn () => $client->conversations(limit: 0)->current());
         $this->assertSame([400, ApiError::VALIDATION_FAILED], [$e->status, $e->code()]);
-        $this->assertSame(['limit'], array_map(static fn ($f) => $f->field, $e->fields));
+        $this->assertSame(['limit'], array_map(static fn ($f) => $f->field, $e->fieldErrors));
     }
 
     public function test401WrongCredentials(): void
@@ -91,5 +94,53 @@ final class ErrorsTest extends ServiceTestCase
         // The lock holds for the right password too; the client raises at once.
         $e = $this->expectApiError(fn () => Env::userClient('LOCKOUT_')->login());
         $this->assertSame(429, $e->status);
+    }
+
+    /**
+     * The client never redacts by replacing text (which mangled "… password
+     * is wrong." into "… is [redacted]." for the password "wrong", or every
+     * "e" for the password "e"): secrets stay out of its errors because it
+     * never puts them there.
+     */
+    public function testOneLetterAndCommonWordPasswordsLeaveTheMessageIntact(): void
+    {
+        // Users that do not exist: every failed login gets the same answer,
+        // and none of them is a user the suite needs.
+        [$status, $body] = Env::rawPost(Env::get('ACCOUNT_URL') . '/login', [
+            'username' => 'nobody-' . bin2hex(random_bytes(8)),
+            'password' => 'x',
+            'accountName' => Env::get('ACCOUNT_NAME'),
+        ]);
+        $this->assertSame(401, $status);
+        $detail = json_decode($body, true, 512, JSON_THROW_ON_ERROR)['detail'];
+        $unusual = 'Zq-' . bin2hex(random_bytes(8));
+        foreach (['e', 'is', 'wrong', 'password', $unusual] as $password) {
+            $client = new Client(
+                accountUrl: Env::get('ACCOUNT_URL'),
+                username: 'nobody-' . bin2hex(random_bytes(8)),
+                password: $password,
+                accountName: Env::get('ACCOUNT_NAME'),
+            );
+            $e = $this->expectApiError(fn () => $client->login());
+            $this->assertSame([401, ApiError::INVALID_CREDENTIALS], [$e->status, $e->code()]);
+            $this->assertSame($detail, $e->detail, "password $password");
+            $this->assertSame(
+                "acme/platform: POST /login: 401 invalid_credentials: $detail [request id {$e->requestId}]",
+                $e->getMessage(),
+            );
+            $this->assertStringNotContainsString('[redacted]', $e->getMessage() . print_r($e, true));
+        }
+        $this->assertStringNotContainsString($unusual, $e->getMessage() . print_r($e, true));
+    }
+
+    public function testAConstantForEveryCodeOfDocsErrorsMd(): void
+    {
+        $doc = (string) file_get_contents(__DIR__ . '/../../../docs/errors.md');
+        preg_match_all('/^\| *\d{3} *\| *`([a-z_]+)`/m', $doc, $m);
+        $this->assertGreaterThan(5, count($m[1]), 'docs/errors.md lists the codes in a table');
+        $constants = (new \ReflectionClass(ApiError::class))->getConstants();
+        foreach ($m[1] as $code) {
+            $this->assertSame($code, $constants[strtoupper($code)] ?? null, $code);
+        }
     }
 }

@@ -139,3 +139,29 @@ class IdempotencyTest(LoggedTestCase):
         self.assertEqual(
             (caught.exception.status, caught.exception.code), (422, CODE_IDEMPOTENCY_KEY_REUSED)
         )
+
+
+class ETagAfterMessageTest(LoggedTestCase):
+    def test_an_update_after_a_message_is_conditional_on_the_state_after_it(self) -> None:
+        client = user_client()
+        conv = client.create_conversation(subject=unique("etag after a message"))
+        created_tag = client.etag(conv["id"])
+        client.post_message(conv["id"], "moves the conversation's ETag")
+        self.assertIsNotNone(client.etag(conv["id"]))
+        self.assertNotEqual(client.etag(conv["id"]), created_tag)
+        # No 412: the client tracked the tag the message made.
+        updated = client.update_conversation(conv["id"], subject="after the message")
+        self.assertEqual(updated["subject"], "after the message")
+
+        # And the update is still conditional: a change by someone else
+        # after the message is a 412, not silently overwritten.
+        client.post_message(conv["id"], "another")
+        user_client().update_conversation(conv["id"], status="snoozed")
+        with self.assertRaises(ApiError) as caught:
+            client.update_conversation(conv["id"], subject="overwrites?")
+        self.assertEqual(
+            (caught.exception.status, caught.exception.code), (412, CODE_PRECONDITION_FAILED)
+        )
+        self.assertEqual(
+            user_client().get_conversation(conv["id"])["subject"], "after the message"
+        )

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
+import unittest
+import uuid
+from pathlib import Path
 
+import acme_platform
 from acme_platform import (
     CODE_INVALID_CREDENTIALS,
     CODE_NOT_FOUND,
     CODE_TOO_MANY_REQUESTS,
     CODE_VALIDATION_FAILED,
     ApiError,
+    Client,
 )
-from support import LoggedTestCase, env, user_client
+from support import LoggedTestCase, env, raw_post, user_client
 
 
 class ErrorMappingTest(LoggedTestCase):
@@ -21,10 +28,8 @@ class ErrorMappingTest(LoggedTestCase):
             client.create_conversation(subject="x" * 301, participants=[env("OTHER_USER_ID"), ""])
         err = caught.exception
         self.assertEqual((err.status, err.code), (400, CODE_VALIDATION_FAILED))
-        self.assertEqual({f.field for f in err.fields}, {"subject", "participants[1]"})
-        field = err.field("subject")
-        assert field is not None
-        self.assertTrue(field.reason)
+        self.assertEqual({f.field for f in err.field_errors}, {"subject", "participants[1]"})
+        self.assertTrue(all(f.reason for f in err.field_errors))
         self.assertIn("participants[1]", str(err))
         self.assertIsNone(err.retry_after)
 
@@ -34,7 +39,7 @@ class ErrorMappingTest(LoggedTestCase):
         self.assertEqual(
             (caught.exception.status, caught.exception.code), (400, CODE_VALIDATION_FAILED)
         )
-        self.assertEqual([f.field for f in caught.exception.fields], ["limit"])
+        self.assertEqual([f.field for f in caught.exception.field_errors], ["limit"])
 
     def test_401_wrong_credentials(self) -> None:
         wrong = "not-" + env("OTHER_PASSWORD")
@@ -83,3 +88,56 @@ class ErrorMappingTest(LoggedTestCase):
         with self.assertRaises(ApiError) as still:
             user_client("LOCKOUT_").login()
         self.assertEqual(still.exception.status, 429)
+
+
+class MessagesAreTheServicesTest(LoggedTestCase):
+    """The client never redacts by replacing text (which mangled "The
+    account name, username or password is wrong." into "... is [redacted]."
+    for the password "wrong", or every "e" for the password "e"): it keeps
+    secrets out of its errors by never putting them there."""
+
+    def test_one_letter_and_common_word_passwords(self) -> None:
+        login = env("ACCOUNT_URL") + "/login"
+        # Users that do not exist: every failed login gets the same answer,
+        # and none of them is a user the suite needs.
+        status, body = raw_post(
+            login,
+            {
+                "username": f"nobody-{uuid.uuid4().hex}",
+                "password": "x",
+                "accountName": env("ACCOUNT_NAME"),
+            },
+        )
+        self.assertEqual(status, 401)
+        detail = json.loads(body)["detail"]
+        unusual = f"Zq-{uuid.uuid4().hex}"
+        for password in ("e", "is", "wrong", "password", unusual):
+            client = Client(
+                account_url=env("ACCOUNT_URL"),
+                username=f"nobody-{uuid.uuid4().hex}",
+                password=password,
+                account_name=env("ACCOUNT_NAME"),
+            )
+            with self.assertRaises(ApiError) as caught:
+                client.login()
+            err = caught.exception
+            self.assertEqual((err.status, err.code), (401, CODE_INVALID_CREDENTIALS))
+            self.assertEqual(err.detail, detail, f"password {password!r}")
+            self.assertEqual(
+                str(err),
+                f"acme_platform: POST /login: 401 invalid_credentials: {detail} "
+                f"[request id {err.request_id}]",
+            )
+            self.assertNotIn("[redacted]", str(err) + repr(err))
+        self.assertNotIn(unusual, str(err) + repr(err) + repr(vars(err)))
+
+
+class CodeConstantsTest(unittest.TestCase):
+    def test_a_constant_for_every_code_of_docs_errors_md(self) -> None:
+        doc = Path(__file__).resolve().parents[3] / "docs" / "errors.md"
+        codes = set(re.findall(r"^\| *\d{3} *\| *`([a-z_]+)`", doc.read_text(), re.M))
+        self.assertGreater(len(codes), 5, "docs/errors.md lists the codes in a table")
+        for code in sorted(codes):
+            name = "CODE_" + code.upper()
+            self.assertEqual(getattr(acme_platform, name, None), code, name)
+            self.assertIn(name, acme_platform.__all__)

@@ -1029,6 +1029,12 @@ export interface components {
          * @description A dependency (the database) is unreachable right now. The service
          *     recovers by itself; retry after the number of seconds in
          *     `Retry-After`.
+         *
+         *     A replica at capacity answers 503 with the code `overloaded`
+         *     instead: it already works on as many requests as it may (the excess
+         *     is shed at once, before routing, on every path), or a request waited
+         *     too long for a database connection. The database is up; retry after
+         *     `Retry-After` seconds, with backoff.
          */
         ServiceUnavailable: {
             headers: {
@@ -1036,15 +1042,6 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                /**
-                 * @example {
-                 *       "type": "urn:problem-type:service_unavailable",
-                 *       "title": "Service Unavailable",
-                 *       "status": 503,
-                 *       "detail": "The database is unreachable; retry later.",
-                 *       "code": "service_unavailable"
-                 *     }
-                 */
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 503;

@@ -851,6 +851,12 @@ export interface components {
          *     unreachable, or the signing keys of the account service have not
          *     been fetched yet. The service recovers by itself; retry after the
          *     number of seconds in `Retry-After`.
+         *
+         *     A replica at capacity answers 503 with the code `overloaded`
+         *     instead: it already works on as many requests as it may (the excess
+         *     is shed at once, before routing, on every path), or a request waited
+         *     too long for a database connection. The database is up; retry after
+         *     `Retry-After` seconds, with backoff.
          */
         ServiceUnavailable: {
             headers: {
@@ -858,15 +864,6 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                /**
-                 * @example {
-                 *       "type": "urn:problem-type:service_unavailable",
-                 *       "title": "Service Unavailable",
-                 *       "status": 503,
-                 *       "detail": "The database is unreachable; retry later.",
-                 *       "code": "service_unavailable"
-                 *     }
-                 */
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 503;

@@ -6,7 +6,6 @@ namespace Acme\Platform\Internal;
 
 use Acme\Platform\ApiError;
 use Acme\Platform\FieldError;
-use Acme\Platform\Secret;
 
 /**
  * Builds the ApiError of an answer outside 2xx.
@@ -20,22 +19,13 @@ final class Problem
     /**
      * Problem bodies give code, title, detail and field errors; an OAuth
      * 2.0 error body ({"error", "error_description"}) gives code and
-     * detail; any other body the code "http_<status>". Every secret of the
-     * request is removed from the texts.
-     *
-     * @param list<Secret> $secrets
+     * detail; any other body the code "http_<status>". The texts are taken
+     * as the service wrote them: no secret of the request is ever put into
+     * an error, so none needs replacing (which would mangle the texts).
+     * A body nested too deeply to parse is no problem document.
      */
-    public static function toError(string $method, string $path, Response $response, array $secrets): ApiError
+    public static function toError(string $method, string $path, Response $response): ApiError
     {
-        $redact = static function (string $text) use ($secrets): string {
-            foreach ($secrets as $secret) {
-                $value = $secret->reveal();
-                if ($value !== '') {
-                    $text = str_replace($value, '[redacted]', $text);
-                }
-            }
-            return $text;
-        };
         $mediaType = strtolower(trim(explode(';', $response->header('content-type'), 2)[0]));
         $isJson = $mediaType === 'application/json' || str_ends_with($mediaType, '+json');
         $doc = $isJson ? json_decode($response->body, true) : null;
@@ -52,7 +42,7 @@ final class Problem
             $instance = $str($doc['instance'] ?? null);
             foreach (is_array($doc['errors'] ?? null) ? $doc['errors'] : [] as $item) {
                 if (is_array($item)) {
-                    $fields[] = new FieldError($str($item['field'] ?? null), $redact($str($item['reason'] ?? null)));
+                    $fields[] = new FieldError($str($item['field'] ?? null), $str($item['reason'] ?? null));
                 }
             }
         } elseif (is_array($doc) && is_string($doc['error'] ?? null)) {
@@ -66,11 +56,11 @@ final class Problem
             path: $path,
             status: $response->status,
             problemCode: $code !== '' ? $code : 'http_' . $response->status,
-            type: $redact($type),
-            title: $redact($title),
-            detail: $redact($detail),
-            instance: $redact($instance),
-            fields: $fields,
+            type: $type,
+            title: $title,
+            detail: $detail,
+            instance: $instance,
+            fieldErrors: $fields,
             retryAfter: self::retryAfter($response->header('retry-after')),
             requestId: $response->header('x-request-id'),
         );

@@ -244,7 +244,6 @@ class Client:
                 self._account_url + "/logout",
                 body=Secret(json.dumps({"refresh_token": refresh.reveal()})),
                 content_type="application/json",
-                secrets=(refresh,),
             )
 
     def _current_bearer(self) -> Tuple[Secret, int]:
@@ -285,7 +284,6 @@ class Client:
                     "/token/refresh",
                     Secret(json.dumps({"refresh_token": refresh.reveal()})),
                     "application/json",
-                    (refresh,),
                     None,
                 )
                 logger.debug("session renewed by refresh")
@@ -319,7 +317,6 @@ class Client:
                 "/oauth2/token",
                 urllib.parse.urlencode(form).encode(),
                 "application/x-www-form-urlencoded",
-                (self._client_secret, encoded),
                 Secret("Basic " + encoded.reveal()),
             )
             logger.debug("obtained an access token with client credentials")
@@ -339,7 +336,6 @@ class Client:
                 )
             ),
             "application/json",
-            (self._password,),
             None,
         )
         logger.debug("logged in")
@@ -350,7 +346,6 @@ class Client:
         path: str,
         body: Union[bytes, Secret],
         content_type: str,
-        secrets: Tuple[Secret, ...],
         authorization: Optional[Secret],
     ) -> Session:
         """Posts to a token endpoint and reads the token set: the bearer
@@ -362,13 +357,9 @@ class Client:
             self._account_url + path,
             body=body,
             content_type=content_type,
-            secrets=secrets,
             authorization=authorization,
         )
-        try:
-            doc = json.loads(resp.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ClientError(f"acme_platform: POST {path}: the response is not JSON") from None
+        doc = self._json(resp, "POST", self._account_url + path)
         tokens = doc.get("tokens", doc) if isinstance(doc, dict) else None
         if not isinstance(tokens, dict):
             raise ClientError(f"acme_platform: POST {path}: the response holds no token set")
@@ -402,11 +393,11 @@ class Client:
         body: Union[bytes, Secret, None] = None,
         content_type: Optional[str] = None,
         headers: Optional[Mapping[str, str]] = None,
-        secrets: Tuple[Secret, ...] = (),
         authorization: Optional[Secret] = None,
     ) -> Response:
-        """One request; an answer outside 2xx raises ApiError, with every
-        secret of the request removed from its text."""
+        """One request; an answer outside 2xx raises ApiError. Nothing of
+        the request but its method and path goes into the error, so no
+        secret can."""
         send: Dict[str, str] = {
             "Accept": "application/json, application/problem+json",
             "User-Agent": USER_AGENT,
@@ -424,7 +415,6 @@ class Client:
             status=resp.status,
             headers=resp.headers,
             body=resp.body,
-            secrets=[s.reveal() for s in secrets],
             reason=resp.reason,
         )
 
@@ -454,7 +444,6 @@ class Client:
                     body=body,
                     content_type=content_type if body is not None else None,
                     headers=headers,
-                    secrets=(bearer,),
                     authorization=Secret("Bearer " + bearer.reveal()),
                 )
             except ApiError as err:
@@ -484,12 +473,20 @@ class Client:
             time.sleep(wait)
 
     def _json(self, resp: Response, method: str, url: str) -> Any:
+        path = urllib.parse.urlsplit(url).path
         try:
             return json.loads(resp.body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             raise ClientError(
-                f"acme_platform: {method} {urllib.parse.urlsplit(url).path}: "
-                "the response is not JSON"
+                f"acme_platform: {method} {path}: the response is not JSON"
+            ) from None
+        except RecursionError:
+            # The json module recurses once per level of nesting: a body
+            # nested deeper than the interpreter's stack allows (a stored
+            # metadata thousands of levels deep) is this client's error,
+            # not a crash of the caller.
+            raise ClientError(
+                f"acme_platform: {method} {path}: the response is nested too deeply to parse"
             ) from None
 
     def _conversations(self, path: str) -> str:
@@ -703,7 +700,24 @@ class Client:
         resp = self._call(
             "POST", url, payload=payload, headers={"Idempotency-Key": key}, retry=True
         )
-        return cast(Message, self._json(resp, "POST", url))
+        message = cast(Message, self._json(resp, "POST", url))
+        self._track_etag_after_message(conversation_id)
+        return message
+
+    def _track_etag_after_message(self, conversation_id: str) -> None:
+        """A message changes its conversation, and so its ETag, which the
+        message's answer does not carry. When the client holds a tag of the
+        conversation, it reads the conversation again (one GET) and keeps
+        the new tag, so that the next update is conditional on the state
+        after the message. Should that read fail, the message stands and
+        the old tag stays: the next update then gets a 412, never a silent
+        overwrite."""
+        if self.etag(conversation_id) is None:
+            return
+        try:
+            self.get_conversation(conversation_id)
+        except ClientError as err:
+            logger.info("re-reading the conversation after a message failed: %s", err)
 
     def message_pages(
         self, conversation_id: str, *, limit: Optional[int] = None

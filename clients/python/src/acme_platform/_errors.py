@@ -8,21 +8,37 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Mapping, Optional, Tuple
 
-#: Stable machine-readable codes of the services' problem bodies. New codes
-#: may appear; an answer without a code has the code ``http_<status>``.
+#: Stable machine-readable codes: the ``code`` of the services' problem
+#: bodies (docs/errors.md) and the ``error`` of the token endpoint's OAuth
+#: 2.0 error bodies (RFC 6749 section 5.2). New codes may appear; an answer
+#: without a code has the code ``http_<status>``.
 CODE_MALFORMED_JSON = "malformed_json"
 CODE_VALIDATION_FAILED = "validation_failed"
 CODE_INVALID_CREDENTIALS = "invalid_credentials"
 CODE_INVALID_TOKEN = "invalid_token"
 CODE_INSUFFICIENT_SCOPE = "insufficient_scope"
 CODE_NOT_FOUND = "not_found"
+CODE_METHOD_NOT_ALLOWED = "method_not_allowed"
+CODE_CONFLICT = "conflict"
 CODE_PRECONDITION_FAILED = "precondition_failed"
 CODE_CONVERSATION_CLOSED = "conversation_closed"
+CODE_TOO_MANY_PARTICIPANTS = "too_many_participants"
+CODE_LAST_PARTICIPANT = "last_participant"
 CODE_IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+CODE_BODY_TOO_LARGE = "body_too_large"
+CODE_UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
 CODE_TOO_MANY_REQUESTS = "too_many_requests"
-CODE_UNAVAILABLE = "service_unavailable"
-
-REDACTED = "[redacted]"
+CODE_SERVICE_UNAVAILABLE = "service_unavailable"
+CODE_OVERLOADED = "overloaded"
+CODE_INTERNAL_ERROR = "internal_error"
+CODE_INVALID_REQUEST = "invalid_request"
+CODE_INVALID_CLIENT = "invalid_client"
+CODE_INVALID_GRANT = "invalid_grant"
+CODE_INVALID_SCOPE = "invalid_scope"
+CODE_UNAUTHORIZED_CLIENT = "unauthorized_client"
+CODE_UNSUPPORTED_GRANT_TYPE = "unsupported_grant_type"
+#: The former name of :data:`CODE_SERVICE_UNAVAILABLE`.
+CODE_UNAVAILABLE = CODE_SERVICE_UNAVAILABLE
 
 # Retry-After values above a year are clamped: nobody waits that long.
 _MAX_RETRY_AFTER = 365 * 24 * 3600.0
@@ -59,9 +75,10 @@ class ApiError(ClientError):
     (RFC 9457), or from an OAuth 2.0 error body for ``/oauth2/token``.
 
     Switch on :attr:`code`, never on :attr:`title` or :attr:`detail`, which
-    are for people. Nothing secret is ever part of it: should a service
-    echo a password or token sent with the request, it is replaced by
-    ``[redacted]``.
+    are for people. Its texts are the service's, unchanged; no secret is
+    ever part of it, because the client never puts one there: the request's
+    body and headers are not kept, and the services never echo a password
+    or token.
     """
 
     method: str
@@ -72,7 +89,7 @@ class ApiError(ClientError):
     title: str
     detail: str
     instance: str
-    fields: Tuple[FieldError, ...]
+    field_errors: Tuple[FieldError, ...]
     retry_after: Optional[float]
     request_id: str
 
@@ -87,7 +104,7 @@ class ApiError(ClientError):
         title: str = "",
         detail: str = "",
         instance: str = "",
-        fields: Iterable[FieldError] = (),
+        field_errors: Iterable[FieldError] = (),
         retry_after: Optional[float] = None,
         request_id: str = "",
     ) -> None:
@@ -99,7 +116,8 @@ class ApiError(ClientError):
         self.title = title
         self.detail = detail
         self.instance = instance
-        self.fields = tuple(fields)
+        #: The offending inputs of a 400 ``validation_failed``; empty otherwise.
+        self.field_errors = tuple(field_errors)
         #: Seconds to wait before retrying (the ``Retry-After`` header of a
         #: 429 or 503), ``None`` when the answer has none.
         self.retry_after = retry_after
@@ -111,8 +129,10 @@ class ApiError(ClientError):
         parts = [f"acme_platform: {self.method} {self.path}: {self.status} {self.code}"]
         if self.detail:
             parts.append(f": {self.detail}")
-        if self.fields:
-            parts.append(" (" + "; ".join(f"{f.field}: {f.reason}" for f in self.fields) + ")")
+        if self.field_errors:
+            parts.append(
+                " (" + "; ".join(f"{f.field}: {f.reason}" for f in self.field_errors) + ")"
+            )
         if self.retry_after is not None:
             parts.append(f" [retry after {self.retry_after:g}s]")
         if self.request_id:
@@ -122,20 +142,13 @@ class ApiError(ClientError):
     def __repr__(self) -> str:
         return (
             f"ApiError(status={self.status!r}, code={self.code!r}, method={self.method!r}, "
-            f"path={self.path!r}, fields={list(self.fields)!r}, retry_after={self.retry_after!r}, "
+            f"path={self.path!r}, field_errors={list(self.field_errors)!r}, retry_after={self.retry_after!r}, "
             f"request_id={self.request_id!r})"
         )
 
     def __reduce__(self) -> Any:
         # Exceptions pickle their args by default; ours are keyword-only.
         return (_rebuild_api_error, (self.__dict__.copy(),))
-
-    def field(self, name: str) -> Optional[FieldError]:
-        """The error of the named field, ``None`` when it has none."""
-        for f in self.fields:
-            if f.field == name:
-                return f
-        return None
 
 
 def _rebuild_api_error(state: Mapping[str, Any]) -> ApiError:
@@ -148,7 +161,7 @@ def _rebuild_api_error(state: Mapping[str, Any]) -> ApiError:
         "title",
         "detail",
         "instance",
-        "fields",
+        "field_errors",
         "retry_after",
         "request_id",
     )
@@ -185,13 +198,6 @@ def _excerpt(body: bytes, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "\u2026"
 
 
-def _redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, REDACTED)
-    return text
-
-
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -203,20 +209,21 @@ def error_from_response(
     status: int,
     headers: Mapping[str, str],
     body: bytes,
-    secrets: Iterable[str],
     reason: str = "",
 ) -> ApiError:
     """Builds the ApiError of an answer outside 2xx. ``headers`` has
     lower-case names. Problem bodies give code, title, detail and field
     errors; an OAuth 2.0 error body (``{"error", "error_description"}``)
-    gives code and detail; any other body the code ``http_<status>``."""
-    secrets = [s for s in secrets if s]
+    gives code and detail; any other body the code ``http_<status>``. The
+    texts are taken as the service wrote them."""
     media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
     doc: Any = None
     if _is_json(media_type):
         try:
             doc = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            # RecursionError: nested deeper than the interpreter's stack
+            # allows; such a body is no problem document.
             doc = None
     code = type_ = title = detail = instance = ""
     fields: List[FieldError] = []
@@ -227,11 +234,7 @@ def error_from_response(
         if isinstance(raw_fields, list):
             for item in raw_fields:
                 if isinstance(item, dict):
-                    fields.append(
-                        FieldError(
-                            _str(item.get("field")), _redact(_str(item.get("reason")), secrets)
-                        )
-                    )
+                    fields.append(FieldError(_str(item.get("field")), _str(item.get("reason"))))
     elif isinstance(doc, dict) and isinstance(doc.get("error"), str):
         code, title = doc["error"], reason
         detail = _str(doc.get("error_description"))
@@ -244,11 +247,11 @@ def error_from_response(
         path=path,
         status=status,
         code=code or f"http_{status}",
-        type=_redact(type_, secrets),
-        title=_redact(title, secrets),
-        detail=_redact(detail, secrets),
-        instance=_redact(instance, secrets),
-        fields=fields,
+        type=type_,
+        title=title,
+        detail=detail,
+        instance=instance,
+        field_errors=fields,
         retry_after=parse_retry_after(headers.get("retry-after")),
         request_id=headers.get("x-request-id", ""),
     )

@@ -21,6 +21,7 @@ type config struct {
 	MongoDBURI      string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
 	MongoDBDatabase string        `envconfig:"MONGODB_DATABASE" default:"account" desc:"MongoDB database of this service"`
 	MongoDBTimeout  time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"how long a request waits for an unreachable MongoDB before a 503"`
+	MaxInFlight     int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
 	Issuer          string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"public base URL of this service; the tokens' iss claim"`
 	Audience        []string      `envconfig:"AUDIENCE" default:"acme-platform" desc:"comma-separated aud claim of issued tokens (and accepted on /definitions)"`
 	TokenTTL        time.Duration `envconfig:"TOKEN_TTL" default:"1h" desc:"lifetime of id and access tokens (expires_in)"`
@@ -84,6 +85,9 @@ func (c config) validate() error {
 		return fmt.Errorf("configuration: ACCOUNT_KEY_PUBLISH_AHEAD (%v) must be above 0 and below ACCOUNT_KEY_ROTATION_PERIOD (%v)", c.KeyPublishAhead, c.KeyRotationPeriod)
 	case c.KeyRotationPeriod > 0 && c.KeyCheckInterval >= c.KeyPublishAhead:
 		return fmt.Errorf("configuration: ACCOUNT_KEY_CHECK_INTERVAL (%v) must be below ACCOUNT_KEY_PUBLISH_AHEAD (%v), so that every replica has the next key before it signs", c.KeyCheckInterval, c.KeyPublishAhead)
+	}
+	if c.MaxInFlight < 0 {
+		return errors.New("configuration: ACCOUNT_MAX_IN_FLIGHT must not be negative")
 	}
 	if c.RefreshReuseGrace < 0 {
 		return errors.New("configuration: ACCOUNT_REFRESH_REUSE_GRACE must not be negative")

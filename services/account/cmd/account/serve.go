@@ -13,7 +13,6 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
@@ -40,6 +39,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
+	// /readyz pings on a client of its own: see servicecmd.MongoReadiness.
+	mongoReady, disconnectReadiness, err := servicecmd.MongoReadiness(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
+	if err != nil {
+		return err
+	}
+	defer disconnectReadiness()
 	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
 	registry := servicecmd.NewRegistry()
@@ -70,16 +75,17 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	})
 
 	return servicecmd.Service{
-		Name:      "account",
-		Version:   version,
-		Logger:    logger,
-		APIAddr:   cfg.HTTPAddr,
-		OpsAddr:   cfg.OpsAddr,
-		Profiling: cfg.OpsPprof,
-		Drain:     cfg.ShutdownTimeout,
-		Registry:  registry,
+		Name:        "account",
+		Version:     version,
+		Logger:      logger,
+		APIAddr:     cfg.HTTPAddr,
+		OpsAddr:     cfg.OpsAddr,
+		Profiling:   cfg.OpsPprof,
+		Drain:       cfg.ShutdownTimeout,
+		MaxInFlight: servicecmd.MaxInFlight(cfg.MaxInFlight, cfg.MongoDBURI),
+		Registry:    registry,
 		Checks: map[string]web.Check{
-			"mongodb": func(ctx context.Context) error { return mongoconn.Ping(ctx, client) },
+			"mongodb": mongoReady,
 		},
 		Init: func(ctx context.Context) (http.Handler, error) {
 			if err := store.EnsureIndexes(ctx); err != nil {

@@ -22,6 +22,7 @@ type config struct {
 	MongoDBURI             string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
 	MongoDBDatabase        string        `envconfig:"MONGODB_DATABASE" default:"conversations" desc:"MongoDB database of this service"`
 	MongoDBTimeout         time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"how long a request waits for an unreachable MongoDB before a 503"`
+	MaxInFlight            int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
 	JWKSURL                string        `envconfig:"JWKS_URL" default:"http://localhost:8080/.well-known/jwks.json" desc:"the account service's JWKS, fetched in the background"`
 	Issuer                 string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"trusted token issuer (iss), the account service's ACCOUNT_ISSUER"`
 	Audience               []string      `envconfig:"AUDIENCE" default:"acme-platform" desc:"comma-separated audiences; a token must carry one of them"`
@@ -48,6 +49,9 @@ func loadConfig() (config, error) {
 func (c config) validate() error {
 	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
 		return err
+	}
+	if c.MaxInFlight < 0 {
+		return errors.New("configuration: CONVERSATIONS_MAX_IN_FLIGHT must not be negative")
 	}
 	if c.DefaultPageSize < 1 || c.MaxPageSize < c.DefaultPageSize {
 		return errors.New("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")

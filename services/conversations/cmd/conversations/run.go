@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
@@ -81,6 +80,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnect()
+	// /readyz pings on a client of its own: see servicecmd.MongoReadiness.
+	mongoReady, disconnectReadiness, err := servicecmd.MongoReadiness(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
+	if err != nil {
+		return err
+	}
+	defer disconnectReadiness()
 	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
 	registry := servicecmd.NewRegistry()
@@ -120,16 +125,17 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	})
 
 	return servicecmd.Service{
-		Name:      "conversations",
-		Version:   version,
-		Logger:    logger,
-		APIAddr:   cfg.HTTPAddr,
-		OpsAddr:   cfg.OpsAddr,
-		Profiling: cfg.OpsPprof,
-		Drain:     cfg.ShutdownTimeout,
-		Registry:  registry,
+		Name:        "conversations",
+		Version:     version,
+		Logger:      logger,
+		APIAddr:     cfg.HTTPAddr,
+		OpsAddr:     cfg.OpsAddr,
+		Profiling:   cfg.OpsPprof,
+		Drain:       cfg.ShutdownTimeout,
+		MaxInFlight: servicecmd.MaxInFlight(cfg.MaxInFlight, cfg.MongoDBURI),
+		Registry:    registry,
 		Checks: map[string]web.Check{
-			"mongodb": func(ctx context.Context) error { return mongoconn.Ping(ctx, client) },
+			"mongodb": mongoReady,
 			"signing_keys": func(ctx context.Context) error {
 				if !keys.Ready(ctx) {
 					return errors.New("no key set fetched yet from " + cfg.JWKSURL)
