@@ -234,8 +234,10 @@ func (s *stack) client(t *testing.T, user string, rt http.RoundTripper) *client.
 	c, err := client.New(client.Config{
 		AccountURL:       s.accountURL,
 		ConversationsURL: s.convURL,
-		HTTPClient:       &http.Client{Timeout: 10 * time.Second, Transport: rt},
-		Credentials:      client.Credentials{AccountName: "acme", Username: user, Password: "pw-" + user},
+		// No timeout of its own: on a loaded machine a request can take
+		// any time; a hang is bounded by the test's -timeout.
+		HTTPClient:  &http.Client{Transport: rt},
+		Credentials: client.Credentials{AccountName: "acme", Username: user, Password: "pw-" + user},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -137,7 +137,9 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 		append(append([]string{}, s.accountEnv...), "ACCOUNT_HTTP_ADDR="+addr2, "ACCOUNT_OPS_ADDR="+ops2), ops2)
 	conv := s.startConversations(t)
 	replicas := []string{s.accountURL, "http://" + addr2}
-	httpc := &http.Client{Timeout: 10 * time.Second}
+	// No timeout of its own: on a loaded machine a login can take any
+	// time; a hang is bounded by the test's -timeout.
+	httpc := &http.Client{}
 
 	rec := &rotRecorder{
 		firstToken: map[string]time.Time{},

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,10 +28,14 @@ import (
 // confirmed failure; a success resets the counter (freeing every place); an
 // attempt whose password was never checked gives it back. Only confirmed
 // failures lock the key: a window full of attempts still in flight is not
-// a lock, so the next login waits a moment for them (QueueWait) and then,
-// if they have still not finished, is refused with the short
-// SaturatedRetryAfter. An attempt that never reports (its replica died)
-// holds its place for AttemptLease at most, and then counts as failed.
+// a lock, so the next login waits for them (their successes free the
+// window, their failures lock it) for as long as they run: a correct
+// login is never refused because its neighbours were slow. An attempt
+// holds its place under a lease of AttemptLease, which it renews while it
+// runs; one that stops renewing (its replica died) loses its place when
+// the lease ends, and that is not counted as a failure: a slow or dead
+// attempt is no evidence of a wrong password. Its outcome, if it ever
+// reports one, still counts (a late failure counts in its window).
 //
 // The address counter counts failures only, when they happen: many users
 // may share an address, and their successful logins, however many at
@@ -39,19 +44,25 @@ import (
 // which the hashing concurrency limit bounds.
 
 // AttemptLease is how long an attempt in flight holds its place in the
-// user's window. It is far longer than an attempt takes (a hash waits at
-// most a couple of seconds for a slot, then takes tens of milliseconds; the
-// updates that settle it are bounded by SettleTimeout): an attempt that
-// has not reported by then is presumed dead with its replica, and counts
-// as a failure (fail closed: it may have checked its password).
+// user's window without renewing it. A running attempt renews it (every
+// LoginThrottle.RenewEvery), however long its password check takes on a
+// loaded machine; an attempt that has not renewed it for AttemptLease is
+// presumed dead with its replica, and its place is released, not counted
+// as a failure. Releasing a dead replica's place may let one more password
+// be checked in that window (fail open for crashes only, which a caller
+// cannot cause); counting it would lock a user out for a crash, and
+// counting slowness as failure would refuse correct logins on a busy
+// machine.
 const AttemptLease = 10 * time.Second
 
-// DefaultQueueWait is how long a login waits, by default, for a place in a
-// user's window that attempts still in flight fill (LoginThrottle.QueueWait).
-const DefaultQueueWait = 2 * time.Second
+// DefaultRenewEvery is how often, by default, an attempt in flight renews
+// its lease: often enough that a few renewals may be lost or late before
+// the lease ends.
+const DefaultRenewEvery = AttemptLease / 4
 
 // SaturatedRetryAfter is the Retry-After of a login refused because the
-// user's window stayed full of attempts in flight for all of QueueWait:
+// user's window stayed full of attempts in flight while it waited (its
+// client went away, or an explicit LoginThrottle.QueueWait passed):
 // about the time attempts take to finish, after which their successes have
 // freed the window or their failures have locked it.
 const SaturatedRetryAfter = 2 * time.Second
@@ -145,8 +156,8 @@ type ThrottleState struct {
 	WindowEnd time.Time
 	// Pending is the number of attempts of the window still in flight:
 	// their places are taken, their outcome not reported yet. They hold
-	// their places until PendingUntil (the lease of the latest of them); an
-	// attempt still pending then counts as failed.
+	// their places until PendingUntil (the latest lease, renewed while they
+	// run); attempts still pending then are released (not failures).
 	Pending      int
 	PendingUntil time.Time
 	// LockedUntil is the end of the key's latest lock (in the past when the
@@ -177,22 +188,28 @@ type LoginThrottleStore interface {
 	// now, or while the window already holds limit.MaxFailures attempts
 	// (failed or pending). The returned state is the key's after the call.
 	//
-	// With a positive lease the attempt is pending until now+lease: its
-	// outcome is to be reported with FailLoginAttempt, RefundLoginAttempt
-	// or ResetLoginThrottle, and st.Window. One still pending when the
-	// lease of the window's latest pending attempt ends counts as failed.
-	// With lease 0 the attempt is counted as a failure at once (the
-	// address counter counts failures only).
+	// With a positive lease the attempt is pending until now+lease
+	// (RenewLoginAttempt extends it): its outcome is to be reported with
+	// FailLoginAttempt, RefundLoginAttempt or ResetLoginThrottle, and
+	// st.Window. Attempts still pending when the window's latest lease
+	// ends lose their places: they count as nothing. With lease 0 the
+	// attempt is counted as a failure at once (the address counter counts
+	// failures only).
 	//
 	// The key is locked, until limit.NextLock, when its window holds
 	// limit.MaxFailures failures — never while some of them are pending.
 	TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit ThrottleLimit, lease time.Duration) (allowed bool, st ThrottleState, err error)
 	// FailLoginAttempt reports that a pending attempt of window failed,
 	// locking the key (until limit.NextLock) when that makes the window
-	// hold limit.MaxFailures failures. A report for a window that is no
-	// longer key's current one, or that has no pending attempt left (its
-	// lease ended), changes nothing.
+	// hold limit.MaxFailures failures. A failure reported after its
+	// attempt's place was released (its lease ended) still counts, while
+	// window is key's current, open, unlocked window; a report for any
+	// other window changes nothing.
 	FailLoginAttempt(ctx context.Context, key, window string, now time.Time, limit ThrottleLimit) error
+	// RenewLoginAttempt extends the leases of window's pending attempts
+	// to at least until; it changes nothing once the window is gone or
+	// has no pending attempt left.
+	RenewLoginAttempt(ctx context.Context, key, window string, until time.Time) error
 	// RefundLoginAttempt takes back a pending attempt of window: its
 	// password was never checked. Like FailLoginAttempt, it changes nothing
 	// once the window is gone or has no pending attempt left.
@@ -242,13 +259,21 @@ type LoginThrottle struct {
 	Policy ThrottlePolicy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// QueueWait bounds how long Begin waits for a place in a user's window
-	// that attempts still in flight fill; 0 means DefaultQueueWait.
+	// QueueWait, when positive, bounds how long (on the throttle's clock)
+	// Begin waits for a place in a user's window that attempts still in
+	// flight fill. 0, the default, waits as long as they run: they renew
+	// their leases only while they work, each ends in the time a password
+	// check and its settling take, and the client's going away ends the
+	// wait too.
 	QueueWait time.Duration
+	// RenewEvery is how often an attempt in flight renews its lease; 0
+	// means DefaultRenewEvery, a negative value never (for tests that play
+	// a replica that died).
+	RenewEvery time.Duration
 	// SettleTimeout bounds each update made after the password check (they
 	// run even when the client has gone away); 0 means
 	// DefaultSettleTimeout. It must stay well below AttemptLease, after
-	// which an attempt that has not reported counts as failed.
+	// which an attempt that has stopped renewing loses its place.
 	SettleTimeout time.Duration
 }
 
@@ -270,11 +295,12 @@ const (
 // the account name + username is locked it returns the time to wait
 // (retryAfter > 0, at least one second) and counts nothing. While the
 // user's window is full of attempts still in flight it waits for them (up
-// to QueueWait): their successes free the window, their failures lock it.
-// If it is still full after that, retryAfter is SaturatedRetryAfter.
-// Otherwise it takes a place for the attempt in the user's window and
-// returns the attempt, to be settled with exactly one of Failed, Succeeded
-// or Abandon. An error means the counters could not be read or written:
+// to QueueWait, when set): their successes free the window, their failures
+// lock it. If it is still full when the client goes away (or QueueWait
+// passes), retryAfter is SaturatedRetryAfter. Otherwise it takes a place
+// for the attempt in the user's window, renewed until the attempt is
+// settled, and returns the attempt, to be settled with exactly one of
+// Failed, Succeeded or Abandon. An error means the counters could not be read or written:
 // the caller must refuse the login (fail closed).
 func (t *LoginThrottle) Begin(ctx context.Context, accountName, username, clientIP string) (a *LoginAttempt, retryAfter time.Duration, err error) {
 	if t == nil {
@@ -300,18 +326,59 @@ func (t *LoginThrottle) Begin(ctx context.Context, accountName, username, client
 			return nil, retryAfter, err
 		}
 		a.user, a.window = user, window
+		a.renewing(ctx)
 	}
 	return a, 0, nil
 }
 
+// renewing renews the attempt's lease until it is settled, or until its
+// request has ended (then only its settling is left, which SettleTimeout
+// bounds well within a lease).
+func (a *LoginAttempt) renewing(ctx context.Context) {
+	every := cmp.Or(a.throttle.RenewEvery, DefaultRenewEvery)
+	if every < 0 {
+		return
+	}
+	settled := make(chan struct{})
+	a.settled = sync.OnceFunc(func() { close(settled) })
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-settled:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			// A renewal that fails is retried at the next tick; the lease
+			// outlasts several.
+			rctx, cancel := a.throttle.settleContext(ctx)
+			_ = a.throttle.Store.RenewLoginAttempt(rctx, a.user, a.window, a.throttle.now().Add(AttemptLease))
+			cancel()
+		}
+	}()
+}
+
+// settle stops renewing the attempt's lease.
+func (a *LoginAttempt) settle() {
+	if a.settled != nil {
+		a.settled()
+	}
+}
+
 // takePlace takes a place for an attempt in key's window and returns the
 // window; or the time to wait when the key is locked, or when its window
-// stays full of attempts in flight for all of QueueWait. While it is
-// full, the counter is only read (one cheap lookup per poll), not updated.
+// stays full of attempts in flight until the client goes away (or
+// QueueWait passes). While it is full, the counter is only read (one cheap
+// lookup per poll), not updated.
 func (t *LoginThrottle) takePlace(ctx context.Context, key string) (window string, retryAfter time.Duration, err error) {
 	limit := t.Policy.User
-	deadline := time.NewTimer(cmp.Or(t.QueueWait, DefaultQueueWait))
-	defer deadline.Stop()
+	var deadline time.Time
+	if t.QueueWait > 0 {
+		deadline = t.now().Add(t.QueueWait)
+	}
 	poll := firstQueuePoll
 	for {
 		now := t.now()
@@ -328,9 +395,10 @@ func (t *LoginThrottle) takePlace(ctx context.Context, key string) (window strin
 		// Full of attempts in flight (or, rarely, contended for every
 		// round): wait until that changes, or QueueWait has passed.
 		for {
-			select {
-			case <-deadline.C:
+			if !deadline.IsZero() && !t.now().Before(deadline) {
 				return "", SaturatedRetryAfter, nil
+			}
+			select {
 			case <-ctx.Done():
 				// The client has gone: no one reads the answer.
 				return "", SaturatedRetryAfter, nil
@@ -368,6 +436,7 @@ type LoginAttempt struct {
 	ip       string
 	user     string // the user key, when the attempt has a place in its window
 	window   string // the user's window it has its place in
+	settled  func() // stops the renewal of its lease; nil when there is none
 }
 
 // settleContext outlives the request: a client that hangs up after its
@@ -387,6 +456,7 @@ func (a *LoginAttempt) Failed(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
+	a.settle()
 	th := a.throttle
 	ctx, cancel := th.settleContext(ctx)
 	defer cancel()
@@ -411,6 +481,7 @@ func (a *LoginAttempt) Succeeded(ctx context.Context) error {
 	if a == nil || a.user == "" {
 		return nil
 	}
+	a.settle()
 	ctx, cancel := a.throttle.settleContext(ctx)
 	defer cancel()
 	if err := a.throttle.Store.ResetLoginThrottle(ctx, a.user); err != nil {
@@ -421,12 +492,12 @@ func (a *LoginAttempt) Succeeded(ctx context.Context) error {
 
 // Abandon gives the attempt's place back: its password was never checked
 // (hashing at capacity, a database error), so it told the caller nothing.
-// A refund that fails leaves the place taken until AttemptLease ends, when
-// it counts as failed (fail closed).
+// A refund that fails leaves the place taken until its lease ends.
 func (a *LoginAttempt) Abandon(ctx context.Context) {
 	if a == nil || a.user == "" {
 		return
 	}
+	a.settle()
 	ctx, cancel := a.throttle.settleContext(ctx)
 	defer cancel()
 	_ = a.throttle.Store.RefundLoginAttempt(ctx, a.user, a.window)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,6 +107,9 @@ type fakeThrottleStore struct {
 	locked map[string]time.Time
 	fail   map[string]bool
 	busy   map[string]int
+	// renewed receives the renewals of leases, when set (they come from
+	// another goroutine, so they are not among calls).
+	renewed chan string
 }
 
 // saturated is the state of a key full of attempts in flight at now.
@@ -146,6 +150,16 @@ func (f *fakeThrottleStore) TakeLoginAttempt(_ context.Context, key string, _ ti
 
 func (f *fakeThrottleStore) FailLoginAttempt(_ context.Context, key, window string, _ time.Time, _ account.ThrottleLimit) error {
 	f.calls = append(f.calls, "fail "+key+" "+window)
+	return nil
+}
+
+func (f *fakeThrottleStore) RenewLoginAttempt(_ context.Context, key, window string, until time.Time) error {
+	if f.renewed != nil {
+		select {
+		case f.renewed <- fmt.Sprintf("renew %s %s until %s", key, window, until.Format(time.RFC3339)):
+		default:
+		}
+	}
 	return nil
 }
 
@@ -223,11 +237,21 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 		t.Errorf("window full for a moment: %v, %v, %v; want allowed", a, wait, err)
 	}
 	check("window full for a moment", f, "read "+ip, takeUser, "read "+user, "read "+user, "read "+user, takeUser)
-	// ...or, when it stays full for all of QueueWait, is refused with the
-	// short Retry-After (not a lock).
-	f = &fakeThrottleStore{busy: map[string]int{user: math.MaxInt}}
+	// ...however long the attempts in flight take on the throttle's clock
+	// (here an hour between two looks): a correct login is not refused
+	// because its neighbours were slow...
+	f = &fakeThrottleStore{busy: map[string]int{user: 4}}
 	th := newThrottle(f)
-	th.QueueWait = 20 * time.Millisecond
+	th.Now = slowClock(now)
+	if a, wait, err := begin(th); a == nil || wait != 0 || err != nil {
+		t.Errorf("window full for hours: %v, %v, %v; want allowed", a, wait, err)
+	}
+	// ...or, with an explicit QueueWait, when it stays full for all of
+	// it, is refused with the short Retry-After (not a lock).
+	f = &fakeThrottleStore{busy: map[string]int{user: math.MaxInt}}
+	th = newThrottle(f)
+	th.Now = slowClock(now)
+	th.QueueWait = 20 * time.Minute
 	if a, wait, err := begin(th); a != nil || wait != account.SaturatedRetryAfter || err != nil {
 		t.Errorf("window full: %v, %v, %v; want a wait of %v", a, wait, err, account.SaturatedRetryAfter)
 	}
@@ -281,6 +305,43 @@ func TestLoginThrottleBeginAndSettle(t *testing.T) {
 	if err := errors.Join(a.Failed(ctx), a.Succeeded(ctx)); err != nil {
 		t.Fatal(err)
 	}
+	a.Abandon(ctx)
+}
+
+// slowClock is a throttle clock on which an hour passes between two looks.
+func slowClock(start time.Time) func() time.Time {
+	var mu sync.Mutex
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		start = start.Add(time.Hour)
+		return start
+	}
+}
+
+// TestLoginAttemptRenewsItsLease: an attempt in flight renews its lease
+// (to the throttle's now + AttemptLease) until it is settled, however long
+// its password check takes; one with renewal disabled does not.
+func TestLoginAttemptRenewsItsLease(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	user := account.UserThrottleKey("acme", "alice")
+	f := &fakeThrottleStore{renewed: make(chan string)}
+	th := &account.LoginThrottle{Store: f, Policy: account.DefaultThrottlePolicy, Now: func() time.Time { return now }, RenewEvery: time.Millisecond}
+	a, _, err := th.Begin(ctx, "acme", "alice", "192.0.2.1")
+	if err != nil || a == nil {
+		t.Fatalf("Begin: %v, %v", a, err)
+	}
+	want := fmt.Sprintf("renew %s w1 until %s", user, now.Add(account.AttemptLease).Format(time.RFC3339))
+	for range 3 {
+		if got := <-f.renewed; got != want {
+			t.Fatalf("renewal %q, want %q", got, want)
+		}
+	}
+	if err := a.Failed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Settling twice stops nothing twice.
 	a.Abandon(ctx)
 }
 

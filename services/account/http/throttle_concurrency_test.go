@@ -164,9 +164,7 @@ func TestParallelWrongGuessesStayWithinTheLimit(t *testing.T) {
 	t.Parallel()
 	policy := account.DefaultThrottlePolicy
 	lockout := policy.User.Lockout
-	// A QueueWait far longer than 5 checks take, so that every refusal
-	// comes after the lock (the short refusal has its own test).
-	a := newThrottledAPI(t, throttleSetup{policy: policy, queueWait: time.Minute, users: []string{"alice"}})
+	a := newThrottledAPI(t, throttleSetup{policy: policy, users: []string{"alice"}})
 	const guesses = 20
 	for _, user := range []string{"alice", "nobody"} {
 		before := a.hasher.verifications.Load()
@@ -204,21 +202,25 @@ func TestParallelWrongGuessesStayWithinTheLimit(t *testing.T) {
 }
 
 // TestLoginWindowFullOfAttemptsInFlight: while the user's 5 places are
-// taken by attempts whose passwords are still being checked, a 6th login
-// waits for QueueWait, then is refused with the short Retry-After, not a
-// lock. Once they succeed, the user logs in again.
+// taken by attempts whose passwords are still being checked, more logins
+// wait for them, however long they take (longer than any fixed wait: the
+// waiting logins look at the counter again and again), and check no
+// password meanwhile. Once the 5 succeed, the waiting ones get their
+// answers: a correct login is never refused because its neighbours were
+// slow.
 func TestLoginWindowFullOfAttemptsInFlight(t *testing.T) {
 	t.Parallel()
 	policy := account.DefaultThrottlePolicy
 	g := newGate()
-	a := newThrottledAPI(t, throttleSetup{policy: policy, queueWait: 50 * time.Millisecond, gate: g, users: []string{"alice"}})
+	a := newThrottledAPI(t, throttleSetup{policy: policy, gate: g, users: []string{"alice"}})
 	inFlight := a.startLogins("alice", repeat("alice-password", policy.User.MaxFailures))
 	await(g.entered, policy.User.MaxFailures)
 
 	checked := a.hasher.verifications.Load()
-	for _, pw := range []string{"alice-password", "wrong"} {
-		wantThrottled(t, a.loginVia("", "alice", pw), account.SaturatedRetryAfter)
-	}
+	waiting := a.startLogins("alice", []string{"alice-password", "wrong"})
+	// Some 30 looks each: seconds, longer than the fixed wait this
+	// replaced (2 s).
+	a.clock.awaitReads(60)
 	if n := a.hasher.verifications.Load() - checked; n != 0 {
 		t.Fatalf("%d passwords checked while the window was full, want 0", n)
 	}
@@ -230,36 +232,87 @@ func TestLoginWindowFullOfAttemptsInFlight(t *testing.T) {
 	if rs := inFlight.responses(); slices.ContainsFunc(rs, func(r response) bool { return r.status != http.StatusOK }) {
 		t.Fatalf("the logins in flight: %s, want all 200", tally(rs))
 	}
-	if s := a.loginStatus("alice", "alice-password"); s != http.StatusOK {
-		t.Fatalf("after they finished: %d, want 200", s)
+	rs := waiting.responses()
+	if rs[0].status != http.StatusOK {
+		t.Fatalf("the correct login that waited: %d %s, want 200", rs[0].status, rs[0].body)
 	}
+	rs[1].problem(t, http.StatusUnauthorized, "invalid_credentials")
 }
 
-// TestLoginAttemptsThatNeverReportCountAsFailed: attempts that never
-// report their outcome (their replica hangs or died) hold their places
-// until account.AttemptLease has passed, then count as failures: a window
-// full of them locks the user, for the full lockout.
-func TestLoginAttemptsThatNeverReportCountAsFailed(t *testing.T) {
+// TestSlowLoginsKeepTheirPlaces: attempts in flight that take longer than
+// account.AttemptLease (several times over, on the throttle's clock) keep
+// their places by renewing their leases, and are not counted as failures:
+// a correct login that waited behind them, and they themselves, get 200.
+func TestSlowLoginsKeepTheirPlaces(t *testing.T) {
 	t.Parallel()
 	policy := account.DefaultThrottlePolicy
 	g := newGate()
-	a := newThrottledAPI(t, throttleSetup{policy: policy, queueWait: 50 * time.Millisecond, gate: g, users: []string{"alice"}})
+	a := newThrottledAPI(t, throttleSetup{policy: policy, gate: g, renewEvery: time.Millisecond, users: []string{"alice"}})
+	key := account.UserThrottleKey("acme", "alice")
+	slow := a.startLogins("alice", repeat("alice-password", policy.User.MaxFailures))
+	await(g.entered, policy.User.MaxFailures)
+	waiting := a.startLogins("alice", []string{"alice-password"})
+	for range 6 {
+		// Half a lease at a time, each step once the leases have been
+		// renewed from the clock's new time.
+		a.clock.Advance(account.AttemptLease / 2)
+		for {
+			st := a.state(key)
+			if st.Locked(a.clock.Now()) || st.Failures != 0 {
+				t.Fatalf("slow attempts counted as failures: %+v", st)
+			}
+			if !st.PendingUntil.Before(a.clock.Now().Add(account.AttemptLease)) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(g.open)
+	if rs := slow.responses(); slices.ContainsFunc(rs, func(r response) bool { return r.status != http.StatusOK }) {
+		t.Fatalf("the slow logins: %s, want all 200", tally(rs))
+	}
+	if rs := waiting.responses(); rs[0].status != http.StatusOK {
+		t.Fatalf("the correct login that waited behind them: %d %s, want 200", rs[0].status, rs[0].body)
+	}
+	if st := a.state(key); st != (account.ThrottleState{}) {
+		t.Fatalf("user counter after the successes: %+v, want none", st)
+	}
+}
+
+// TestLoginAttemptsThatStopRenewingAreReleased: attempts that stop
+// renewing their leases (their replica hangs or died) hold their places
+// until account.AttemptLease has passed, then lose them without counting
+// as failures: the next correct login, which waited, gets its place and
+// its 200, and no one is locked.
+func TestLoginAttemptsThatStopRenewingAreReleased(t *testing.T) {
+	t.Parallel()
+	policy := account.DefaultThrottlePolicy
+	g := newGate()
+	a := newThrottledAPI(t, throttleSetup{policy: policy, gate: g, renewEvery: -1, users: []string{"alice"}})
+	key := account.UserThrottleKey("acme", "alice")
 	hung := a.startLogins("alice", repeat("alice-password", policy.User.MaxFailures))
 	await(g.entered, policy.User.MaxFailures)
 
 	a.clock.Advance(account.AttemptLease - time.Second)
-	wantThrottled(t, a.loginVia("", "alice", "alice-password"), account.SaturatedRetryAfter)
+	next := a.startLogins("alice", []string{"alice-password"})
+	if st := a.state(key); !st.Saturated(a.clock.Now(), policy.User) {
+		t.Fatalf("within the lease: %+v, want full of attempts in flight", st)
+	}
 	a.clock.Advance(time.Second)
-	wantThrottled(t, a.loginVia("", "alice", "alice-password"), policy.User.Lockout)
+	await(g.entered, 1) // the next login got a place, and checks its password
+	if st := a.state(key); st.Locked(a.clock.Now()) || st.Failures != 0 || st.Pending != 1 {
+		t.Fatalf("after the lease: %+v, want the hung attempts released, one in flight, no failure", st)
+	}
 
-	// When the hung attempts finally end without an outcome (their
-	// passwords never checked), the lock stays.
+	// The hung attempts end without an outcome (their passwords never
+	// checked); then the next login's password is checked.
 	hung.abandon()
 	await(g.left, policy.User.MaxFailures)
-	close(g.open) // passwords are checked again
-	wantThrottled(t, a.loginVia("", "alice", "alice-password"), policy.User.Lockout)
-	a.clock.Advance(policy.User.Lockout)
+	close(g.open)
+	if rs := next.responses(); rs[0].status != http.StatusOK {
+		t.Fatalf("the login after the hung ones: %d %s, want 200", rs[0].status, rs[0].body)
+	}
 	if s := a.loginStatus("alice", "alice-password"); s != http.StatusOK {
-		t.Fatalf("after the lockout: %d, want 200", s)
+		t.Fatalf("afterwards: %d, want 200", s)
 	}
 }

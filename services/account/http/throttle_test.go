@@ -26,14 +26,34 @@ import (
 // clock is the login throttle's clock in these tests: lockouts expire when
 // the test moves it, not by sleeping.
 type clock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu    sync.Mutex
+	now   time.Time
+	reads int // how often Now was called: each look of a waiting login
 }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.reads++
 	return c.now
+}
+
+// awaitReads returns once Now has been called n more times than when
+// awaitReads was called: a login waiting for a place looks at the clock
+// each time it looks at the counter.
+func (c *clock) awaitReads(n int) {
+	c.mu.Lock()
+	want := c.reads + n
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		got := c.reads
+		c.mu.Unlock()
+		if got >= want {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (c *clock) Advance(d time.Duration) {
@@ -106,12 +126,12 @@ type throttledAPI struct {
 }
 
 type throttleSetup struct {
-	policy    account.ThrottlePolicy
-	queueWait time.Duration // LoginThrottle.QueueWait
-	proxies   []string      // ACCOUNT_TRUSTED_PROXIES
-	hasher    *password.Hasher
-	gate      *gate
-	users     []string // in account acme; the password is "<name>-password"
+	policy     account.ThrottlePolicy
+	renewEvery time.Duration // LoginThrottle.RenewEvery
+	proxies    []string      // ACCOUNT_TRUSTED_PROXIES
+	hasher     *password.Hasher
+	gate       *gate
+	users      []string // in account acme; the password is "<name>-password"
 }
 
 // newThrottledAPI is the account service with a login throttle on a fresh
@@ -136,7 +156,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
 		Sessions: kit.sessions(store, counting,
-			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, QueueWait: setup.queueWait, SettleTimeout: testSettleTimeout}),
+			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, RenewEvery: setup.renewEvery, SettleTimeout: testSettleTimeout}),
 		Definitions:    store,
 		Verifier:       kit.verifier,
 		Keys:           kit.keys,

@@ -20,8 +20,9 @@ import (
 //
 // attempts counts the window's attempts that have a place: its failures
 // and its pending attempts (those still in flight). pending_until is the
-// end of the lease of the latest pending attempt: once it has passed, every
-// attempt still pending counts as failed. window identifies the window, so
+// end of the latest lease of the pending attempts (renewed while they run):
+// once it has passed, every attempt still pending is released (it counts
+// as nothing: see account.AttemptLease). window identifies the window, so
 // that an outcome reported after the window was reset or replaced changes
 // nothing.
 //
@@ -34,14 +35,17 @@ import (
 //     counter);
 //   - fail: while the window has pending attempts, $inc pending -1 (the
 //     attempt stays counted, as a failure); refund: the same and $inc
-//     attempts -1;
-//   - expire: when the leases of pending attempts have ended, $set
-//     pending 0 (conditional on the values read, so that it applies once);
-//   - lock: when the window holds the limit of attempts and none pending
-//     (or only expired ones), $set locked_until and close the window
-//     (window_end = now), so that the first attempt after the lock starts
-//     a new window. The window_end condition lets exactly one of
-//     concurrent lockers through.
+//     attempts -1; a failure reported after the window's pending attempts
+//     were released: $inc attempts (while the window is open and
+//     unlocked);
+//   - renew: while the window has pending attempts, $max pending_until;
+//   - release: when the leases of pending attempts have ended, $inc
+//     attempts -pending and $set pending 0 (conditional on the values
+//     read, so that it applies once);
+//   - lock: when the window holds the limit of attempts and none pending,
+//     $set locked_until and close the window (window_end = now), so that
+//     the first attempt after the lock starts a new window. The
+//     window_end condition lets exactly one of concurrent lockers through.
 //
 // expires_at only grows ($max): it is when the document stops mattering,
 // for PurgeLoginThrottle (the embedded development server has no TTL
@@ -74,10 +78,14 @@ func (d throttleDoc) full(now time.Time, limit account.ThrottleLimit) bool {
 	return d.WindowEnd.After(now) && d.Attempts >= limit.MaxFailures
 }
 
-// settled reports whether every attempt of the window has an outcome at
-// now: none pending, or only pending ones whose leases have ended.
-func (d throttleDoc) settled(now time.Time) bool {
-	return d.Pending == 0 || !d.PendingUntil.After(now)
+// allFailed reports whether every attempt counted in the window is a
+// failure: none is pending.
+func (d throttleDoc) allFailed() bool { return d.Pending == 0 }
+
+// leasesEnded reports whether the window open at now has pending attempts
+// whose leases have all ended (they are to be released).
+func (d throttleDoc) leasesEnded(now time.Time) bool {
+	return d.WindowEnd.After(now) && d.Pending > 0 && !d.PendingUntil.After(now)
 }
 
 // throttleRounds bounds the retries of TakeLoginAttempt when concurrent
@@ -152,8 +160,8 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 		}
 
 		// The document exists and neither rule applied: it is locked, or
-		// its window is full, or the leases of its pending attempts have
-		// ended, or another attempt has just opened a new window (then go
+		// the leases of its pending attempts have ended, or its window is
+		// full, or another attempt has just opened a new window (then go
 		// round again).
 		if err := s.throttle.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
 			if errors.Is(err, mongo.ErrNoDocuments) {
@@ -168,10 +176,17 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 			if err := s.adoptLegacyCounter(ctx, doc); err != nil {
 				return false, account.ThrottleState{}, err
 			}
-		case doc.full(now, limit) && doc.settled(now):
+		case doc.leasesEnded(now):
+			// Attempts stopped renewing their leases (their replica
+			// died): their places are released, not counted as
+			// failures; then go round again.
+			if err := s.releasePending(ctx, doc); err != nil {
+				return false, account.ThrottleState{}, err
+			}
+		case doc.full(now, limit) && doc.allFailed():
 			// Full of failures but not locked yet: the attempt that
-			// failed last has not set the lock (or died before it could),
-			// or attempts died pending. Set it here.
+			// failed last has not set the lock (or died before it
+			// could). Set it here.
 			doc, err = s.lockThrottle(ctx, doc, now, limit)
 			if err != nil {
 				return false, account.ThrottleState{}, err
@@ -180,12 +195,6 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 		case doc.full(now, limit):
 			// Full of attempts in flight: wait for their outcome.
 			return false, doc.domain(), nil
-		case doc.WindowEnd.After(now) && doc.Pending > 0 && !doc.PendingUntil.After(now):
-			// Attempts died pending in a window with room left: they
-			// count as failures from now on; then go round again.
-			if err := s.expirePending(ctx, doc); err != nil {
-				return false, account.ThrottleState{}, err
-			}
 		}
 	}
 	// Contention on one key for every round: refuse this attempt for a
@@ -197,7 +206,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 // when the attempt (a failure already: the address counter) filled the
 // window with failures.
 func (s *Store) allowAttempt(ctx context.Context, doc throttleDoc, now time.Time, limit account.ThrottleLimit) (bool, account.ThrottleState, error) {
-	if doc.full(now, limit) && doc.settled(now) {
+	if doc.full(now, limit) && doc.allFailed() {
 		var err error
 		if doc, err = s.lockThrottle(ctx, doc, now, limit); err != nil {
 			return false, account.ThrottleState{}, err
@@ -218,10 +227,7 @@ func (s *Store) lockThrottle(ctx context.Context, doc throttleDoc, now time.Time
 			{Key: "window", Value: doc.Window},
 			{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
 			{Key: "attempts", Value: bson.D{{Key: "$gte", Value: limit.MaxFailures}}},
-			{Key: "$or", Value: bson.A{
-				bson.D{{Key: "pending", Value: 0}},
-				bson.D{{Key: "pending_until", Value: bson.D{{Key: "$lte", Value: now}}}},
-			}},
+			{Key: "pending", Value: 0},
 		},
 		bson.D{
 			{Key: "$set", Value: bson.D{
@@ -243,11 +249,12 @@ func (s *Store) lockThrottle(ctx context.Context, doc throttleDoc, now time.Time
 	return doc, nil
 }
 
-// expirePending turns the pending attempts of doc, whose leases have
-// ended, into failures. The update is conditional on the document as read,
-// so that it applies once however many callers race, and not at all after
-// anything else changed the window.
-func (s *Store) expirePending(ctx context.Context, doc throttleDoc) error {
+// releasePending gives back the places of the pending attempts of doc,
+// whose leases have ended: they count as nothing. The update is
+// conditional on the document as read, so that it applies once however
+// many callers race, and not at all after anything else changed the
+// window.
+func (s *Store) releasePending(ctx context.Context, doc throttleDoc) error {
 	_, err := s.throttle.UpdateOne(ctx,
 		bson.D{
 			{Key: "_id", Value: doc.ID},
@@ -256,8 +263,11 @@ func (s *Store) expirePending(ctx context.Context, doc throttleDoc) error {
 			{Key: "pending", Value: doc.Pending},
 			{Key: "pending_until", Value: doc.PendingUntil},
 		},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "pending", Value: 0}}}})
-	return mongoconn.Wrap(err, "expire pending login attempts")
+		bson.D{
+			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -doc.Pending}}},
+			{Key: "$set", Value: bson.D{{Key: "pending", Value: 0}}},
+		})
+	return mongoconn.Wrap(err, "release pending login attempts")
 }
 
 // adoptLegacyCounter gives a counter written by the previous version (no
@@ -291,15 +301,40 @@ func (s *Store) FailLoginAttempt(ctx context.Context, key, window string, now ti
 		bson.D{{Key: "$inc", Value: bson.D{{Key: "pending", Value: -1}}}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil // reset, replaced, or its lease ended: counted already
+		// Its place was released (its lease ended) or the window is gone:
+		// a failure still counts in its window while that is open.
+		err = s.throttle.FindOneAndUpdate(ctx,
+			bson.D{
+				{Key: "_id", Value: key},
+				{Key: "window", Value: window},
+				{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
+				{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
+			},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil // reset (a success), replaced or locked: nothing to count
+		}
 	}
 	if err != nil {
 		return mongoconn.Wrap(err, "count failed login attempt")
 	}
-	if limit.Enabled() && doc.full(now, limit) && doc.settled(now) {
+	if limit.Enabled() && doc.full(now, limit) && doc.allFailed() {
 		_, err = s.lockThrottle(ctx, doc, now, limit)
 	}
 	return err
+}
+
+// RenewLoginAttempt implements account.LoginThrottleStore.
+func (s *Store) RenewLoginAttempt(ctx context.Context, key, window string, until time.Time) error {
+	_, err := s.throttle.UpdateOne(ctx,
+		bson.D{
+			{Key: "_id", Value: key},
+			{Key: "window", Value: window},
+			{Key: "pending", Value: bson.D{{Key: "$gt", Value: 0}}},
+		},
+		bson.D{{Key: "$max", Value: bson.D{{Key: "pending_until", Value: dbTime(until)}}}})
+	return mongoconn.Wrap(err, "renew login attempt")
 }
 
 // RefundLoginAttempt implements account.LoginThrottleStore.

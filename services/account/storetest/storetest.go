@@ -46,7 +46,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ThrottleKeysAreIndependent", testThrottleKeysAreIndependent},
 		{"ThrottleLocksOnlyOnConfirmedFailures", testThrottleLocksOnlyOnFailures},
 		{"ThrottleResetFreesTheWindow", testThrottleResetFreesTheWindow},
-		{"ThrottleAttemptsInFlightPastTheirLeaseCountAsFailed", testThrottleLeaseEnds},
+		{"ThrottleAttemptsInFlightPastTheirLeaseAreReleased", testThrottleLeaseEnds},
 		{"ThrottleConcurrentAttemptsCountExactly", testThrottleConcurrentAttempts},
 		{"ThrottleConcurrentAttemptsInFlightNeverExceedTheLimit", testThrottleConcurrentAttemptsInFlight},
 		{"ThrottleConcurrentSuccessesNeverLock", testThrottleConcurrentSuccessesNeverLock},

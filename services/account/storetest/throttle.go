@@ -266,57 +266,69 @@ func testThrottleResetFreesTheWindow(t *testing.T, s account.Store) {
 	}
 }
 
-// testThrottleLeaseEnds: an attempt that never reports (its replica died)
-// holds its place until the lease of the window's latest attempt in flight
-// ends; then it counts as failed.
+// testThrottleLeaseEnds: attempts that stop renewing their leases (their
+// replica died) lose their places when the window's latest lease ends;
+// that is no failure and locks no one. A renewed lease holds the places;
+// a failure reported after its place was released still counts.
 func testThrottleLeaseEnds(t *testing.T, s account.Store) {
-	// A window full of attempts that never report locks when their lease
-	// ends, for the full lockout.
-	const full = "user:frank"
+	ctx := context.Background()
+	const dead = "user:frank"
 	var w string
 	for range 3 {
-		w = begin(t, s, full, t0, true).Window
+		w = begin(t, s, dead, t0, true).Window
 	}
-	if st := begin(t, s, full, t0.Add(testLease-time.Millisecond), false); st.Locked(t0.Add(testLease - time.Millisecond)) {
-		t.Fatalf("within the lease: state %+v, want not locked", st)
+	within := t0.Add(testLease - time.Millisecond)
+	if st := begin(t, s, dead, within, false); st.Locked(within) || !st.Saturated(within, testLimit) {
+		t.Fatalf("within the lease: state %+v, want full of attempts in flight, not locked", st)
 	}
 	end := t0.Add(testLease)
-	st := begin(t, s, full, end, false)
-	if !st.LockedUntil.Equal(end.Add(testLimit.Lockout)) || st.Lockouts != 1 || st.Failures != 3 || st.Pending != 0 {
-		t.Fatalf("after the lease: state %+v, want locked until t0+%v", st, testLease+testLimit.Lockout)
+	st := begin(t, s, dead, end, true)
+	if st.Locked(end) || st.Failures != 0 || st.Pending != 1 || st.Window != w {
+		t.Fatalf("after the lease: state %+v, want the dead attempts released and this one in flight, in window %s", st, w)
 	}
-	// Their late reports change nothing: they were counted.
-	fail(t, s, full, w, end.Add(time.Second))
-	if err := s.RefundLoginAttempt(context.Background(), full, w); err != nil {
+	// A late refund of a released attempt takes nothing from the others.
+	if err := s.RefundLoginAttempt(ctx, dead, w); err != nil {
 		t.Fatal(err)
 	}
-	if again := throttleState(t, s, full); again != st {
-		t.Fatalf("late reports changed the state: %+v, want %+v", again, st)
+	if err := s.RefundLoginAttempt(ctx, dead, w); err != nil {
+		t.Fatal(err)
+	}
+	if st := throttleState(t, s, dead); st.Failures != 0 || st.Pending != 0 || st.Locked(end) {
+		t.Fatalf("after refunds: state %+v, want nothing counted", st)
 	}
 
-	// With room left, the next attempt is let through, and the dead ones
-	// count as failures: one more failure locks.
-	const partial = "user:grace"
-	begin(t, s, partial, t0, true)
-	begin(t, s, partial, t0.Add(time.Second), true)
-	if st := begin(t, s, partial, t0.Add(testLease), true); st.Failures != 0 || st.Pending != 3 {
-		t.Fatalf("within the lease of the latest: state %+v, want 3 in flight", st)
+	// Renewed leases hold their places past the first lease; a renewal
+	// of another window changes nothing.
+	const renewed = "user:grace"
+	for range 3 {
+		w = begin(t, s, renewed, t0, true).Window
 	}
-	fresh := t0.Add(testLease + testLease) // every lease has ended
-	st = begin(t, s, partial, fresh, false)
-	if !st.LockedUntil.Equal(fresh.Add(testLimit.Lockout)) {
-		t.Fatalf("three attempts dead in flight: state %+v, want locked", st)
+	if err := s.RenewLoginAttempt(ctx, renewed, w, t0.Add(2*testLease)); err != nil {
+		t.Fatal(err)
 	}
-	const two = "user:heidi"
-	begin(t, s, two, t0, true)
-	begin(t, s, two, t0, true)
-	st = begin(t, s, two, end, true)
-	if st.Failures != 2 || st.Pending != 1 || st.Locked(end) {
-		t.Fatalf("two dead, one new: state %+v, want 2 failures and 1 in flight", st)
+	if err := s.RenewLoginAttempt(ctx, renewed, "another window", t0.Add(10*testLease)); err != nil {
+		t.Fatal(err)
 	}
-	fail(t, s, two, st.Window, end)
-	if st := throttleState(t, s, two); !st.LockedUntil.Equal(end.Add(testLimit.Lockout)) {
-		t.Fatalf("two dead and one failure: state %+v, want locked", st)
+	if st := begin(t, s, renewed, end, false); st.Locked(end) || !st.Saturated(end, testLimit) {
+		t.Fatalf("within the renewed lease: state %+v, want full of attempts in flight", st)
+	}
+	later := t0.Add(2 * testLease)
+	if st := begin(t, s, renewed, later, true); st.Locked(later) || st.Failures != 0 || st.Pending != 1 {
+		t.Fatalf("after the renewed lease: state %+v, want the dead attempts released", st)
+	}
+
+	// Failures reported after their places were released still count:
+	// three lock the key.
+	const late = "user:heidi"
+	for range 3 {
+		w = begin(t, s, late, t0, true).Window
+	}
+	begin(t, s, late, end, true)
+	for range 3 {
+		fail(t, s, late, w, end)
+	}
+	if st := throttleState(t, s, late); !st.LockedUntil.Equal(end.Add(testLimit.Lockout)) {
+		t.Fatalf("three failures reported after their places were released: state %+v, want locked until t0+%v", st, testLease+testLimit.Lockout)
 	}
 }
 

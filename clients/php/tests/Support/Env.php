@@ -74,7 +74,9 @@ final class Env
             CURLOPT_POSTFIELDS => json_encode($body, JSON_THROW_ON_ERROR),
             CURLOPT_HTTPHEADER => ['Content-Type: application/json'],
             CURLOPT_RETURNTRANSFER => true,
-            CURLOPT_TIMEOUT => 10,
+            // No timeout of its own: a loaded machine may take any time;
+            // the suite runner's deadline bounds a hang.
+            CURLOPT_TIMEOUT => 0,
         ]);
         $out = curl_exec($handle);
         $status = (int) curl_getinfo($handle, CURLINFO_RESPONSE_CODE);

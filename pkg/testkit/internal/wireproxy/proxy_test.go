@@ -99,13 +99,39 @@ func startProxy(t *testing.T, serve func(net.Conn)) (*Proxy, string) {
 	t.Cleanup(func() {
 		select {
 		case <-p.Close():
-		case <-time.After(10 * time.Second):
-			t.Error("proxy did not stop within 10s")
+		case <-hangGuard(t):
+			t.Error("proxy did not stop before the test's deadline")
 		}
 		_ = bl.Close()
 		wg.Wait()
 	})
 	return p, pl.Addr().String()
+}
+
+// hangGuardMargin is how long before the test binary's -timeout the waits
+// below give up: long enough to fail with a message (and run the
+// cleanups) rather than with the timeout's panic.
+const hangGuardMargin = 5 * time.Second
+
+// hangDeadline is when a wait that only guards against a hang gives up:
+// shortly before the test's own deadline (go test -timeout), never at a
+// fixed time from now, since writing 48 MiB under -race on a loaded
+// machine can take any time (zero when the test has no deadline).
+func hangDeadline(t *testing.T) time.Time {
+	d, ok := t.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return d.Add(-hangGuardMargin)
+}
+
+// hangGuard fires at hangDeadline (never when the test has no deadline).
+func hangGuard(t *testing.T) <-chan time.Time {
+	d := hangDeadline(t)
+	if d.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(d))
 }
 
 // dial connects to addr with a deadline that keeps a broken test from
@@ -116,7 +142,7 @@ func dial(t *testing.T, addr string) net.Conn {
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetDeadline(hangDeadline(t))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -247,7 +273,7 @@ func TestProxyExhaustReplies(t *testing.T) {
 				if i == 1 {
 					select {
 					case <-resume:
-					case <-time.After(10 * time.Second):
+					case <-hangGuard(t):
 						return
 					}
 				}
@@ -386,8 +412,8 @@ func TestProxyClosesBothSides(t *testing.T) {
 	_ = c.Close()
 	select {
 	case <-backendClosed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("backend connection still open 5s after the client hung up")
+	case <-hangGuard(t):
+		t.Fatal("backend connection still open at the test's deadline after the client hung up")
 	}
 
 	c = dial(t, addr)
@@ -395,7 +421,7 @@ func TestProxyClosesBothSides(t *testing.T) {
 	read(t, c)
 	select {
 	case <-p.Close():
-	case <-time.After(5 * time.Second):
+	case <-hangGuard(t):
 		t.Fatal("proxy did not stop")
 	}
 	if _, err := c.Read(make([]byte, 1)); err == nil {
@@ -422,13 +448,13 @@ func TestProxyIdle(t *testing.T) {
 	// The proxy notices a closed connection a moment later; b stays.
 	waitIdle := func(want bool) time.Time {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		for deadline := hangDeadline(t); ; time.Sleep(time.Millisecond) {
 			idle, since := p.Idle()
 			if idle == want {
 				return since
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Idle() still %v after 5s, want %v", idle, want)
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				t.Fatalf("Idle() still %v at the test's deadline, want %v", idle, want)
 			}
 		}
 	}

@@ -126,6 +126,26 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// hangDeadline is when a wait for the service gives up: shortly before
+// the test binary's own -timeout, never a fixed time from now that a
+// loaded machine could exceed (zero when the test has no deadline).
+func hangDeadline(t *testing.T) time.Time {
+	d, ok := t.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return d.Add(-5 * time.Second)
+}
+
+// afterDeadline fires at hangDeadline (never without one).
+func afterDeadline(t *testing.T) <-chan time.Time {
+	d := hangDeadline(t)
+	if d.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(d))
+}
+
 // startServe runs the service as main would, returning its API base URL and
 // a stop function that cancels it like SIGTERM and waits for run to return.
 func startServe(t *testing.T, api, ops string) (base string, stop func() error) {
@@ -135,7 +155,7 @@ func startServe(t *testing.T, api, ops string) (base string, stop func() error) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, strings.NewReader(""), io.Discard, io.Discard) }()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := hangDeadline(t)
 	for {
 		resp, err := http.Get("http://" + ops + "/readyz")
 		if err == nil {
@@ -150,9 +170,9 @@ func startServe(t *testing.T, api, ops string) (base string, stop func() error) 
 			t.Fatalf("serve exited before ready: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
+		if !deadline.IsZero() && time.Now().After(deadline) {
 			cancel()
-			t.Fatal("service not ready in 30s")
+			t.Fatal("service not ready by the test's deadline")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -161,8 +181,8 @@ func startServe(t *testing.T, api, ops string) (base string, stop func() error) 
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(20 * time.Second):
-			return fmt.Errorf("run did not return after cancel")
+		case <-afterDeadline(t):
+			return fmt.Errorf("run did not return after cancel, by the test's deadline")
 		}
 	}
 }

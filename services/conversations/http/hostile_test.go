@@ -1,0 +1,65 @@
+package http_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/platform/pkg/testkit/hostile"
+	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/pkg/testkit/openapitest"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/conversations/cursor"
+	conversationshttp "github.com/acme/platform/services/conversations/http"
+	"github.com/acme/platform/services/conversations/mongostore"
+)
+
+// TestHostileRequests sends issue 19's hostile families, generated from
+// the OpenAPI document, to every operation of the conversations service
+// (its handler on the embedded store, with its access log and metrics):
+// no 5xx, every error problem+json, nothing internal in a body, and the
+// client, the log and the metrics agreeing.
+func TestHostileRequests(t *testing.T) {
+	t.Parallel()
+	store := mongostore.New(mongotest.New(t))
+	if err := store.EnsureIndexes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := token.GenerateKey("ES256")
+	ring, err := token.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := token.StaticKeyring(ring)
+	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
+	var log hostile.Log
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
+		Logger: log.Logger(), Metrics: reg, Store: store, Cursors: cursors, Verifier: verifier,
+	}))
+	t.Cleanup(srv.Close)
+	a := &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer, store: store}
+
+	alice := a.user("acc_hostile", "alice")
+	c := a.create(alice, `{"participants":["`+uid("bob")+`"],"subject":"hostile"}`)
+	m := a.post(alice, c.ID, `{"body":"hello"}`)
+
+	tg := hostile.Target{
+		Doc: a.doc, URL: srv.URL, Client: &http.Client{}, Bearer: alice,
+		PathValues: map[string]string{"id": c.ID, "userId": uid("bob"), "messageId": m.ID},
+		Log:        log.Bytes, Metrics: reg,
+	}
+	hostile.Run(t, tg, hostile.Cases(tg))
+}
