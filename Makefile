@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 GO ?= go
 # Every module of the workspace (go.work).
-MODULES := pkg pkg/testkit clients/go clients/go/contract services/account services/conversations deploy
+MODULES := pkg pkg/testkit clients/go services/account services/conversations deploy
 PACKAGES := $(foreach m,$(MODULES),./$(m)/...)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test test-clients lint tidy-check fmt-check vet build images bench bench-go fuzz clean help
+.PHONY: run test test-clients lint lint-python tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -65,7 +65,7 @@ OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)
 # ones that need no database: the embedded store runs one command at a
 # time for every test binary, and the HTTP suites' bursts of concurrent
 # logins should not queue behind the other store tests.
-LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/http services/conversations/http clients/go/contract pkg/token pkg/testkit/internal/wireproxy services/account/password)
+LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/http services/conversations/http pkg/token pkg/testkit/internal/wireproxy services/account/password)
 RACE_PACKAGES = $(LONGEST_RACE) $(filter-out $(OTHER_PACKAGES) $(LONGEST_RACE),$(shell $(GO) list $(PACKAGES)))
 CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
@@ -103,7 +103,7 @@ test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and ev
 # the real binaries on a fresh database (deploy/clientstest); a missing
 # toolchain fails with its package; SKIP_CLIENTS=php,python leaves clients out.
 # make test runs them too.
-test-clients: ## run only the JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
+test-clients: ## run only the Go, JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
 	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
 	SERVICE_BINARIES=$$tmp/bin $(GO) test -count=1 -timeout 15m $(CLIENT_TESTS)
@@ -120,8 +120,14 @@ vet: ## go vet every module (with the test build flags; see test)
 	$(GO) vet $(OTHER_PACKAGES); other=$$?; \
 	wait $$race && [ $$other -eq 0 ]
 
-lint: fmt-check vet ## gofmt, go vet and staticcheck
+lint: fmt-check vet lint-python ## gofmt, go vet, staticcheck, and the Python client's mypy and black
 	$(GO) run $(STATICCHECK) $(PACKAGES)
+
+# The checkers clients/python/pyproject.toml configures, Debian's builds
+# (mypy 1.0, black 23.1): a missing one fails with its package.
+lint-python: ## mypy --strict and black --check over the Python client (configured in clients/python/pyproject.toml)
+	@for p in mypy:mypy black:black; do command -v $${p%%:*} >/dev/null || { echo "lint-python: $${p%%:*} not found: apt-get install $${p#*:}"; exit 1; }; done
+	cd clients/python && mypy && black --check --diff .
 
 bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 6 min)
 	$(GO) run ./deploy/bench -out docs/benchmarks.md

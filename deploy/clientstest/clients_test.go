@@ -37,6 +37,10 @@ type suite struct {
 	prepare [][]string
 	// run is the command of the suite, in dir; it passes when it exits 0.
 	run []string
+	// inProcess, when set, is the suite itself, run in this test process
+	// with the suite's environment (the Go client's: no toolchain beyond
+	// the one running this test).
+	inProcess func(t *testing.T, st *stack, env []string)
 }
 
 // tool is a program a suite needs and where it comes from.
@@ -47,6 +51,11 @@ type tool struct {
 }
 
 var suites = []suite{
+	{
+		name:      "go",
+		dir:       "clients/go",
+		inProcess: runGoSuite,
+	},
 	{
 		name: "js",
 		dir:  "clients/js",
@@ -134,6 +143,19 @@ func TestClients(t *testing.T) {
 
 	browserOrigin := "http://" + freeAddr(t)
 	st := startStack(t, browserOrigin)
+	// The Go suite counts the logins and renewals of its client, so its
+	// tokens must not expire under a slow test: it has services of its
+	// own with a lifetime no test outlasts (its wire sets the expires_in
+	// a test needs), started only when it runs.
+	var goStack *stack
+	if !skipped["go"] {
+		goStack = startStackWithTTL(t, browserOrigin, time.Hour)
+	}
+	faults, err := StartFaultProxy(st.accountURL, st.convURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = faults.Close() })
 	for _, s := range suites {
 		t.Run(s.name, func(t *testing.T) {
 			if skipped[s.name] {
@@ -143,7 +165,11 @@ func TestClients(t *testing.T) {
 			// (token lifetimes, a browser): side by side they take the
 			// time of the longest.
 			t.Parallel()
-			env := append(st.seed(t, s.name), "ACME_TEST_BROWSER_ORIGIN="+browserOrigin)
+			if s.inProcess != nil {
+				s.inProcess(t, goStack, goStack.seed(t, s.name))
+				return
+			}
+			env := append(st.seed(t, s.name), "ACME_TEST_BROWSER_ORIGIN="+browserOrigin, "ACME_TEST_FAULT_PROXY_URL="+faults.URL)
 			runSuite(t, filepath.Join(root, s.dir), s, env)
 		})
 	}
@@ -196,6 +222,7 @@ func runSuite(t *testing.T, dir string, s suite, env []string) {
 // stack is both services on a fresh database.
 type stack struct {
 	bin                    string
+	tokenTTL               time.Duration
 	accountURL, convURL    string
 	accountEnv             []string
 	definitionFile         string
@@ -215,6 +242,12 @@ func freeAddr(t *testing.T) string {
 // tokenTTL and CORS for browserOrigin; the test's cleanup stops them.
 func startStack(t *testing.T, browserOrigin string) *stack {
 	t.Helper()
+	return startStackWithTTL(t, browserOrigin, tokenTTL)
+}
+
+// startStackWithTTL is startStack with tokens of ttl.
+func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *stack {
+	t.Helper()
 	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account", "conversations")
 	if err != nil {
 		t.Fatal(err)
@@ -222,13 +255,13 @@ func startStack(t *testing.T, browserOrigin string) *stack {
 	uri := mongotest.URI(t)
 	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
 	accAddr, convAddr, accOps, convOps := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	s := &stack{bin: bin, accountURL: "http://" + accAddr, convURL: "http://" + convAddr,
+	s := &stack{bin: bin, tokenTTL: ttl, accountURL: "http://" + accAddr, convURL: "http://" + convAddr,
 		definitionName: "CRM", defTyp: "salesforce"}
 	s.accountEnv = []string{
 		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
 		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + accOps,
 		"ACCOUNT_ISSUER=" + s.accountURL,
-		"ACCOUNT_TOKEN_TTL=" + tokenTTL.String(),
+		"ACCOUNT_TOKEN_TTL=" + ttl.String(),
 		"ACCOUNT_CORS_ORIGINS=" + browserOrigin,
 		// Cheap hashes: the suites log in often; the parameters are not
 		// what they test.
@@ -306,7 +339,7 @@ func (s *stack) seed(t *testing.T, name string) []string {
 		"ACME_TEST_ACCOUNT_URL=" + s.accountURL,
 		"ACME_TEST_CONVERSATIONS_URL=" + s.convURL,
 		"ACME_TEST_ACCOUNT_NAME=" + name,
-		"ACME_TEST_TOKEN_TTL=" + strconv.Itoa(int(tokenTTL/time.Second)),
+		"ACME_TEST_TOKEN_TTL=" + strconv.Itoa(int(s.tokenTTL/time.Second)),
 		"ACME_TEST_DEFINITION_NAME=" + s.definitionName,
 		"ACME_TEST_DEFINITION_TYPE=" + s.defTyp,
 	}

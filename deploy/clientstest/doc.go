@@ -5,6 +5,17 @@
 // endpoints and credentials in environment variables. No mock of our API is
 // involved anywhere.
 //
+// The Go client's suite (goclient_*_test.go) runs in this process instead,
+// on services of its own with long-lived tokens (it counts renewals), each
+// test as a user of its own behind a recording proxy per service that
+// checks every exchange against the OpenAPI documents (wire, in
+// goclient_wire_test.go). The proxy injects only what the services cannot
+// be made to do on demand, and each test that uses it says which: a slow
+// renewal, a lost response, a token refused before it expires, a chosen
+// expires_in, and stand-in answers the services never give (an account
+// service without POST /token/refresh, 429/503 and gateway bodies, odd
+// Link headers, incomplete token responses).
+//
 //	go test ./deploy/clientstest/...        # or: make test-clients
 //	SKIP_CLIENTS=php,python make test       # leave clients out on a developer's machine
 //
@@ -22,7 +33,7 @@
 //
 // # Leaving a client out
 //
-// SKIP_CLIENTS is a comma-separated list of suite names (js, python, php)
+// SKIP_CLIENTS is a comma-separated list of suite names (go, js, python, php)
 // that are not run; each shows as skipped with the reason. An unknown name
 // fails the run, so that a typo cannot leave a client out silently. CI never
 // sets it.
@@ -53,6 +64,10 @@
 //	ACME_TEST_DEFINITION_TYPE    … and this type
 //	ACME_TEST_BROWSER_ORIGIN     an origin both services allow by CORS (http://127.0.0.1:PORT) whose port is free:
 //	                             a browser test serves its page there, so that its calls are cross-origin
+//	ACME_TEST_FAULT_PROXY_URL    the control endpoint of the one fault-injecting proxy of the suites (FaultProxy):
+//	                             POST /proxies opens a proxy in front of a service that closes the connection
+//	                             instead of answering the first N requests of a method and path prefix;
+//	                             GET /proxies/{id} reports what it forwarded, DELETE /proxies/{id} closes it
 //
 // The login throttle is the services' default: five wrong passwords of one
 // user lock it for 15 minutes; a hundred failures from one address lock the

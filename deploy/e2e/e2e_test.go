@@ -23,6 +23,7 @@ import (
 	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -340,10 +341,7 @@ func TestNewSigningKeyIsAcceptedWithoutRestart(t *testing.T) {
 	}
 
 	// A token signed by a key that is not in the JWKS.
-	strayKey, _ := token.GenerateKey("RS256")
-	strayRing, _ := token.NewKeyring(strayKey)
-	stray, _ := token.NewIssuer(token.IssuerConfig{Issuer: s.accountURL, Audience: []string{"acme-platform"}, Keys: token.StaticKeyring(strayRing)})
-	forged, _ := stray.Mint(context.Background(), token.Subject{UserID: "usr_x", AccountID: "acc_x"})
+	forged := tokentest.StrangerOf(t, token.AlgRS256, s.accountURL, []string{"acme-platform"}, token.Subject{UserID: "usr_x", AccountID: "acc_x"})
 	if status, _, _ := call(t, "GET", s.convURL+"/v1/conversations", forged.IDToken, ""); status != 401 {
 		t.Fatalf("token of an unpublished key: %d, want 401", status)
 	}

@@ -15,12 +15,12 @@ func BenchmarkVerify(b *testing.B) {
 			f := newFixture(b, alg)
 			raw := f.mint(b).AccessToken
 			ctx := context.Background()
-			if _, err := f.verifier.Verify(ctx, raw); err != nil {
+			if _, err := f.Verifier.Verify(ctx, raw); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := f.verifier.Verify(ctx, raw); err != nil {
+				if _, err := f.Verifier.Verify(ctx, raw); err != nil {
 					b.Fatal(err)
 				}
 			}

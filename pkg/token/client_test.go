@@ -7,17 +7,17 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/pkg/web"
 )
 
 func (f *fixture) mintClient(t testing.TB, scopes ...string) string {
 	t.Helper()
-	tok, err := f.issuer.MintClient(context.Background(), token.Client{
+	tok, err := f.Issuer.MintClient(context.Background(), token.Client{
 		ClientID: "cli_1", AccountID: "acct-1", AccountName: "acme", Scopes: scopes,
 	})
 	if err != nil {
@@ -31,7 +31,7 @@ func TestMintClient(t *testing.T) {
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)
-			tok, err := f.issuer.MintClient(context.Background(), token.Client{
+			tok, err := f.Issuer.MintClient(context.Background(), token.Client{
 				ClientID: "cli_1", AccountID: "acct-1", AccountName: "acme",
 				Scopes: []string{token.ScopeDefinitionsRead, token.ScopeConversationsWrite},
 			})
@@ -41,7 +41,7 @@ func TestMintClient(t *testing.T) {
 			if tok.ExpiresIn != 3600 || tok.Scope != "definitions:read conversations:write" {
 				t.Fatalf("token = %+v", tok)
 			}
-			c, err := f.verifier.Verify(context.Background(), tok.AccessToken)
+			c, err := f.Verifier.Verify(context.Background(), tok.AccessToken)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestMintClientRequiresScopes(t *testing.T) {
 		{AccountID: "acct-1", Scopes: []string{"definitions:read"}},
 		{ClientID: "cli_1", Scopes: []string{"definitions:read"}},
 	} {
-		if _, err := f.issuer.MintClient(context.Background(), c); err == nil {
+		if _, err := f.Issuer.MintClient(context.Background(), c); err == nil {
 			t.Errorf("MintClient(%+v) succeeded", c)
 		}
 	}
@@ -80,7 +80,7 @@ func TestMintClientRequiresScopes(t *testing.T) {
 func TestUserTokensAreNotClients(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgES256)
-	c, err := f.verifier.Verify(context.Background(), f.mint(t).AccessToken)
+	c, err := f.Verifier.Verify(context.Background(), f.mint(t).AccessToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +99,11 @@ func TestMintForClientNamesItInIDToken(t *testing.T) {
 	f := newFixture(t, token.AlgES256)
 	s := testSubject()
 	s.ClientID = "cli_app"
-	set, err := f.issuer.Mint(context.Background(), s)
+	set, err := f.Issuer.Mint(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := f.verifier.Verify(context.Background(), set.IDToken)
+	id, err := f.Verifier.Verify(context.Background(), set.IDToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +116,12 @@ func TestMintForClientNamesItInIDToken(t *testing.T) {
 			t.Errorf("%s token claims = %v; want the configured audience alone, no azp or client_id", name, claims)
 		}
 	}
-	access, err := f.verifier.Verify(context.Background(), set.AccessToken)
+	access, err := f.Verifier.Verify(context.Background(), set.AccessToken)
 	if err != nil || access.IsClient() || access.AuthorizedParty != "" {
 		t.Fatalf("access token claims = %+v, %v", access, err)
 	}
 	// Without a client, as for POST /login: the configured audience alone.
-	plain, err := f.verifier.Verify(context.Background(), f.mint(t).IDToken)
+	plain, err := f.Verifier.Verify(context.Background(), f.mint(t).IDToken)
 	if err != nil || !slices.Equal(plain.Audience, []string{testAudience}) || plain.AuthorizedParty != "" {
 		t.Fatalf("id token of no client = %+v, %v", plain, err)
 	}
@@ -132,29 +132,23 @@ func TestMintForClientNamesItInIDToken(t *testing.T) {
 func TestMalformedClientTokens(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgES256)
-	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
-		Issuer: testIssuer, Audience: []string{testAudience}, Uses: []token.Use{token.UseRefresh},
-		Now: func() time.Time { return f.now },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := rawKey(t, f.key)
+	refreshVerifier := f.RefreshVerifier
+	key := tokentest.RawKey(t, f.Key)
 	for _, tc := range []struct {
 		name     string
 		use      token.Use
 		verifier *token.Verifier
 		sub      string
 	}{
-		{"subject is not the client", token.UseAccess, f.verifier, "user-1"},
-		{"id token of a client", token.UseID, f.verifier, "cli_1"},
+		{"subject is not the client", token.UseAccess, f.Verifier, "user-1"},
+		{"id token of a client", token.UseID, f.Verifier, "cli_1"},
 		{"refresh token of a client", token.UseRefresh, refreshVerifier, "cli_1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			claims := f.validClaims(tc.use)
 			claims["client_id"], claims["sub"], claims["scope"] = "cli_1", tc.sub, "definitions:read"
-			raw := forge(t, methodFor(token.AlgES256), key,
-				map[string]any{"alg": "ES256", "kid": kidOf(t, f.key), "typ": tc.use.HeaderType()}, claims)
+			raw := tokentest.Forge(t, tokentest.Method(token.AlgES256), key,
+				map[string]any{"alg": "ES256", "kid": kidOf(t, f.Key), "typ": tc.use.HeaderType()}, claims)
 			_, err := tc.verifier.Verify(context.Background(), raw)
 			assertReason(t, err, "malformed client token")
 		})
@@ -186,7 +180,7 @@ func newScopedApp(v *token.Verifier) *echo.Echo {
 func TestRequireScope(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
-	app := newScopedApp(f.verifier)
+	app := newScopedApp(f.Verifier)
 	for _, tc := range []struct {
 		name   string
 		bearer string
@@ -224,7 +218,7 @@ func TestMiddlewareRefusesTwoAuthorizationHeaders(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	set := f.mint(t)
-	app := newEchoApp(f.verifier)
+	app := newEchoApp(f.Verifier)
 	for name, headers := range map[string][]string{
 		"same token twice": {"Bearer " + set.AccessToken, "Bearer " + set.AccessToken},
 		"two tokens":       {"Bearer " + set.AccessToken, "Bearer " + set.IDToken},

@@ -14,6 +14,7 @@ import (
 	gjwt "github.com/golang-jwt/jwt/v5"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 )
 
 // FuzzVerify feeds arbitrary strings as bearer tokens to a Verifier over a
@@ -28,7 +29,7 @@ func FuzzVerify(f *testing.F) {
 		fixtures[alg] = newFixture(f, alg)
 	}
 	rs, es, ed := fixtures[token.AlgRS256], fixtures[token.AlgES256], fixtures[token.AlgEdDSA]
-	ring, err := token.NewKeyring(rs.key, es.key, ed.key)
+	ring, err := token.NewKeyring(rs.Key, es.Key, ed.Key)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func FuzzVerify(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	kids := map[string]bool{kidOf(f, rs.key): true, kidOf(f, es.key): true, kidOf(f, ed.key): true}
+	kids := map[string]bool{kidOf(f, rs.Key): true, kidOf(f, es.Key): true, kidOf(f, ed.Key): true}
 
 	// Seeds: valid tokens of every kind and algorithm, and the classic
 	// attacks and accidents.
@@ -55,13 +56,13 @@ func FuzzVerify(f *testing.F) {
 		f.Add(set.AccessToken + "." + set.AccessToken[strings.LastIndexByte(set.AccessToken, '.')+1:])
 		f.Add(" " + set.IDToken + "\n")
 	}
-	atHeader := map[string]any{"typ": token.TypeAccess, "kid": kidOf(f, rs.key)}
-	pub, _ := x509.MarshalPKIXPublicKey(rawKey(f, rs.key).(crypto.Signer).Public())
+	atHeader := map[string]any{"typ": token.TypeAccess, "kid": kidOf(f, rs.Key)}
+	pub, _ := x509.MarshalPKIXPublicKey(tokentest.RawKey(f, rs.Key).(crypto.Signer).Public())
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})
-	f.Add(forge(f, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, rs.validClaims(token.UseAccess)))
-	f.Add(forge(f, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, rs.validClaims(token.UseAccess)) + "AAAA")
-	f.Add(forge(f, gjwt.SigningMethodHS256, pubPEM, atHeader, rs.validClaims(token.UseAccess)))
-	f.Add(forge(f, gjwt.SigningMethodHS256, []byte("secret"), map[string]any{"typ": token.TypeID, "kid": "x"}, rs.validClaims(token.UseID)))
+	f.Add(tokentest.Forge(f, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, rs.validClaims(token.UseAccess)))
+	f.Add(tokentest.Forge(f, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, rs.validClaims(token.UseAccess)) + "AAAA")
+	f.Add(tokentest.Forge(f, gjwt.SigningMethodHS256, pubPEM, atHeader, rs.validClaims(token.UseAccess)))
+	f.Add(tokentest.Forge(f, gjwt.SigningMethodHS256, []byte("secret"), map[string]any{"typ": token.TypeID, "kid": "x"}, rs.validClaims(token.UseID)))
 	for _, s := range []string{
 		"", ".", "..", "...", "a.b.c", "a.b.c.d.e", "e30.e30.", "e30.e30.e30",
 		"eyJhbGciOiJSUzI1NiJ9.e30.AAAA", "Bearer x", "null", "\x00\xff", "😀.😀.😀",

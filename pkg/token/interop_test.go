@@ -22,7 +22,7 @@ func TestInteropGolangJWT(t *testing.T) {
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)
-			srv := httptest.NewServer(token.JWKSHandler(token.StaticKeyring(f.keyring)))
+			srv := httptest.NewServer(token.JWKSHandler(token.StaticKeyring(f.Keyring)))
 			defer srv.Close()
 			res, err := http.Get(srv.URL)
 			if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 )
 
 // rsaThumbprint computes the RFC 7638 thumbprint of an RSA public key by
@@ -50,7 +51,7 @@ func checkSigningKey(t *testing.T, k jwk.Key, wantAlg string) {
 	if len(kid) != 43 || strings.ContainsAny(kid, "+/=") {
 		t.Errorf("kid %q is not a base64url SHA-256", kid)
 	}
-	if pub, ok := rawKey(t, k).(*rsa.PrivateKey); ok {
+	if pub, ok := tokentest.RawKey(t, k).(*rsa.PrivateKey); ok {
 		if want := rsaThumbprint(&pub.PublicKey); kid != want {
 			t.Errorf("kid = %s, independent RFC 7638 thumbprint = %s", kid, want)
 		}
@@ -65,7 +66,7 @@ func TestGenerateKey(t *testing.T) {
 			t.Fatalf("%s: %v", alg, err)
 		}
 		checkSigningKey(t, k, alg)
-		switch raw := rawKey(t, k).(type) {
+		switch raw := tokentest.RawKey(t, k).(type) {
 		case *rsa.PrivateKey:
 			if raw.N.BitLen() != 2048 {
 				t.Errorf("RSA key of %d bits", raw.N.BitLen())
@@ -259,7 +260,7 @@ func TestParseKeyRejects(t *testing.T) {
 	ok, _ := token.GenerateKey(token.AlgRS256)
 	pub, _ := ok.PublicKey()
 	pubJSON, _ := json.Marshal(pub)
-	okRaw := rawKey(t, ok).(*rsa.PrivateKey)
+	okRaw := tokentest.RawKey(t, ok).(*rsa.PrivateKey)
 	pkix, _ := x509.MarshalPKIXPublicKey(&okRaw.PublicKey)
 	two := append(pemBytes("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(okRaw)), pemBytes("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(okRaw))...)
 	encrypted := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Headers: map[string]string{"Proc-Type": "4,ENCRYPTED", "DEK-Info": "AES-256-CBC,00"}, Bytes: []byte{1, 2, 3}})

@@ -39,7 +39,7 @@ func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	set := f.mint(t)
-	app := newEchoApp(f.verifier)
+	app := newEchoApp(f.Verifier)
 
 	for _, tc := range []struct {
 		name       string

@@ -16,6 +16,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 )
 
 func TestMintedTokensCarryTheContractClaims(t *testing.T) {
@@ -27,7 +28,7 @@ func TestMintedTokensCarryTheContractClaims(t *testing.T) {
 			if set.ExpiresIn != 3600 {
 				t.Errorf("ExpiresIn = %d, want 3600", set.ExpiresIn)
 			}
-			kid := kidOf(t, f.key)
+			kid := kidOf(t, f.Key)
 			jtis := map[string]bool{}
 			var sid string
 			for _, tc := range []struct {
@@ -96,7 +97,7 @@ func TestMintKeepsAGivenSessionID(t *testing.T) {
 	f := newFixture(t, token.AlgEdDSA)
 	s := testSubject()
 	s.SessionID = "family-42"
-	set, err := f.issuer.Mint(context.Background(), s)
+	set, err := f.Issuer.Mint(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +118,13 @@ func TestVerifyAcceptsIDAndAccessTokens(t *testing.T) {
 				raw string
 				use token.Use
 			}{{set.IDToken, token.UseID}, {set.AccessToken, token.UseAccess}} {
-				c, err := f.verifier.Verify(context.Background(), tc.raw)
+				c, err := f.Verifier.Verify(context.Background(), tc.raw)
 				if err != nil {
 					t.Fatalf("Verify(%s token): %v", tc.use, err)
 				}
 				if c.Use != tc.use || c.Subject != "user-1" || c.AccountID != "acct-1" || c.AccountName != "acme" ||
 					c.Issuer != testIssuer || len(c.Audience) != 1 || c.Audience[0] != testAudience ||
-					c.ID == "" || c.SessionID != set.SessionID || c.KeyID != kidOf(t, f.key) || c.Algorithm != alg ||
+					c.ID == "" || c.SessionID != set.SessionID || c.KeyID != kidOf(t, f.Key) || c.Algorithm != alg ||
 					!c.IssuedAt.Equal(f.now) || !c.NotBefore.Equal(f.now) || !c.Expiry.Equal(f.now.Add(time.Hour)) {
 					t.Errorf("claims = %+v", c)
 				}
@@ -138,7 +139,7 @@ func TestVerifyAcceptsIDAndAccessTokens(t *testing.T) {
 func TestRefreshVerifierAcceptsOnlyRefreshTokens(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
-	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
+	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.Keyring)), token.VerifierConfig{
 		Issuer: testIssuer, Audience: []string{testAudience}, Uses: []token.Use{token.UseRefresh},
 		Now: func() time.Time { return f.now },
 	})
@@ -164,16 +165,16 @@ func TestVerifyRejects(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	set := f.mint(t)
-	kid := kidOf(t, f.key)
-	priv := rawKey(t, f.key).(*rsa.PrivateKey)
+	kid := kidOf(t, f.Key)
+	priv := tokentest.RawKey(t, f.Key).(*rsa.PrivateKey)
 	pkix, err := x509.MarshalPKIXPublicKey(&priv.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pkix})
 	pkcs1 := x509.MarshalPKCS1PublicKey(&priv.PublicKey)
-	stranger := testKey(t, token.AlgRS256, f.keyring)
-	strangerRaw := rawKey(t, stranger)
+	stranger := testKey(t, token.AlgRS256, f.Keyring)
+	strangerRaw := tokentest.RawKey(t, stranger)
 	atHeader := map[string]any{"kid": kid, "typ": "at+jwt"}
 
 	hdrA, claimsA, sigA := parts(t, set.AccessToken)
@@ -212,29 +213,29 @@ func TestVerifyRejects(t *testing.T) {
 		{"empty", func() string { return "" }, "empty token", 0},
 		{"too large", func() string { return strings.Repeat("a", 8<<10+1) }, "token too large", 0},
 		{"alg none, empty signature", func() string {
-			return forge(t, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, f.validClaims(token.UseAccess))
 		}, "malformed token", 0},
 		{"alg none, some signature", func() string {
-			s := forge(t, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, f.validClaims(token.UseAccess))
+			s := tokentest.Forge(t, gjwt.SigningMethodNone, gjwt.UnsafeAllowNoneSignatureType, atHeader, f.validClaims(token.UseAccess))
 			return s + "AAAA"
 		}, "signing algorithm not accepted", 0},
 		{"HS256 keyed with the RSA public key PEM", func() string {
-			return forge(t, gjwt.SigningMethodHS256, pubPEM, atHeader, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodHS256, pubPEM, atHeader, f.validClaims(token.UseAccess))
 		}, "signing algorithm not accepted", 0},
 		{"HS256 keyed with the RSA public key PKIX DER", func() string {
-			return forge(t, gjwt.SigningMethodHS256, pkix, atHeader, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodHS256, pkix, atHeader, f.validClaims(token.UseAccess))
 		}, "signing algorithm not accepted", 0},
 		{"HS256 keyed with the RSA public key PKCS1 DER", func() string {
-			return forge(t, gjwt.SigningMethodHS256, pkcs1, atHeader, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodHS256, pkcs1, atHeader, f.validClaims(token.UseAccess))
 		}, "signing algorithm not accepted", 0},
 		{"ES256 header for an RSA kid", func() string {
 			return join(with(hdrA, "alg", "ES256"), claimsA, sigA)
 		}, "signing algorithm does not match the key", 0},
 		{"wrong iss", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "iss", "https://evil.example"))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "iss", "https://evil.example"))
 		}, "untrusted issuer", 0},
 		{"wrong aud", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "aud", "someone-else"))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "aud", "someone-else"))
 		}, "audience not accepted", 0},
 		{"tampered signature", func() string { return flipSig(set.AccessToken) }, "invalid signature", 0},
 		{"tampered payload", func() string {
@@ -245,16 +246,16 @@ func TestVerifyRejects(t *testing.T) {
 		}, "invalid signature", 0},
 		{"expired", func() string { return set.AccessToken }, "token expired", 2 * time.Hour},
 		{"not yet valid", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "nbf", f.now.Add(5*time.Minute).Unix()))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "nbf", f.now.Add(5*time.Minute).Unix()))
 		}, "token not yet valid", 0},
 		{"issued in the future", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "iat", f.now.Add(5*time.Minute).Unix()))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "iat", f.now.Add(5*time.Minute).Unix()))
 		}, "token issued in the future", 0},
 		{"unknown kid", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, map[string]any{"kid": "no-such-key", "typ": "at+jwt"}, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, map[string]any{"kid": "no-such-key", "typ": "at+jwt"}, f.validClaims(token.UseAccess))
 		}, "unknown signing key", 0},
 		{"missing kid", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, map[string]any{"typ": "at+jwt"}, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, map[string]any{"typ": "at+jwt"}, f.validClaims(token.UseAccess))
 		}, "missing key id", 0},
 		{"refresh token as bearer", func() string { return set.RefreshToken }, "token use not accepted", 0},
 		{"refresh token with typ swapped to at+jwt", func() string {
@@ -275,45 +276,45 @@ func TestVerifyRejects(t *testing.T) {
 		{"base64 garbage", func() string { return "Zm9v.YmFy.YmF6" }, "malformed token header", 0},
 		{"line break inside a segment", func() string { return set.AccessToken[:10] + "\n" + set.AccessToken[10:] }, "malformed token", 0},
 		{"signed by a key not in the set", func() string {
-			return forge(t, gjwt.SigningMethodRS256, strangerRaw, map[string]any{"kid": kidOf(t, stranger), "typ": "at+jwt"}, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, strangerRaw, map[string]any{"kid": kidOf(t, stranger), "typ": "at+jwt"}, f.validClaims(token.UseAccess))
 		}, "unknown signing key", 0},
 		{"signed by another key under a known kid", func() string {
-			return forge(t, gjwt.SigningMethodRS256, strangerRaw, atHeader, f.validClaims(token.UseAccess))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, strangerRaw, atHeader, f.validClaims(token.UseAccess))
 		}, "invalid signature", 0},
 		{"missing sub", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "sub", nil))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "sub", nil))
 		}, "missing required claim", 0},
 		{"missing account_id", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "account_id", nil))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "account_id", nil))
 		}, "missing required claim", 0},
 		{"missing jti", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "jti", nil))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "jti", nil))
 		}, "missing required claim", 0},
 		{"missing exp", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "exp", nil))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "exp", nil))
 		}, "missing expiry", 0},
 		{"duplicate claim name", func() string {
 			// RFC 7519 section 4: a duplicate name is refused, never
 			// "the last one wins", so no two parsers can read it apart.
 			c, _ := json.Marshal(f.validClaims(token.UseAccess))
 			dup := `{"sub":"someone-else",` + string(c[1:])
-			return signRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt"}`, dup)
+			return tokentest.SignRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt"}`, dup)
 		}, "malformed token claims", 0},
 		{"duplicate header name", func() string {
 			c, _ := json.Marshal(f.validClaims(token.UseAccess))
-			return signRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt","typ":"JWT"}`, string(c))
+			return tokentest.SignRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt","typ":"JWT"}`, string(c))
 		}, "malformed token header", 0},
 		{"claim name in another case", func() string {
 			// Names match exactly: ISS is not iss.
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(with(f.validClaims(token.UseAccess), "iss", nil), "ISS", testIssuer))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(with(f.validClaims(token.UseAccess), "iss", nil), "ISS", testIssuer))
 		}, "untrusted issuer", 0},
 		{"invalid UTF-8 in a claim", func() string {
 			c, _ := json.Marshal(f.validClaims(token.UseAccess))
 			bad := strings.Replace(string(c), `"acme"`, "\"acme\xff\"", 1)
-			return signRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt"}`, bad)
+			return tokentest.SignRaw(t, gjwt.SigningMethodRS256, priv, `{"alg":"RS256","kid":"`+kid+`","typ":"at+jwt"}`, bad)
 		}, "malformed token claims", 0},
 		{"exp as a string", func() string {
-			return forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "exp", "2099-01-01"))
+			return tokentest.Forge(t, gjwt.SigningMethodRS256, priv, atHeader, with(f.validClaims(token.UseAccess), "exp", "2099-01-01"))
 		}, "malformed token claims", 0},
 	}
 	for _, tc := range cases {
@@ -322,7 +323,7 @@ func TestVerifyRejects(t *testing.T) {
 			saved := f.now
 			f.now = f.now.Add(tc.clock)
 			defer func() { f.now = saved }()
-			c, err := f.verifier.Verify(context.Background(), raw)
+			c, err := f.Verifier.Verify(context.Background(), raw)
 			if err == nil {
 				t.Fatalf("accepted, claims %+v", c)
 			}
@@ -346,8 +347,8 @@ func TestVerifyAcceptsRawSignedTokenWithTheRightKey(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgRS256)
 	c, _ := json.Marshal(f.validClaims(token.UseAccess))
-	raw := signRaw(t, gjwt.SigningMethodRS256, rawKey(t, f.key), `{"alg":"RS256","kid":"`+kidOf(t, f.key)+`","typ":"at+jwt"}`, string(c))
-	if _, err := f.verifier.Verify(context.Background(), raw); err != nil {
+	raw := tokentest.SignRaw(t, gjwt.SigningMethodRS256, tokentest.RawKey(t, f.Key), `{"alg":"RS256","kid":"`+kidOf(t, f.Key)+`","typ":"at+jwt"}`, string(c))
+	if _, err := f.Verifier.Verify(context.Background(), raw); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -356,13 +357,13 @@ func TestVerifyAcceptsForeignLibraryTokenSignedWithTheRightKey(t *testing.T) {
 	t.Parallel()
 	for _, alg := range algs() {
 		f := newFixture(t, alg)
-		raw := forge(t, methodFor(alg), rawKey(t, f.key), map[string]any{"kid": kidOf(t, f.key), "typ": "at+jwt"}, f.validClaims(token.UseAccess))
-		if _, err := f.verifier.Verify(context.Background(), raw); err != nil {
+		raw := tokentest.Forge(t, tokentest.Method(alg), tokentest.RawKey(t, f.Key), map[string]any{"kid": kidOf(t, f.Key), "typ": "at+jwt"}, f.validClaims(token.UseAccess))
+		if _, err := f.Verifier.Verify(context.Background(), raw); err != nil {
 			t.Errorf("%s: %v", alg, err)
 		}
 		// typ is case-insensitive and may carry "application/".
-		raw = forge(t, methodFor(alg), rawKey(t, f.key), map[string]any{"kid": kidOf(t, f.key), "typ": "application/AT+JWT"}, f.validClaims(token.UseAccess))
-		if _, err := f.verifier.Verify(context.Background(), raw); err != nil {
+		raw = tokentest.Forge(t, tokentest.Method(alg), tokentest.RawKey(t, f.Key), map[string]any{"kid": kidOf(t, f.Key), "typ": "application/AT+JWT"}, f.validClaims(token.UseAccess))
+		if _, err := f.Verifier.Verify(context.Background(), raw); err != nil {
 			t.Errorf("%s with application/AT+JWT: %v", alg, err)
 		}
 	}
@@ -376,16 +377,16 @@ func TestVerifyLeeway(t *testing.T) {
 	exp := minted.Add(time.Hour)
 
 	f.now = exp.Add(10 * time.Second)
-	if _, err := f.verifier.Verify(context.Background(), set.AccessToken); err != nil {
+	if _, err := f.Verifier.Verify(context.Background(), set.AccessToken); err != nil {
 		t.Errorf("expired 10s ago with 30s leeway: %v", err)
 	}
 	f.now = exp.Add(90 * time.Second)
-	if _, err := f.verifier.Verify(context.Background(), set.AccessToken); !errors.Is(err, token.ErrInvalidToken) {
+	if _, err := f.Verifier.Verify(context.Background(), set.AccessToken); !errors.Is(err, token.ErrInvalidToken) {
 		t.Errorf("expired 90s ago with 30s leeway: %v", err)
 	}
 
 	// A leeway over 60s is capped at 60s.
-	wide, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
+	wide, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.Keyring)), token.VerifierConfig{
 		Issuer: testIssuer, Audience: []string{testAudience}, Leeway: 10 * time.Minute,
 		Now: func() time.Time { return f.now },
 	})
@@ -403,11 +404,11 @@ func TestVerifyLeeway(t *testing.T) {
 
 	// nbf: 20s in the future passes, 90s does not.
 	f.now = minted.Add(-20 * time.Second)
-	if _, err := f.verifier.Verify(context.Background(), set.AccessToken); err != nil {
+	if _, err := f.Verifier.Verify(context.Background(), set.AccessToken); err != nil {
 		t.Errorf("nbf 20s ahead: %v", err)
 	}
 	f.now = minted.Add(-90 * time.Second)
-	if _, err := f.verifier.Verify(context.Background(), set.AccessToken); !errors.Is(err, token.ErrInvalidToken) {
+	if _, err := f.Verifier.Verify(context.Background(), set.AccessToken); !errors.Is(err, token.ErrInvalidToken) {
 		t.Errorf("nbf 90s ahead: %v", err)
 	}
 }
@@ -432,7 +433,7 @@ func TestNewVerifierRefusesSymmetricAndNone(t *testing.T) {
 func TestVerifyRestrictedAlgorithms(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, token.AlgEdDSA)
-	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.keyring)), token.VerifierConfig{
+	v, err := token.NewVerifier(token.KeyringKeySet(token.StaticKeyring(f.Keyring)), token.VerifierConfig{
 		Issuer: testIssuer, Audience: []string{testAudience}, Algorithms: []string{token.AlgRS256},
 		Now: func() time.Time { return f.now },
 	})
@@ -498,7 +499,7 @@ func (s *swappable) Keyring() *token.Keyring { return s.k }
 
 func TestNewIssuerValidates(t *testing.T) {
 	t.Parallel()
-	kr := newFixture(t, token.AlgEdDSA).keyring
+	kr := newFixture(t, token.AlgEdDSA).Keyring
 	for name, cfg := range map[string]token.IssuerConfig{
 		"no issuer":   {Audience: []string{"a"}, Keys: token.StaticKeyring(kr)},
 		"no audience": {Issuer: testIssuer, Keys: token.StaticKeyring(kr)},
@@ -524,18 +525,18 @@ func TestVerifyCachedHeaderStillChecksEverything(t *testing.T) {
 	f := newFixture(t, token.AlgEdDSA)
 	set := f.mint(t)
 	ctx := context.Background()
-	if _, err := f.verifier.Verify(ctx, set.AccessToken); err != nil {
+	if _, err := f.Verifier.Verify(ctx, set.AccessToken); err != nil {
 		t.Fatal(err)
 	}
 	hdr, claims, sig := parts(t, set.AccessToken)
 	claims["sub"] = "someone-else"
 	tampered := encodeSegment(t, hdr) + "." + encodeSegment(t, claims) + "." + sig
 	for range 2 {
-		_, err := f.verifier.Verify(ctx, tampered)
+		_, err := f.Verifier.Verify(ctx, tampered)
 		assertReason(t, err, "invalid signature")
 	}
 	// The refresh token's header differs (typ), so it is checked afresh.
-	_, err := f.verifier.Verify(ctx, set.RefreshToken)
+	_, err := f.Verifier.Verify(ctx, set.RefreshToken)
 	assertReason(t, err, "token use not accepted")
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 )
@@ -147,23 +148,7 @@ func app(v *token.Verifier) func(web.Config) http.Handler {
 // test has not fetched yet.
 func foreignToken(t *testing.T) string {
 	t.Helper()
-	key, err := token.GenerateKey(token.AlgEdDSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: "https://issuer.example", Audience: []string{"aud"}, Keys: token.StaticKeyring(ring)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := issuer.Mint(t.Context(), token.Subject{UserID: "u", AccountID: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return set.AccessToken
+	return tokentest.StrangerOf(t, token.AlgEdDSA, "https://issuer.example", []string{"aud"}, token.Subject{UserID: "u", AccountID: "a"}).AccessToken
 }
 
 func TestEveryStatusIsTheSameForClientLogAndMetrics(t *testing.T) {

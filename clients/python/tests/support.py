@@ -9,14 +9,11 @@ A missing variable fails the test that needs it; nothing is skipped.
 from __future__ import annotations
 
 import datetime
-import http.client
 import json
 import logging
 import os
-import socket
 import threading
 import unittest
-import urllib.parse
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -155,79 +152,43 @@ class LoggedTestCase(unittest.TestCase):
 
 
 class DropFirstResponses:
-    """A TCP proxy in front of the real conversations service that forwards
-    every request and, for the first ``drop`` requests matching
-    ``method`` and ``path_prefix``, closes the connection instead of
-    returning the service's answer, as a network failure after the request
-    has been processed would. It fakes nothing of the API: every answer
-    that reaches the client is the service's own."""
+    """A proxy in front of the real service at ``upstream`` that forwards
+    every request and, for the first ``drop`` requests matching ``method``
+    and ``path_prefix``, closes the connection instead of returning the
+    service's answer, as a network failure after the request has been
+    processed would. It fakes nothing of the API: every answer that reaches
+    the client is the service's own. The proxy is deploy/clientstest's
+    fault proxy, shared by the client suites; this opens one through its
+    control endpoint (ACME_TEST_FAULT_PROXY_URL)."""
 
     def __init__(self, upstream: str, method: str, path_prefix: str, drop: int) -> None:
-        self._upstream = urllib.parse.urlsplit(upstream)
-        self._method, self._prefix, self._drop = method, path_prefix, drop
-        self._lock = threading.Lock()
-        self.dropped = 0
-        self.forwarded: List[Tuple[str, str, Dict[str, str]]] = []
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = "http://127.0.0.1:%d" % self._server.getsockname()[1]
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        self._control = env("FAULT_PROXY_URL")
+        status, body = raw_post(
+            self._control + "/proxies",
+            {"upstream": upstream, "method": method, "pathPrefix": path_prefix, "drop": drop},
+        )
+        if status != 201:
+            raise AssertionError(f"POST /proxies: {status} {body[:200]!r}")
+        opened: Dict[str, str] = json.loads(body)
+        self._id = opened["id"]
+        self.url = opened["url"]
+
+    def _report(self) -> Dict[str, Any]:
+        with urllib.request.urlopen(self._control + "/proxies/" + self._id, timeout=10) as resp:
+            report: Dict[str, Any] = json.loads(resp.read())
+            return report
+
+    @property
+    def dropped(self) -> int:
+        """How many answers the proxy has dropped so far."""
+        return int(self._report()["dropped"])
+
+    @property
+    def forwarded(self) -> List[Tuple[str, str, Dict[str, str]]]:
+        """Method, target and headers of every request passed on so far."""
+        return [(f["method"], f["target"], f["headers"]) for f in self._report()["forwarded"]]
 
     def close(self) -> None:
-        self._server.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        with conn:
-            stream = conn.makefile("rb")
-            request_line = stream.readline().decode("latin-1").rstrip("\r\n")
-            if not request_line:
-                return
-            method, target, _ = request_line.split(" ", 2)
-            headers: Dict[str, str] = {}
-            while True:
-                line = stream.readline().decode("latin-1").rstrip("\r\n")
-                if not line:
-                    break
-                name, _, value = line.partition(":")
-                headers[name.strip()] = value.strip()
-            length = int(
-                next((v for k, v in headers.items() if k.lower() == "content-length"), "0")
-            )
-            body = stream.read(length) if length else None
-            headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection")}
-            # No timeout of its own, as above.
-            upstream = http.client.HTTPConnection(
-                self._upstream.hostname or "127.0.0.1", self._upstream.port
-            )
-            try:
-                upstream.request(method, target, body=body, headers=headers)
-                resp = upstream.getresponse()
-                data = resp.read()
-                with self._lock:
-                    self.forwarded.append((method, target, headers))
-                    drop = (
-                        method == self._method
-                        and target.startswith(self._prefix)
-                        and self.dropped < self._drop
-                    )
-                    if drop:
-                        self.dropped += 1
-                if drop:
-                    conn.shutdown(socket.SHUT_RDWR)
-                    return
-                out = [f"HTTP/1.1 {resp.status} {resp.reason}"]
-                for name, value in resp.getheaders():
-                    if name.lower() not in ("connection", "transfer-encoding", "content-length"):
-                        out.append(f"{name}: {value}")
-                out += [f"Content-Length: {len(data)}", "Connection: close", "", ""]
-                conn.sendall("\r\n".join(out).encode("latin-1") + data)
-            finally:
-                upstream.close()
+        req = urllib.request.Request(self._control + "/proxies/" + self._id, method="DELETE")
+        with urllib.request.urlopen(req, timeout=10):
+            pass

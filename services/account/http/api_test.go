@@ -14,6 +14,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/pkg/validation"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongostore"
@@ -312,10 +313,7 @@ func testBearer(t *testing.T, a *api) {
 	}
 
 	// A token of a key this service does not publish.
-	otherKey, _ := token.GenerateKey("RS256")
-	otherRing, _ := token.NewKeyring(otherKey)
-	forger, _ := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: token.StaticKeyring(otherRing)})
-	forged, _ := forger.Mint(context.Background(), token.Subject{UserID: "usr_x", AccountID: "acc_x"})
+	forged := tokentest.StrangerOf(t, token.AlgRS256, issuerURL, []string{audience}, token.Subject{UserID: "usr_x", AccountID: "acc_x"}, a.keys)
 
 	for name, bearer := range map[string]string{
 		"refresh token": set.RefreshToken,

@@ -5,12 +5,14 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 )
 
-// tokenKit is a signing key with the issuer and verifiers the handler needs.
+// tokenKit is the shared token fixture (tokentest) in the shape the
+// handler's dependencies take.
 type tokenKit struct {
 	ring            *token.Keyring
 	keys            token.KeyringProvider
@@ -28,27 +30,8 @@ func newTokenKit(t testing.TB, alg string) tokenKit {
 // when clients read the endpoints from discovery).
 func newTokenKitFor(t testing.TB, alg, issuerURL string) tokenKit {
 	t.Helper()
-	key, err := token.GenerateKey(alg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := tokenKit{ring: ring, keys: token.StaticKeyring(ring)}
-	if k.issuer, err = token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: k.keys}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}}
-	if k.verifier, err = token.NewVerifier(token.KeyringKeySet(k.keys), cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Uses = []token.Use{token.UseRefresh}
-	if k.refreshVerifier, err = token.NewVerifier(token.KeyringKeySet(k.keys), cfg); err != nil {
-		t.Fatal(err)
-	}
-	return k
+	f := tokentest.New(t, tokentest.Options{Alg: alg, Issuer: issuerURL, Audience: []string{audience}})
+	return tokenKit{ring: f.Keyring, keys: f.Keys, issuer: f.Issuer, verifier: f.Verifier, refreshVerifier: f.RefreshVerifier}
 }
 
 // testSettleTimeout replaces the throttle's 5 s bound on the updates after

@@ -21,6 +21,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
@@ -40,7 +41,7 @@ type api struct {
 	t      *testing.T
 	srv    *httptest.Server
 	doc    *openapitest.Validator
-	issuer *token.Issuer
+	tokens *tokentest.Fixture
 	store  *mongostore.Store
 	db     *mongo.Database // the store's database, for documents an older version wrote
 }
@@ -54,26 +55,13 @@ func newAPI(t *testing.T, corsOrigins ...string) *api {
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	key, _ := token.GenerateKey("ES256")
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := token.StaticKeyring(ring)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := tokentest.New(t, tokentest.Options{Alg: token.AlgES256, Issuer: issuerURL, Audience: []string{audience}})
 	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
 	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
-		Store: store, Cursors: cursors, Verifier: verifier, CORSOrigins: corsOrigins,
+		Store: store, Cursors: cursors, Verifier: tokens.Verifier, CORSOrigins: corsOrigins,
 	}))
 	t.Cleanup(srv.Close)
-	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer, store: store, db: db}
+	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), tokens: tokens, store: store, db: db}
 }
 
 // uid is the user id of the test user called name: the form the account
@@ -87,7 +75,7 @@ func uid(name string) string {
 // user returns an id token of the user called name (user id uid(name))
 // in accountID.
 func (a *api) user(accountID, name string) string {
-	set, err := a.issuer.Mint(context.Background(), token.Subject{UserID: uid(name), AccountID: accountID, AccountName: accountID, Username: name})
+	set, err := a.tokens.Issuer.Mint(context.Background(), token.Subject{UserID: uid(name), AccountID: accountID, AccountName: accountID, Username: name})
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -460,14 +448,11 @@ func testCreateBadInput(t *testing.T, a *api) {
 }
 
 func testBearer(t *testing.T, a *api) {
-	set, _ := a.issuer.Mint(context.Background(), token.Subject{UserID: "ivan", AccountID: "acc_b"})
+	set, _ := a.tokens.Issuer.Mint(context.Background(), token.Subject{UserID: "ivan", AccountID: "acc_b"})
 	if list, _ := a.page(set.AccessToken, "/v1/conversations"); list == nil {
 		t.Fatal("access token refused")
 	}
-	otherKey, _ := token.GenerateKey("ES256")
-	otherRing, _ := token.NewKeyring(otherKey)
-	forger, _ := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: token.StaticKeyring(otherRing)})
-	forged, _ := forger.Mint(context.Background(), token.Subject{UserID: "ivan", AccountID: "acc_b"})
+	forged := a.tokens.Stranger(t, token.Subject{UserID: "ivan", AccountID: "acc_b"})
 	for name, bearer := range map[string]string{"refresh token": set.RefreshToken, "unknown key": forged.IDToken, "none": ""} {
 		for _, rq := range [][3]string{{"GET", "/v1/conversations", ""}, {"POST", "/v1/conversations", "{}"}, {"GET", "/v1/conversations/cnv_x", ""}} {
 			r := a.send(rq[0], rq[1], bearer, rq[2], false)

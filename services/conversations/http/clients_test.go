@@ -20,7 +20,7 @@ import (
 // with scopes.
 func (a *api) client(accountID, clientID string, scopes ...string) string {
 	a.t.Helper()
-	tok, err := a.issuer.MintClient(context.Background(), token.Client{
+	tok, err := a.tokens.Issuer.MintClient(context.Background(), token.Client{
 		ClientID: clientID, AccountID: accountID, AccountName: accountID, Scopes: scopes,
 	})
 	if err != nil {

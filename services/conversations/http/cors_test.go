@@ -17,7 +17,7 @@ func TestCORS(t *testing.T) {
 	const allowed = "https://app.example"
 	a := newAPI(t, allowed)
 	srv := a.srv
-	set, err := a.issuer.Mint(context.Background(), token.Subject{UserID: "u1", AccountID: "a1", AccountName: "a1", Username: "u1"})
+	set, err := a.tokens.Issuer.Mint(context.Background(), token.Subject{UserID: "u1", AccountID: "a1", AccountName: "a1", Username: "u1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
@@ -29,28 +30,15 @@ func TestHostileRequests(t *testing.T) {
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	key, _ := token.GenerateKey("ES256")
-	ring, err := token.NewKeyring(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := token.StaticKeyring(ring)
-	issuer, err := token.NewIssuer(token.IssuerConfig{Issuer: issuerURL, Audience: []string{audience}, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{Issuer: issuerURL, Audience: []string{audience}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens := tokentest.New(t, tokentest.Options{Alg: token.AlgES256, Issuer: issuerURL, Audience: []string{audience}})
 	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
 	var log hostile.Log
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
-		Logger: log.Logger(), Metrics: reg, Store: store, Cursors: cursors, Verifier: verifier,
+		Logger: log.Logger(), Metrics: reg, Store: store, Cursors: cursors, Verifier: tokens.Verifier,
 	}))
 	t.Cleanup(srv.Close)
-	a := &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), issuer: issuer, store: store}
+	a := &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), tokens: tokens, store: store}
 
 	alice := a.user("acc_hostile", "alice")
 	c := a.create(alice, `{"participants":["`+uid("bob")+`"],"subject":"hostile"}`)

@@ -5,48 +5,70 @@ declare(strict_types=1);
 namespace Acme\Platform\Tests\Support;
 
 /**
- * A TCP proxy (tests/Support/drop_proxy.php, in a process of its own) in
- * front of the real conversations service: it forwards every request and,
- * for the first $drop requests of $method on a path starting with $prefix,
- * closes the connection instead of returning the service's answer, as a
- * network failure after the request was processed would. It fakes nothing
- * of the API: every answer that reaches the client is the service's own.
+ * A proxy in front of the real service at $upstream: it forwards every
+ * request and, for the first $drop requests of $method on a path starting
+ * with $prefix, closes the connection instead of returning the service's
+ * answer, as a network failure after the request was processed would. It
+ * fakes nothing of the API: every answer that reaches the client is the
+ * service's own. The proxy is deploy/clientstest's fault proxy, shared by
+ * the client suites; this opens one through its control endpoint
+ * (ACME_TEST_FAULT_PROXY_URL).
  */
 final class DropFirstResponses
 {
     public readonly string $url;
-    /** @var resource */
-    private $process;
-    private string $logFile;
+    private string $control;
+    private string $id;
 
     public function __construct(string $upstream, string $method, string $prefix, int $drop)
     {
-        $this->logFile = (string) tempnam(sys_get_temp_dir(), 'drop-proxy');
-        $script = __DIR__ . '/drop_proxy.php';
-        $command = [PHP_BINARY, $script, $upstream, $method, $prefix, (string) $drop, $this->logFile];
-        $process = proc_open($command, [0 => ['pipe', 'r'], 1 => ['pipe', 'w'], 2 => STDERR], $pipes);
-        if ($process === false) {
-            throw new \RuntimeException('cannot start the proxy');
+        $this->control = Env::get('FAULT_PROXY_URL');
+        [$status, $body] = self::call('POST', $this->control . '/proxies', json_encode(
+            ['upstream' => $upstream, 'method' => $method, 'pathPrefix' => $prefix, 'drop' => $drop],
+            JSON_THROW_ON_ERROR,
+        ));
+        if ($status !== 201) {
+            throw new \RuntimeException("POST /proxies: $status $body");
         }
-        $this->process = $process;
-        $line = fgets($pipes[1]);
-        if ($line === false || !preg_match('/^listening (\S+)/', $line, $m)) {
-            throw new \RuntimeException('the proxy did not start');
-        }
-        $this->url = 'http://' . $m[1];
+        $opened = json_decode($body, true, 512, JSON_THROW_ON_ERROR);
+        $this->id = (string) $opened['id'];
+        $this->url = (string) $opened['url'];
     }
 
     /** @return list<array{method: string, target: string, idempotencyKey: string, dropped: bool}> */
     public function forwarded(): array
     {
-        $lines = file($this->logFile, FILE_IGNORE_NEW_LINES | FILE_SKIP_EMPTY_LINES) ?: [];
-        return array_map(static fn (string $l): array => json_decode($l, true, 512, JSON_THROW_ON_ERROR), $lines);
+        [$status, $body] = self::call('GET', $this->control . '/proxies/' . $this->id);
+        if ($status !== 200) {
+            throw new \RuntimeException("GET /proxies/{$this->id}: $status $body");
+        }
+        return json_decode($body, true, 512, JSON_THROW_ON_ERROR)['forwarded'];
     }
 
     public function close(): void
     {
-        proc_terminate($this->process);
-        proc_close($this->process);
-        @unlink($this->logFile);
+        self::call('DELETE', $this->control . '/proxies/' . $this->id);
+    }
+
+    /** @return array{int, string} */
+    private static function call(string $method, string $url, ?string $body = null): array
+    {
+        $curl = curl_init($url);
+        curl_setopt_array($curl, [
+            CURLOPT_CUSTOMREQUEST => $method,
+            CURLOPT_RETURNTRANSFER => true,
+            CURLOPT_TIMEOUT => 10,
+            CURLOPT_HTTPHEADER => ['Content-Type: application/json'],
+        ]);
+        if ($body !== null) {
+            curl_setopt($curl, CURLOPT_POSTFIELDS, $body);
+        }
+        $out = curl_exec($curl);
+        if ($out === false) {
+            throw new \RuntimeException("$method $url: " . curl_error($curl));
+        }
+        $status = (int) curl_getinfo($curl, CURLINFO_RESPONSE_CODE);
+        curl_close($curl);
+        return [$status, (string) $out];
     }
 }

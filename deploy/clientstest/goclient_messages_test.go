@@ -1,4 +1,4 @@
-package contract_test
+package clientstest
 
 import (
 	"context"
@@ -13,24 +13,11 @@ import (
 	client "github.com/acme/platform/clients/go"
 )
 
-func bodies(t *testing.T, seq func(func(client.Message, error) bool)) []string {
-	t.Helper()
-	var out []string
-	for m, err := range seq {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m.Body)
-	}
-	return out
-}
-
-func TestPostAndGetMessage(t *testing.T) {
-	f := newFake(t)
-	f.seed(2)
+func (g *goSuite) testPostAndGetMessage(t *testing.T) {
+	f := g.newWire(t)
+	older := f.seed(2)[0] // c0, below c1 in the listing
 	c := f.client(t, nil)
 	ctx := context.Background()
-	older := f.nth(1) // c0, below c1 in the listing
 
 	posted, err := c.PostMessage(ctx, older.ID, client.NewMessage{
 		Body: "Hello, Bob", Metadata: map[string]any{"channel": "email", "n": 1},
@@ -38,7 +25,7 @@ func TestPostAndGetMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if posted.ID == "" || posted.ConversationID != older.ID || posted.Author != "usr_alice" || posted.Body != "Hello, Bob" ||
+	if posted.ID == "" || posted.ConversationID != older.ID || posted.Author != f.userID || posted.Body != "Hello, Bob" ||
 		string(posted.Metadata) != `{"channel":"email","n":1}` || posted.CreatedAt.IsZero() {
 		t.Fatalf("posted = %+v (metadata %s)", posted, posted.Metadata)
 	}
@@ -75,8 +62,8 @@ func TestPostAndGetMessage(t *testing.T) {
 		t.Fatalf("first page = %+v, %v", page, err)
 	}
 
-	_, err = c.GetMessage(ctx, older.ID, "msg_missing")
-	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "GET /v1/conversations/"+older.ID+"/messages/msg_missing: 404") {
+	_, err = c.GetMessage(ctx, older.ID, missingMessage)
+	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "GET /v1/conversations/"+older.ID+"/messages/"+missingMessage+": 404") {
 		t.Fatalf("missing message: %v", err)
 	}
 	for _, call := range []func() error{
@@ -90,12 +77,11 @@ func TestPostAndGetMessage(t *testing.T) {
 	}
 }
 
-func TestMessagesFollowsLinkAcrossPages(t *testing.T) {
-	f := newFake(t)
-	f.seed(1)
+func (g *goSuite) testMessagesFollowsLinkAcrossPages(t *testing.T) {
+	f := g.newWire(t)
+	id := f.seed(1)[0].ID
 	c := f.client(t, nil)
 	ctx := context.Background()
-	id := f.newest().ID
 	for i := range 5 {
 		if _, err := c.PostMessage(ctx, id, client.NewMessage{Body: fmt.Sprintf("m%d", i)}); err != nil {
 			t.Fatal(err)
@@ -134,13 +120,12 @@ func TestMessagesFollowsLinkAcrossPages(t *testing.T) {
 
 	// A conversation without messages is an empty listing; an unknown one
 	// a single not_found.
-	f.seed(1)
-	empty := f.newest().ID
+	empty := f.seed(1)[0].ID
 	if got := bodies(t, c.Messages(ctx, empty, client.MessageListOptions{})); len(got) != 0 {
 		t.Fatalf("messages of a new conversation: %v", got)
 	}
 	var errs []error
-	for _, err := range c.Messages(ctx, "cnv_missing", client.MessageListOptions{}) {
+	for _, err := range c.Messages(ctx, missingConversation, client.MessageListOptions{}) {
 		errs = append(errs, err)
 	}
 	if len(errs) != 1 || !errors.Is(errs[0], client.ErrNotFound) {
@@ -148,8 +133,8 @@ func TestMessagesFollowsLinkAcrossPages(t *testing.T) {
 	}
 }
 
-func TestPostMessageFollowsTheLifecycle(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testPostMessageFollowsTheLifecycle(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 

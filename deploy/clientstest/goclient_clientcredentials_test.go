@@ -1,4 +1,4 @@
-package contract_test
+package clientstest
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,22 +18,44 @@ import (
 	client "github.com/acme/platform/clients/go"
 )
 
+// The credentials of a service client the services do not know, with the
+// characters that client_secret_basic must form-encode: what the tests
+// that send no request, or expect the service's invalid_client, use.
 const (
 	testClientID     = "cli_reports"
 	testClientSecret = "cs_Zm9vYmFyYmF6+/=&:%qux"
 )
 
-// serviceClient returns a client of the fake in client-credentials mode.
-func (f *fake) serviceClient(t testing.TB, clk *clock, scopes ...string) *client.Client {
+// serviceClient returns a client of the wire in client-credentials mode,
+// with the service client addClient created (testClientID and
+// testClientSecret before).
+func (f *wire) serviceClient(t testing.TB, clk *clock, scopes ...string) *client.Client {
 	t.Helper()
+	id, secret := f.clientID, f.clientSecret
+	if id == "" {
+		id, secret = testClientID, testClientSecret
+	}
 	return f.newClient(t, clk, client.Config{
-		ClientCredentials: client.ClientCredentials{ClientID: testClientID, ClientSecret: testClientSecret, Scopes: scopes},
+		ClientCredentials: client.ClientCredentials{ClientID: id, ClientSecret: secret, Scopes: scopes},
 	})
 }
 
-func TestClientCredentialsGrant(t *testing.T) {
-	f := newFake(t)
-	f.addClient(testClientID, testClientSecret, client.ScopeConversationsRead, client.ScopeConversationsWrite)
+// addClient creates a service client of the wire's account with these
+// scopes (account create-client); serviceClient then uses it.
+func (f *wire) addClient(scopes ...string) {
+	f.t.Helper()
+	out := f.g.st.admin(f.t, "", "create-client", "--account", f.accountName, "--name", f.username+"-client",
+		"--scopes", strings.Join(scopes, ","))
+	id, secret := clientIDPattern.FindStringSubmatch(out), clientSecretPattern.FindStringSubmatch(out)
+	if id == nil || secret == nil {
+		f.t.Fatalf("create-client printed no client_id and client_secret (%d bytes of output)", len(out))
+	}
+	f.clientID, f.clientSecret = id[1], secret[1]
+}
+
+func (g *goSuite) testClientCredentialsGrant(t *testing.T) {
+	f := g.newWireInAccount(t, "go-client-credentials") // a service client sees every conversation of its account
+	f.addClient(client.ScopeConversationsRead, client.ScopeConversationsWrite)
 	f.seed(3)
 	c := f.serviceClient(t, nil)
 	ctx := context.Background()
@@ -57,7 +80,7 @@ func TestClientCredentialsGrant(t *testing.T) {
 	// client_secret_basic: the form-encoded id and secret in Basic.
 	req := &http.Request{Header: r.Header}
 	id, secret, ok := req.BasicAuth()
-	if !ok || id != url.QueryEscape(testClientID) || secret != url.QueryEscape(testClientSecret) {
+	if !ok || id != url.QueryEscape(f.clientID) || secret != url.QueryEscape(f.clientSecret) {
 		t.Fatalf("Basic credentials %q:%q", id, secret)
 	}
 	if strings.Contains(r.Body, "secret") || strings.Contains(r.Body, "password") {
@@ -65,33 +88,46 @@ func TestClientCredentialsGrant(t *testing.T) {
 	}
 	// The access token is the bearer; there is no id token.
 	tok, err := c.BearerToken(ctx)
-	if err != nil || claims(t, tok)["token_use"] != "access" || claims(t, tok)["sub"] != testClientID {
+	if err != nil || claims(t, tok)["token_use"] != "access" || claims(t, tok)["sub"] != f.clientID {
 		t.Fatalf("BearerToken = %v, %v", tok, err)
 	}
-	if auth := f.strings(func(f *fake) []string { return f.auth }); auth[0] != "Bearer "+tok {
+	if auth := f.strings(func(f *wire) []string { return f.auth }); auth[0] != "Bearer "+tok {
 		t.Fatalf("Authorization = %q", auth[0])
 	}
 	if _, err := c.IDToken(ctx); err == nil {
 		t.Fatal("IDToken of a service client")
 	}
 	// Writes as the client: it is the author.
-	conv, err := c.CreateConversation(ctx, client.NewConversation{Participants: []string{"usr_alice"}})
+	conv, err := c.CreateConversation(ctx, client.NewConversation{Participants: []string{f.userID}})
 	if err != nil || len(conv.Participants) != 1 {
 		t.Fatalf("created %+v, %v", conv, err)
 	}
 	m, err := c.PostMessage(ctx, conv.ID, client.NewMessage{Body: "Report ready"})
-	if err != nil || m.Author != testClientID {
+	if err != nil || m.Author != f.clientID {
 		t.Fatalf("message %+v, %v", m, err)
 	}
 	if logins, refreshes := f.renewals(); logins != 0 || refreshes != 0 || len(f.tokenRequests()) != 1 {
 		t.Fatalf("%d logins, %d refreshes, %d token requests: want one token request only", logins, refreshes, len(f.tokenRequests()))
 	}
+
+	// client_secret_basic form-encodes the id and the secret: a secret
+	// with the characters that need it (one the service does not know,
+	// since it makes its own) goes out encoded, and is refused.
+	f.set(func(f *wire) { f.clientID = "" })
+	if err := f.serviceClient(t, nil).Login(ctx); !errors.Is(err, client.ErrInvalidClient) {
+		t.Fatalf("unknown client: %v", err)
+	}
+	reqs = f.tokenRequests()
+	id, secret, ok = (&http.Request{Header: reqs[len(reqs)-1].Header}).BasicAuth()
+	if !ok || id != url.QueryEscape(testClientID) || secret != url.QueryEscape(testClientSecret) {
+		t.Fatalf("Basic credentials %q:%q", id, secret)
+	}
 }
 
-func TestClientCredentialsScopes(t *testing.T) {
-	f := newFake(t)
-	f.addClient(testClientID, testClientSecret, client.ScopeConversationsRead, client.ScopeConversationsWrite)
-	f.seed(1)
+func (g *goSuite) testClientCredentialsScopes(t *testing.T) {
+	f := g.newWire(t)
+	f.addClient(client.ScopeConversationsRead, client.ScopeConversationsWrite)
+	newest := f.seed(1)[0]
 	c := f.serviceClient(t, nil, client.ScopeConversationsRead)
 	ctx := context.Background()
 	if err := c.Login(ctx); err != nil {
@@ -100,12 +136,12 @@ func TestClientCredentialsScopes(t *testing.T) {
 	if form, _ := url.ParseQuery(f.tokenRequests()[0].Body); form.Get("scope") != client.ScopeConversationsRead {
 		t.Fatalf("scope = %q", form.Get("scope"))
 	}
-	if _, err := c.GetConversation(ctx, f.newest().ID); err != nil {
+	if _, err := c.GetConversation(ctx, newest.ID); err != nil {
 		t.Fatal(err)
 	}
 	// A write needs the scope it narrowed away: 403, not retried, no new
 	// token.
-	_, err := c.PostMessage(ctx, f.newest().ID, client.NewMessage{Body: "x"})
+	_, err := c.PostMessage(ctx, newest.ID, client.NewMessage{Body: "x"})
 	var e *client.Error
 	if !errors.As(err, &e) || e.Status != http.StatusForbidden || !errors.Is(err, client.ErrInsufficientScope) {
 		t.Fatalf("write with a read scope: %v", err)
@@ -131,10 +167,10 @@ func TestClientCredentialsScopes(t *testing.T) {
 	}
 }
 
-func TestClientCredentialsRenewBeforeExpiry(t *testing.T) {
-	f := newFake(t)
-	f.addClient(testClientID, testClientSecret, client.ScopeDefinitionsRead)
-	f.set(func(f *fake) { f.expiresIn = 300 }) // margin: 30 s
+func (g *goSuite) testClientCredentialsRenewBeforeExpiry(t *testing.T) {
+	f := g.newWire(t)
+	f.addClient(client.ScopeDefinitionsRead)
+	f.set(func(f *wire) { f.expiresIn = 300 }) // margin: 30 s
 	clk := newClock()
 	c := f.serviceClient(t, clk)
 	ctx := context.Background()
@@ -157,12 +193,12 @@ func TestClientCredentialsRenewBeforeExpiry(t *testing.T) {
 	if n := len(f.tokenRequests()); n != 2 {
 		t.Fatalf("%d token requests at the margin, want 2", n)
 	}
-	if auth := f.strings(func(f *fake) []string { return f.auth }); auth[len(auth)-1] == "Bearer "+first {
+	if auth := f.strings(func(f *wire) []string { return f.auth }); auth[len(auth)-1] == "Bearer "+first {
 		t.Fatal("the call after the renewal sent the old token")
 	}
 
 	// Callers at once share one renewal.
-	f.set(func(f *fake) { f.renewDelay = 50 * time.Millisecond })
+	f.set(func(f *wire) { f.renewDelay = 50 * time.Millisecond })
 	clk.Advance(time.Hour)
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
@@ -196,10 +232,11 @@ func TestClientCredentialsRenewBeforeExpiry(t *testing.T) {
 	}
 }
 
-func TestClientCredentialsErrors(t *testing.T) {
-	f := newFake(t)
-	f.addClient(testClientID, "cs_another-secret")
-	c := f.serviceClient(t, nil)
+func (g *goSuite) testClientCredentialsErrors(t *testing.T) {
+	f := g.newWire(t)
+	f.addClient(client.ScopeDefinitionsRead)
+	// The right id with another secret.
+	c := f.newClient(t, nil, client.Config{ClientCredentials: client.ClientCredentials{ClientID: f.clientID, ClientSecret: "cs_another-secret"}})
 	ctx := context.Background()
 
 	err := c.Login(ctx)
@@ -223,7 +260,9 @@ func TestClientCredentialsErrors(t *testing.T) {
 	}
 
 	// Throttled, and the database down: OAuth errors with Retry-After that
-	// also match the sentinels of the problem codes.
+	// also match the sentinels of the problem codes. Stand-ins with the
+	// service's bodies: the throttle would lock the client for 15 minutes,
+	// and the database of the suites cannot be taken down.
 	for _, tc := range []struct {
 		status int
 		code   string
@@ -233,7 +272,19 @@ func TestClientCredentialsErrors(t *testing.T) {
 		{http.StatusTooManyRequests, client.CodeSlowDown, client.ErrTooManyRequests, 30 * time.Second},
 		{http.StatusServiceUnavailable, client.CodeTemporarilyUnavailable, client.ErrUnavailable, 5 * time.Second},
 	} {
-		f.set(func(f *fake) { f.tokenFailure = tc.status })
+		f.set(func(f *wire) {
+			f.hook = func(w http.ResponseWriter, r *http.Request) bool {
+				if r.URL.Path != "/oauth2/token" {
+					return false
+				}
+				w.Header().Set("Cache-Control", "no-store")
+				w.Header().Set("Retry-After", strconv.Itoa(int(tc.after/time.Second)))
+				desc := map[int]string{http.StatusTooManyRequests: "Too many failed attempts; retry later.",
+					http.StatusServiceUnavailable: "The database is unreachable; retry later."}[tc.status]
+				writeJSON(w, tc.status, map[string]string{"error": tc.code, "error_description": desc})
+				return true
+			}
+		})
 		err := c.Login(ctx)
 		if !errors.As(err, &o) || o.Status != tc.status || o.Code != tc.code || o.RetryAfter != tc.after || !errors.Is(err, tc.is) {
 			t.Fatalf("%d: %v", tc.status, err)
@@ -242,11 +293,11 @@ func TestClientCredentialsErrors(t *testing.T) {
 			t.Fatalf("Error() = %q", err)
 		}
 	}
-	f.set(func(f *fake) { f.tokenFailure = 0 })
+	f.set(func(f *wire) { f.hook = nil })
 
-	// A problem from the token endpoint (say, from a gateway) stays an
+	// A problem from the token endpoint (say, from a gateway: a stand-in) stays an
 	// *Error with its Retry-After.
-	f.set(func(f *fake) {
+	f.set(func(f *wire) {
 		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 			if r.URL.Path != "/oauth2/token" {
 				return false
@@ -263,13 +314,14 @@ func TestClientCredentialsErrors(t *testing.T) {
 		t.Fatalf("503: %v", err)
 	}
 
-	// Token responses the client cannot use.
+	// Token responses the client cannot use (stand-ins: the service's are
+	// complete).
 	for name, body := range map[string]string{
 		"no access token": `{"token_type":"Bearer","expires_in":3600}`,
 		"no expiry":       `{"access_token":"a.b.c","token_type":"Bearer"}`,
 		"not a bearer":    `{"access_token":"a.b.c","token_type":"mac","expires_in":3600}`,
 	} {
-		f.set(func(f *fake) {
+		f.set(func(f *wire) {
 			f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 				if r.URL.Path != "/oauth2/token" {
 					return false
@@ -285,27 +337,16 @@ func TestClientCredentialsErrors(t *testing.T) {
 	}
 }
 
-func TestClientSecretNeverShows(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testClientSecretNeverShows(t *testing.T) {
+	f := g.newWire(t)
 	c := f.serviceClient(t, nil)
 	ctx := context.Background()
 	basic := base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(testClientID) + ":" + url.QueryEscape(testClientSecret)))
 	secrets := []string{testClientSecret, url.QueryEscape(testClientSecret), basic}
 
 	// The error holds the answer, whose texts stay as the server wrote
-	// them, and nothing of the request.
-	f.set(func(f *fake) {
-		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
-			if r.URL.Path != "/oauth2/token" {
-				return false
-			}
-			writeJSON(w, http.StatusUnauthorized, map[string]string{
-				"error":             "invalid_client",
-				"error_description": "The client secret is e wrong.",
-			})
-			return true
-		}
-	})
+	// them, and nothing of the request (the service's own invalid_client:
+	// testClientID is unknown to it).
 	err := c.Login(ctx)
 	var o *client.OAuthError
 	if !errors.As(err, &o) {
@@ -317,7 +358,7 @@ func TestClientSecretNeverShows(t *testing.T) {
 				t.Fatalf("error shows a secret: %s", s)
 			}
 		}
-		if strings.Contains(s, "[redacted]") || !strings.Contains(s, "The client secret is e wrong.") {
+		if strings.Contains(s, "[redacted]") || !strings.Contains(s, "Client authentication failed.") {
 			t.Fatalf("error %s: want the answer's text intact", s)
 		}
 	}
@@ -338,7 +379,7 @@ func TestClientSecretNeverShows(t *testing.T) {
 	}
 }
 
-func TestNewChecksTheClientCredentials(t *testing.T) {
+func (g *goSuite) testNewChecksTheClientCredentials(t *testing.T) {
 	user := client.Credentials{AccountName: "acme", Username: "alice", Password: testPassword}
 	svc := client.ClientCredentials{ClientID: testClientID, ClientSecret: testClientSecret}
 	for name, cfg := range map[string]client.Config{
@@ -360,11 +401,11 @@ func TestNewChecksTheClientCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client keeps its own copy of the scopes.
-	f := newFake(t)
-	f.addClient(testClientID, testClientSecret, client.ScopeConversationsRead, client.ScopeDefinitionsRead)
+	f := g.newWire(t)
+	f.addClient(client.ScopeConversationsRead, client.ScopeDefinitionsRead)
 	scopes := []string{client.ScopeDefinitionsRead}
 	c, err := client.New(client.Config{AccountURL: f.account.URL, ClientCredentials: client.ClientCredentials{
-		ClientID: testClientID, ClientSecret: testClientSecret, Scopes: scopes}})
+		ClientID: f.clientID, ClientSecret: f.clientSecret, Scopes: scopes}})
 	if err != nil {
 		t.Fatal(err)
 	}

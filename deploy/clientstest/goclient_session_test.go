@@ -1,4 +1,4 @@
-package contract_test
+package clientstest
 
 import (
 	"context"
@@ -33,18 +33,18 @@ func claims(t *testing.T, jwt string) map[string]any {
 	return m
 }
 
-func TestLoginSendsCredentialsAndUsesTheIDToken(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testLoginSendsCredentialsAndUsesTheIDToken(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 	if err := c.Login(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var body map[string]string
-	if err := json.Unmarshal([]byte(f.strings(func(f *fake) []string { return f.loginBodies })[0]), &body); err != nil {
+	if err := json.Unmarshal([]byte(f.strings(func(f *wire) []string { return f.loginBodies })[0]), &body); err != nil {
 		t.Fatal(err)
 	}
-	if want := (map[string]string{"username": testUser, "password": testPassword, "accountName": testAccount}); !equalMaps(body, want) {
+	if want := (map[string]string{"username": f.username, "password": f.password, "accountName": f.accountName}); !equalMaps(body, want) {
 		t.Fatalf("login body = %v, want %v", body, want)
 	}
 	if _, err := c.ListDefinitions(ctx); err != nil {
@@ -57,7 +57,7 @@ func TestLoginSendsCredentialsAndUsesTheIDToken(t *testing.T) {
 	if claims(t, tok)["token_use"] != "id" {
 		t.Fatalf("IDToken returned a %v token", claims(t, tok)["token_use"])
 	}
-	if auth := f.strings(func(f *fake) []string { return f.auth }); auth[0] != "Bearer "+tok {
+	if auth := f.strings(func(f *wire) []string { return f.auth }); auth[0] != "Bearer "+tok {
 		t.Fatalf("Authorization = %q, want the id token", auth[0])
 	}
 	if logins, _ := f.renewals(); logins != 1 {
@@ -77,10 +77,10 @@ func equalMaps(a, b map[string]string) bool {
 	return true
 }
 
-func TestLoginInvalidCredentials(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testLoginInvalidCredentials(t *testing.T) {
+	f := g.newWire(t)
 	c := f.newClient(t, nil, client.Config{
-		Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: "wrong-Pa55word"},
+		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: "wrong-Pa55word"},
 	})
 	err := c.Login(context.Background())
 	var e *client.Error
@@ -114,8 +114,8 @@ func TestLoginInvalidCredentials(t *testing.T) {
 	}
 }
 
-func TestFirstCallLogsIn(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testFirstCallLogsIn(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	for range 3 {
 		if _, err := c.ListDefinitions(context.Background()); err != nil {
@@ -127,7 +127,7 @@ func TestFirstCallLogsIn(t *testing.T) {
 	}
 }
 
-func TestRenewsBeforeExpiry(t *testing.T) {
+func (g *goSuite) testRenewsBeforeExpiry(t *testing.T) {
 	for _, tc := range []struct {
 		expiresIn int
 		margin    time.Duration
@@ -137,8 +137,8 @@ func TestRenewsBeforeExpiry(t *testing.T) {
 		{10, time.Second},
 	} {
 		t.Run(time.Duration(tc.expiresIn*int(time.Second)).String(), func(t *testing.T) {
-			f := newFake(t)
-			f.set(func(f *fake) { f.expiresIn = tc.expiresIn })
+			f := g.newWire(t)
+			f.set(func(f *wire) { f.expiresIn = tc.expiresIn; f.refreshMode = refreshNotDeployed })
 			clk := newClock()
 			c := f.client(t, clk)
 			ctx := context.Background()
@@ -163,15 +163,15 @@ func TestRenewsBeforeExpiry(t *testing.T) {
 			if logins, refreshes := f.renewals(); logins != 2 || refreshes != 1 {
 				t.Fatalf("at the margin: %d logins, %d refreshes, want 2 and 1", logins, refreshes)
 			}
-			if auth := f.strings(func(f *fake) []string { return f.auth }); auth[len(auth)-1] == "Bearer "+first {
+			if auth := f.strings(func(f *wire) []string { return f.auth }); auth[len(auth)-1] == "Bearer "+first {
 				t.Fatal("the call after the renewal still sent the old token")
 			}
 		})
 	}
 }
 
-func TestRenewsOn401AndRetriesOnce(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testRenewsOn401AndRetriesOnce(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 	if err := c.Login(ctx); err != nil {
@@ -185,31 +185,25 @@ func TestRenewsOn401AndRetriesOnce(t *testing.T) {
 	if n := f.count("GET /definitions"); n != 2 {
 		t.Fatalf("%d requests, want 2 (rejected, retried)", n)
 	}
-	if auth := f.strings(func(f *fake) []string { return f.auth }); auth[0] == auth[1] {
+	if auth := f.strings(func(f *wire) []string { return f.auth }); auth[0] == auth[1] {
 		t.Fatal("the retry sent the rejected token again")
 	}
-	if logins, _ := f.renewals(); logins != 2 {
-		t.Fatalf("%d logins, want 2", logins)
+	// One renewal: the refresh (the service's refresh works).
+	if logins, refreshes := f.renewals(); logins != 1 || refreshes != 1 {
+		t.Fatalf("%d logins, %d refreshes, want 1 and 1", logins, refreshes)
 	}
 }
 
-func TestRenewsOn401NotForever(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testRenewsOn401NotForever(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 	if err := c.Login(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A service that rejects every token (say, it trusts another issuer).
-	f.set(func(f *fake) {
-		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
-			if r.URL.Path != "/definitions" {
-				return false
-			}
-			_ = problem.Write(w, problem.InvalidToken("The token was issued by an untrusted issuer."))
-			return true
-		}
-	})
+	// A service that rejects every token (say, it trusts another issuer):
+	// the wire breaks every bearer token, and the service refuses it.
+	f.set(func(f *wire) { f.revokeEvery = true })
 	_, err := c.ListDefinitions(ctx)
 	if !errors.Is(err, client.ErrInvalidToken) {
 		t.Fatalf("err = %v, want invalid_token", err)
@@ -217,14 +211,15 @@ func TestRenewsOn401NotForever(t *testing.T) {
 	if n := f.count("GET /definitions"); n != 2 {
 		t.Fatalf("%d requests, want 2: one retry only", n)
 	}
-	if logins, refreshes := f.renewals(); logins != 2 || refreshes != 1 {
+	// One renewal: the refresh (the service's refresh works).
+	if logins, refreshes := f.renewals(); logins != 1 || refreshes != 1 {
 		t.Fatalf("%d logins, %d refreshes: want one renewal", logins, refreshes)
 	}
 }
 
-func TestRefresh(t *testing.T) {
+func (g *goSuite) testRefresh(t *testing.T) {
 	// renewAfterExpiry logs in, lets the id token come due and makes a call.
-	renewAfterExpiry := func(t *testing.T, f *fake, clk *clock, c *client.Client) error {
+	renewAfterExpiry := func(t *testing.T, f *wire, clk *clock, c *client.Client) error {
 		t.Helper()
 		clk.Advance(time.Hour)
 		_, err := c.ListDefinitions(context.Background())
@@ -232,8 +227,8 @@ func TestRefresh(t *testing.T) {
 	}
 
 	t.Run("used when deployed, with the newest refresh token", func(t *testing.T) {
-		f := newFake(t)
-		f.set(func(f *fake) { f.refreshMode = refreshWorks })
+		f := g.newWire(t)
+		f.set(func(f *wire) { f.refreshMode = refreshWorks })
 		clk := newClock()
 		c := f.client(t, clk)
 		if err := c.Login(context.Background()); err != nil {
@@ -244,10 +239,10 @@ func TestRefresh(t *testing.T) {
 				t.Fatal(err)
 			}
 			var body map[string]string
-			if err := json.Unmarshal([]byte(f.strings(func(f *fake) []string { return f.refreshBody })[i]), &body); err != nil {
+			if err := json.Unmarshal([]byte(f.strings(func(f *wire) []string { return f.refreshBody })[i]), &body); err != nil {
 				t.Fatal(err)
 			}
-			if body["refresh_token"] != f.strings(func(f *fake) []string { return f.issued })[i] || len(body) != 1 {
+			if body["refresh_token"] != f.strings(func(f *wire) []string { return f.issued })[i] || len(body) != 1 {
 				t.Fatalf("refresh %d sent %v, want the refresh token of token set %d", i, body, i)
 			}
 		}
@@ -261,8 +256,8 @@ func TestRefresh(t *testing.T) {
 		"falls back to login on 401": refreshRevoked,
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newFake(t)
-			f.set(func(f *fake) { f.refreshMode = mode })
+			f := g.newWire(t)
+			f.set(func(f *wire) { f.refreshMode = mode })
 			clk := newClock()
 			c := f.client(t, clk)
 			if err := c.Login(context.Background()); err != nil {
@@ -278,13 +273,13 @@ func TestRefresh(t *testing.T) {
 	}
 
 	t.Run("other failures are returned, not papered over", func(t *testing.T) {
-		f := newFake(t)
+		f := g.newWire(t)
 		clk := newClock()
 		c := f.client(t, clk)
 		if err := c.Login(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		f.set(func(f *fake) {
+		f.set(func(f *wire) {
 			f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 				if r.URL.Path != "/token/refresh" {
 					return false
@@ -304,33 +299,33 @@ func TestRefresh(t *testing.T) {
 	})
 }
 
-func TestConcurrentCallsRenewOnce(t *testing.T) {
+func (g *goSuite) testConcurrentCallsRenewOnce(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mode                   refreshMode
 		logins, refreshes      int
-		expire                 func(f *fake, clk *clock)
+		expire                 func(f *wire, clk *clock)
 		minCalls, maxCallsSent int
 	}{
-		"expired, refresh not deployed": {refreshNotDeployed, 2, 1, func(f *fake, clk *clock) { clk.Advance(time.Hour) }, 20, 20},
-		"expired, refresh works":        {refreshWorks, 1, 1, func(f *fake, clk *clock) { clk.Advance(time.Hour) }, 20, 20},
+		"expired, refresh not deployed": {refreshNotDeployed, 2, 1, func(f *wire, clk *clock) { clk.Advance(time.Hour) }, 20, 20},
+		"expired, refresh works":        {refreshWorks, 1, 1, func(f *wire, clk *clock) { clk.Advance(time.Hour) }, 20, 20},
 		// Every call may be rejected once before the renewal: 20 to 40 requests.
-		"rejected with 401": {refreshWorks, 1, 1, func(f *fake, clk *clock) { f.revokeAll() }, 21, 40},
+		"rejected with 401": {refreshWorks, 1, 1, func(f *wire, clk *clock) { f.revokeAll() }, 21, 40},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newFake(t)
-			f.set(func(f *fake) { f.refreshMode = tc.mode })
+			f := g.newWire(t)
+			f.set(func(f *wire) { f.refreshMode = tc.mode })
 			clk := newClock()
 			// Retries off: every request counted is one call's, and the
 			// counts say how the calls shared the renewal.
 			c := f.newClient(t, clk, client.Config{
-				Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
+				Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password},
 				MaxRetries:  -1,
 			})
 			ctx := context.Background()
 			if err := c.Login(ctx); err != nil {
 				t.Fatal(err)
 			}
-			f.set(func(f *fake) { f.renewDelay = 50 * time.Millisecond }) // let the callers pile up
+			f.set(func(f *wire) { f.renewDelay = 50 * time.Millisecond }) // let the callers pile up
 			tc.expire(f, clk)
 
 			var wg sync.WaitGroup
@@ -361,9 +356,9 @@ func TestConcurrentCallsRenewOnce(t *testing.T) {
 	}
 }
 
-func TestRenewalOutlivesAnImpatientCaller(t *testing.T) {
-	f := newFake(t)
-	f.set(func(f *fake) { f.renewDelay = 200 * time.Millisecond })
+func (g *goSuite) testRenewalOutlivesAnImpatientCaller(t *testing.T) {
+	f := g.newWire(t)
+	f.set(func(f *wire) { f.renewDelay = 200 * time.Millisecond })
 	c := f.client(t, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -380,9 +375,9 @@ func TestRenewalOutlivesAnImpatientCaller(t *testing.T) {
 	}
 }
 
-func TestRefusedRefreshTokenIsNotOfferedAgain(t *testing.T) {
-	f := newFake(t)
-	f.set(func(f *fake) { f.refreshMode = refreshRevoked })
+func (g *goSuite) testRefusedRefreshTokenIsNotOfferedAgain(t *testing.T) {
+	f := g.newWire(t)
+	f.set(func(f *wire) { f.refreshMode = refreshRevoked })
 	clk := newClock()
 	c := f.client(t, clk)
 	ctx := context.Background()
@@ -391,7 +386,7 @@ func TestRefusedRefreshTokenIsNotOfferedAgain(t *testing.T) {
 	}
 	clk.Advance(time.Hour)
 	// The refresh is refused and the login that follows fails.
-	f.set(func(f *fake) {
+	f.set(func(f *wire) {
 		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 			if r.URL.Path != "/login" {
 				return false
@@ -403,7 +398,7 @@ func TestRefusedRefreshTokenIsNotOfferedAgain(t *testing.T) {
 	if _, err := c.ListDefinitions(ctx); !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("err = %v, want the 503 of /login", err)
 	}
-	f.set(func(f *fake) { f.hook = nil })
+	f.set(func(f *wire) { f.hook = nil })
 	if _, err := c.ListDefinitions(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -412,9 +407,9 @@ func TestRefusedRefreshTokenIsNotOfferedAgain(t *testing.T) {
 	}
 }
 
-func TestTokenResponseWithoutIDToken(t *testing.T) {
-	f := newFake(t)
-	f.set(func(f *fake) {
+func (g *goSuite) testTokenResponseWithoutIDToken(t *testing.T) {
+	f := g.newWire(t)
+	f.set(func(f *wire) {
 		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 			if r.URL.Path != "/login" {
 				return false

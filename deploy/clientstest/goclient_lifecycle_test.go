@@ -1,10 +1,11 @@
-package contract_test
+package clientstest
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -15,8 +16,8 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-func TestPatchConversationSendsTheETagItRead(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testPatchConversationSendsTheETagItRead(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 
@@ -74,8 +75,8 @@ func TestPatchConversationSendsTheETagItRead(t *testing.T) {
 	}
 }
 
-func TestPatchConversationNeedsAnETag(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testPatchConversationNeedsAnETag(t *testing.T) {
+	f := g.newWire(t)
 	f.seed(1)
 	c := f.client(t, nil)
 	ctx := context.Background()
@@ -107,10 +108,11 @@ func TestPatchConversationNeedsAnETag(t *testing.T) {
 	}
 }
 
-func TestParticipants(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testParticipants(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
+	alice, bob := f.userID, g.env["OTHER_USER_ID"]
 	conv, err := c.CreateConversation(ctx, client.NewConversation{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,60 +126,75 @@ func TestParticipants(t *testing.T) {
 		return got.Participants
 	}
 
-	odd := "usr/odd name?#%"
+	carol := userID("carol")
 	for range 2 { // idempotent
-		for _, u := range []string{"usr_bob", odd} {
+		for _, u := range []string{bob, carol} {
 			if _, err := c.AddParticipant(ctx, conv.ID, u); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if got := participants(); !slices.Equal(got, []string{"usr_alice", "usr_bob", odd}) {
+	if got := participants(); !slices.Equal(got, []string{alice, bob, carol}) {
 		t.Fatalf("participants = %q", got)
 	}
+	// An id with reserved characters is escaped into one path segment (the
+	// service refuses it: user ids are "usr_" and 24 hex digits).
+	odd := "usr/odd name?#%"
+	f.set(func(f *wire) { f.invalidRequests = true })
+	if _, err := c.AddParticipant(ctx, conv.ID, odd); !errors.Is(err, client.ErrValidationFailed) {
+		t.Fatalf("an id of another form: %v", err)
+	}
+	f.set(func(f *wire) { f.invalidRequests = false })
 	puts := f.recordedRequests(http.MethodPut, "/v1/conversations/"+conv.ID+"/participants/")
-	if len(puts) != 4 || puts[1].Path != "/v1/conversations/"+conv.ID+"/participants/usr%2Fodd%20name%3F%23%25" {
+	if len(puts) != 5 || puts[4].Path != "/v1/conversations/"+conv.ID+"/participants/usr%2Fodd%20name%3F%23%25" {
 		t.Fatalf("PUT requests = %+v", puts)
 	}
 
 	for range 2 {
-		if _, err := c.RemoveParticipant(ctx, conv.ID, odd); err != nil {
+		if _, err := c.RemoveParticipant(ctx, conv.ID, carol); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.RemoveParticipant(ctx, conv.ID, "usr_alice"); err != nil { // leaving
+	if _, err := c.RemoveParticipant(ctx, conv.ID, alice); err != nil { // leaving
 		t.Fatal(err)
 	}
 	// Alice no longer sees it; Bob is the last participant.
 	if _, err := c.GetConversation(ctx, conv.ID); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("after leaving: %v", err)
 	}
-	f.set(func(f *fake) { f.convs[0].Participants = append(f.convs[0].Participants, "usr_alice") })
-	if _, err := c.RemoveParticipant(ctx, conv.ID, "usr_bob"); err != nil {
+	// Bob brings her back.
+	if _, err := g.otherClient(t).AddParticipant(ctx, conv.ID, alice); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.RemoveParticipant(ctx, conv.ID, "usr_alice")
+	if _, err := c.RemoveParticipant(ctx, conv.ID, bob); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.RemoveParticipant(ctx, conv.ID, alice)
 	var e *client.Error
 	if !errors.As(err, &e) || e.Status != http.StatusConflict || !errors.Is(err, client.ErrLastParticipant) {
 		t.Fatalf("removing the last participant: %v", err)
 	}
 
-	// The 101st participant.
-	f.set(func(f *fake) {
-		for i := len(f.convs[0].Participants); i < 100; i++ {
-			f.convs[0].Participants = append(f.convs[0].Participants, fmt.Sprintf("usr_%03d", i))
-		}
-	})
-	if _, err := c.AddParticipant(ctx, conv.ID, "usr_101"); !errors.Is(err, client.ErrTooManyParticipants) {
+	// The 101st participant, to a conversation created with 100.
+	others := []string{}
+	for i := 1; i < 100; i++ {
+		others = append(others, userID(fmt.Sprintf("user %03d", i)))
+	}
+	full, err := c.CreateConversation(ctx, client.NewConversation{Participants: others})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv = full
+	if _, err := c.AddParticipant(ctx, conv.ID, userID("user 101")); !errors.Is(err, client.ErrTooManyParticipants) {
 		t.Fatalf("the 101st participant: %v", err)
 	}
-	if _, err := c.AddParticipant(ctx, conv.ID, "usr_001"); err != nil {
+	if _, err := c.AddParticipant(ctx, conv.ID, userID("user 001")); err != nil {
 		t.Fatalf("adding one already there to a full conversation: %v", err)
 	}
 
 	for _, call := range []func() error{
 		func() error { _, err := c.AddParticipant(ctx, conv.ID, ""); return err },
-		func() error { _, err := c.RemoveParticipant(ctx, "", "usr_bob"); return err },
+		func() error { _, err := c.RemoveParticipant(ctx, "", bob); return err },
 	} {
 		if err := call(); err == nil || !strings.Contains(err.Error(), "empty id") {
 			t.Fatalf("empty id: %v", err)
@@ -185,15 +202,15 @@ func TestParticipants(t *testing.T) {
 	}
 }
 
-func TestParticipantChangesHonourIfMatch(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testParticipantChangesHonourIfMatch(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 	conv, err := c.CreateConversation(ctx, client.NewConversation{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bobTag, err := c.AddParticipant(ctx, conv.ID, "usr_bob", client.WithIfMatch(conv.ETag))
+	bobTag, err := c.AddParticipant(ctx, conv.ID, userID("bob"), client.WithIfMatch(conv.ETag))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,16 +218,16 @@ func TestParticipantChangesHonourIfMatch(t *testing.T) {
 		t.Fatalf("AddParticipant returned the ETag %q (before: %q), want the new one", bobTag, conv.ETag)
 	}
 	// conv.ETag is stale now: the change of Bob moved it on.
-	_, err = c.AddParticipant(ctx, conv.ID, "usr_carol", client.WithIfMatch(conv.ETag))
+	_, err = c.AddParticipant(ctx, conv.ID, userID("carol"), client.WithIfMatch(conv.ETag))
 	if !errors.Is(err, client.ErrPreconditionFailed) {
 		t.Fatalf("stale If-Match: %v", err)
 	}
-	_, err = c.RemoveParticipant(ctx, conv.ID, "usr_bob", client.WithIfMatch(conv.ETag))
+	_, err = c.RemoveParticipant(ctx, conv.ID, userID("bob"), client.WithIfMatch(conv.ETag))
 	if !errors.Is(err, client.ErrPreconditionFailed) {
 		t.Fatalf("stale If-Match: %v", err)
 	}
 	got, err := c.GetConversation(ctx, conv.ID)
-	if err != nil || !slices.Equal(got.Participants, []string{"usr_alice", "usr_bob"}) {
+	if err != nil || !slices.Equal(got.Participants, []string{f.userID, userID("bob")}) {
 		t.Fatalf("after refused changes: %+v, %v", got, err)
 	}
 	if _, err := c.PatchConversation(ctx, conv, client.ConversationPatch{Subject: ptr("x")}); !errors.Is(err, client.ErrPreconditionFailed) {
@@ -229,7 +246,7 @@ func TestParticipantChangesHonourIfMatch(t *testing.T) {
 	if got := ifMatch(http.MethodDelete); !slices.Equal(got, []string{conv.ETag}) {
 		t.Fatalf("If-Match of the DELETE = %q", got)
 	}
-	if _, err := c.AddParticipant(ctx, conv.ID, "usr_bob", client.WithIfMatch("")); err == nil {
+	if _, err := c.AddParticipant(ctx, conv.ID, userID("bob"), client.WithIfMatch("")); err == nil {
 		t.Fatal("an empty If-Match was accepted")
 	}
 
@@ -242,7 +259,7 @@ func TestParticipantChangesHonourIfMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Idempotent calls that change nothing return the current tag.
-	tag, err := c.RemoveParticipant(ctx, conv.ID, "usr_nobody")
+	tag, err := c.RemoveParticipant(ctx, conv.ID, userID("nobody"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,18 +268,22 @@ func TestParticipantChangesHonourIfMatch(t *testing.T) {
 	}
 }
 
-func TestConversationsUpdatedAfter(t *testing.T) {
-	f := newFake(t)
-	f.seed(5) // updatedAt 12:00:01 .. 12:00:05
+func (g *goSuite) testConversationsUpdatedAfter(t *testing.T) {
+	f := g.newWire(t)
+	seeded := f.seed(5) // c0 (oldest) .. c4
 	c := f.client(t, nil)
 	ctx := context.Background()
-	since := time.Date(2024, 5, 1, 14, 0, 2, 500e6, time.FixedZone("CEST", 2*3600)) // 12:00:02.5Z
+	// Between c1 and c2, in a zone of its own: the client sends it in UTC.
+	since := seeded[2].UpdatedAt.Add(-(seeded[2].UpdatedAt.Sub(seeded[1].UpdatedAt)) / 2).In(time.FixedZone("CEST", 2*3600))
+	if !since.After(seeded[1].UpdatedAt) {
+		t.Fatalf("c1 and c2 were updated at the same time %s: the listing cannot tell them apart", since)
+	}
 	got := subjects(t, c.Conversations(ctx, client.ListOptions{Limit: 1, UpdatedAfter: since}))
 	if want := []string{"c4", "c3", "c2"}; !slices.Equal(got, want) {
 		t.Fatalf("subjects = %v, want %v", got, want)
 	}
-	uris := f.strings(func(f *fake) []string { return f.uris })
-	if !strings.HasPrefix(uris[1], "/v1/conversations?") || !strings.Contains(uris[1], "updatedAfter=2024-05-01T12%3A00%3A02.5Z") {
+	uris := f.strings(func(f *wire) []string { return f.uris })
+	if !strings.HasPrefix(uris[1], "/v1/conversations?") || !strings.Contains(uris[1], "updatedAfter="+url.QueryEscape(since.UTC().Format(time.RFC3339Nano))) {
 		t.Fatalf("first request %s, want updatedAfter in UTC", uris[1])
 	}
 	page, err := c.ListConversationsPage(ctx, client.ListOptions{UpdatedAfter: since, Status: client.StatusOpen}, "")

@@ -1,11 +1,10 @@
-package contract_test
+package clientstest
 
 import (
 	"context"
 	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	client "github.com/acme/platform/clients/go"
@@ -32,8 +31,8 @@ func validKey(k string) bool {
 	return true
 }
 
-func TestCreateCallsSendAFreshIdempotencyKey(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testCreateCallsSendAFreshIdempotencyKey(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 	conv, err := c.CreateConversation(ctx, client.NewConversation{})
@@ -69,8 +68,8 @@ func TestCreateCallsSendAFreshIdempotencyKey(t *testing.T) {
 	}
 }
 
-func TestTheCallersKeyMakesARepeatHarmless(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testTheCallersKeyMakesARepeatHarmless(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 
@@ -111,12 +110,11 @@ func TestTheCallersKeyMakesARepeatHarmless(t *testing.T) {
 	}
 }
 
-func TestInvalidIdempotencyKeysAreNotSent(t *testing.T) {
-	f := newFake(t)
-	f.seed(1)
+func (g *goSuite) testInvalidIdempotencyKeysAreNotSent(t *testing.T) {
+	f := g.newWire(t)
+	id := f.seed(1)[0].ID
 	c := f.client(t, nil)
 	ctx := context.Background()
-	id := f.newest().ID
 	for _, key := range []string{"", strings.Repeat("k", 256), "schlüssel", "tab\there", " padded", "line\n"} {
 		if _, err := c.PostMessage(ctx, id, client.NewMessage{Body: "x"}, client.WithIdempotencyKey(key)); err == nil ||
 			!strings.Contains(err.Error(), "Idempotency-Key") {
@@ -130,7 +128,7 @@ func TestInvalidIdempotencyKeysAreNotSent(t *testing.T) {
 		t.Fatalf("a key of 255 characters: %v", err)
 	}
 	// An option a call does not take is refused, not ignored.
-	if _, err := c.AddParticipant(ctx, id, "usr_bob", client.WithIdempotencyKey("k")); err == nil {
+	if _, err := c.AddParticipant(ctx, id, f.g.env["OTHER_USER_ID"], client.WithIdempotencyKey("k")); err == nil {
 		t.Fatal("AddParticipant took an Idempotency-Key")
 	}
 	if _, err := c.PostMessage(ctx, id, client.NewMessage{Body: "x"}, client.WithIfMatch(`"v1"`)); err == nil {
@@ -141,13 +139,12 @@ func TestInvalidIdempotencyKeysAreNotSent(t *testing.T) {
 	}
 }
 
-func TestTheClientsOwnRetryReusesTheKey(t *testing.T) {
+func (g *goSuite) testTheClientsOwnRetryReusesTheKey(t *testing.T) {
 	t.Run("after a 401", func(t *testing.T) {
-		f := newFake(t)
-		f.seed(1)
+		f := g.newWire(t)
+		id := f.seed(1)[0].ID
 		c := f.client(t, nil)
 		ctx := context.Background()
-		id := f.newest().ID
 		if err := c.Login(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -165,22 +162,23 @@ func TestTheClientsOwnRetryReusesTheKey(t *testing.T) {
 	// (kept-alive) connection instead of answering. The transport replays
 	// the request, which the Idempotency-Key makes safe, and the service
 	// answers the replay with the first response.
+	//
+	// The suites' fault proxy (FaultProxy) drops the answer, in front of
+	// the wire, which records both requests.
 	t.Run("after a lost response", func(t *testing.T) {
-		f := newFake(t)
-		f.seed(1)
-		c := f.client(t, nil)
+		f := g.newWire(t)
+		id := f.seed(1)[0].ID
+		lossy := f.faultProxy(t, f.conv.URL, faultSpec{Method: http.MethodPost, PathPrefix: "/v1/conversations/" + id + "/messages", Drop: 1})
+		c, err := client.New(client.Config{AccountURL: f.account.URL, ConversationsURL: lossy,
+			Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx := context.Background()
-		id := f.newest().ID
 		// A first request opens the connection the POST then reuses.
 		if _, err := c.GetConversation(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		var dropped atomic.Int32
-		f.set(func(f *fake) {
-			f.drop = func(r *http.Request) bool {
-				return r.Method == http.MethodPost && dropped.Add(1) == 1
-			}
-		})
 		m, err := c.PostMessage(ctx, id, client.NewMessage{Body: "exactly once"})
 		if err != nil {
 			t.Fatal(err)

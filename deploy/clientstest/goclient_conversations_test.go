@@ -1,4 +1,4 @@
-package contract_test
+package clientstest
 
 import (
 	"context"
@@ -15,21 +15,9 @@ import (
 	"github.com/acme/platform/pkg/problem"
 )
 
-func subjects(t *testing.T, seq func(func(client.Conversation, error) bool)) []string {
-	t.Helper()
-	var out []string
-	for conv, err := range seq {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, conv.Subject)
-	}
-	return out
-}
-
-func TestConversationsFollowsLinkAcrossPages(t *testing.T) {
-	f := newFake(t)
-	f.seed(5) // c0 (oldest) .. c4
+func (g *goSuite) testConversationsFollowsLinkAcrossPages(t *testing.T) {
+	f := g.newWire(t)
+	seeded := f.seed(5) // c0 (oldest) .. c4
 	c := f.client(t, nil)
 
 	got := subjects(t, c.Conversations(context.Background(), client.ListOptions{Limit: 2}))
@@ -40,29 +28,28 @@ func TestConversationsFollowsLinkAcrossPages(t *testing.T) {
 		t.Fatalf("%d page requests, want 3", n)
 	}
 
-	// The status filter is kept from page to page (the fake, like the
-	// service, refuses a cursor used with another filter).
-	f.set(func(f *fake) {
-		for i := range f.convs {
-			if i%2 == 0 {
-				f.convs[i].Status = client.StatusClosed
-			}
+	// The status filter is kept from page to page (the service refuses a
+	// cursor used with another filter). c0, c2 and c4 are closed, oldest
+	// first, so that the listing keeps its order.
+	for _, i := range []int{0, 2, 4} {
+		if _, err := f.direct(t).PatchConversation(context.Background(), seeded[i], client.ConversationPatch{Status: client.StatusClosed}); err != nil {
+			t.Fatal(err)
 		}
-	})
+	}
 	got = subjects(t, c.Conversations(context.Background(), client.ListOptions{Limit: 1, Status: client.StatusClosed}))
 	if want := []string{"c4", "c2", "c0"}; !slices.Equal(got, want) {
 		t.Fatalf("closed subjects = %v, want %v", got, want)
 	}
 }
 
-func TestConversationsBehindAPathPrefix(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testConversationsBehindAPathPrefix(t *testing.T) {
+	f := g.newWire(t)
 	f.seed(5)
 	gw := httptest.NewServer(http.StripPrefix("/conversations", f.conv.Config.Handler))
 	defer gw.Close()
 	c, err := client.New(client.Config{
 		AccountURL: f.account.URL, ConversationsURL: gw.URL + "/conversations/",
-		Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
+		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -73,9 +60,9 @@ func TestConversationsBehindAPathPrefix(t *testing.T) {
 	}
 }
 
-func TestConversationsStopsOnBreak(t *testing.T) {
+func (g *goSuite) testConversationsStopsOnBreak(t *testing.T) {
 	for _, stopAfter := range []int{1, 2} { // within and at the end of the first page
-		f := newFake(t)
+		f := g.newWire(t)
 		f.seed(5)
 		c := f.client(t, nil)
 		n := 0
@@ -93,10 +80,12 @@ func TestConversationsStopsOnBreak(t *testing.T) {
 	}
 }
 
-func TestConversationsYieldsAPageErrorOnce(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testConversationsYieldsAPageErrorOnce(t *testing.T) {
+	f := g.newWire(t)
 	f.seed(5)
-	f.set(func(f *fake) {
+	// A stand-in: the services answer 503 only when their database is
+	// down, which the suite's shared database cannot be made to be.
+	f.set(func(f *wire) {
 		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 			if r.URL.Query().Get("cursor") == "" {
 				return false
@@ -107,7 +96,7 @@ func TestConversationsYieldsAPageErrorOnce(t *testing.T) {
 	})
 	// Retries off: the 503 comes back at once.
 	c := f.newClient(t, nil, client.Config{
-		Credentials: client.Credentials{AccountName: testAccount, Username: testUser, Password: testPassword},
+		Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password},
 		MaxRetries:  -1,
 	})
 	var got []string
@@ -131,8 +120,8 @@ func TestConversationsYieldsAPageErrorOnce(t *testing.T) {
 	}
 }
 
-func TestListConversationsPage(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testListConversationsPage(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 
@@ -165,7 +154,7 @@ func TestListConversationsPage(t *testing.T) {
 	}
 
 	// A bad limit is the service's 400, with the field.
-	f.set(func(f *fake) { f.invalidRequests = true })
+	f.set(func(f *wire) { f.invalidRequests = true })
 	_, err = c.ListConversationsPage(ctx, client.ListOptions{Limit: 101}, "")
 	var e *client.Error
 	if !errors.As(err, &e) || e.Code != client.CodeValidationFailed || len(e.FieldErrors) != 1 || e.FieldErrors[0].Field != "limit" {
@@ -173,10 +162,12 @@ func TestListConversationsPage(t *testing.T) {
 	}
 }
 
-// TestNextLinkParsing feeds Link headers to the client and checks which next
-// page it would request.
-func TestNextLinkParsing(t *testing.T) {
-	f := newFake(t)
+// testNextLinkParsing feeds Link headers to the client and checks which
+// next page it would request. A stand-in answers: the service sends one
+// form of Link header, and what the client must make of the others is the
+// point.
+func (g *goSuite) testNextLinkParsing(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	origin := f.conv.URL
 	for _, tc := range []struct {
@@ -220,7 +211,7 @@ func TestNextLinkParsing(t *testing.T) {
 			links: []string{`</v1/conversations?cursor=x; rel="next"`}, err: "malformed Link header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f.set(func(f *fake) {
+			f.set(func(f *wire) {
 				f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 					if r.URL.Path != "/v1/conversations" {
 						return false
@@ -253,26 +244,26 @@ func TestNextLinkParsing(t *testing.T) {
 	}
 
 	// A cursor URL handed in by the caller is held to the same rule.
-	f.set(func(f *fake) { f.hook = nil })
+	f.set(func(f *wire) { f.hook = nil })
 	if _, err := c.ListConversationsPage(context.Background(), client.ListOptions{}, "https://evil.example/v1/conversations"); err == nil {
 		t.Fatal("a cursor URL of another origin was requested")
 	}
 }
 
-func TestCreateAndGetConversation(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testCreateAndGetConversation(t *testing.T) {
+	f := g.newWire(t)
 	c := f.client(t, nil)
 	ctx := context.Background()
 	last := time.Date(2024, 4, 30, 9, 15, 0, 123e6, time.UTC)
 
 	created, err := c.CreateConversation(ctx, client.NewConversation{
-		Subject: "Renewal", Status: client.StatusSnoozed, Participants: []string{"usr_bob"}, LastMessageAt: &last,
+		Subject: "Renewal", Status: client.StatusSnoozed, Participants: []string{userID("bob")}, LastMessageAt: &last,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if created.ID == "" || created.Subject != "Renewal" || created.Status != client.StatusSnoozed ||
-		!slices.Equal(created.Participants, []string{"usr_alice", "usr_bob"}) ||
+		!slices.Equal(created.Participants, []string{f.userID, userID("bob")}) ||
 		created.LastMessageAt == nil || !created.LastMessageAt.Equal(last) || created.CreatedAt.IsZero() {
 		t.Fatalf("created = %+v", created)
 	}
@@ -292,8 +283,8 @@ func TestCreateAndGetConversation(t *testing.T) {
 		t.Fatalf("empty conversation: %+v, %v", empty, err)
 	}
 
-	_, err = c.GetConversation(ctx, "cnv_missing")
-	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "GET /v1/conversations/cnv_missing: 404 not_found") {
+	_, err = c.GetConversation(ctx, missingConversation)
+	if !errors.Is(err, client.ErrNotFound) || !strings.Contains(err.Error(), "GET /v1/conversations/"+missingConversation+": 404 not_found") {
 		t.Fatalf("missing conversation: %v", err)
 	}
 	if _, err := c.GetConversation(ctx, ""); err == nil {
@@ -301,45 +292,42 @@ func TestCreateAndGetConversation(t *testing.T) {
 	}
 }
 
-func TestListDefinitions(t *testing.T) {
-	f := newFake(t)
+func (g *goSuite) testListDefinitions(t *testing.T) {
+	f := g.newWireInAccount(t, "go-definitions")
 	c := f.client(t, nil)
 	ctx := context.Background()
 	defs, err := c.ListDefinitions(ctx)
 	if err != nil || defs == nil || len(defs) != 0 {
 		t.Fatalf("no definitions: %#v, %v", defs, err)
 	}
-	f.set(func(f *fake) {
-		f.defs = []map[string]any{{
-			"id": "def_1", "name": "Salesforce production", "type": "salesforce",
-			"config":  map[string]any{"instanceUrl": "https://acme.my.salesforce.com", "big": json.Number("12345678901234567890")},
-			"enabled": false, "createdAt": "2024-05-01T12:00:00Z", "updatedAt": "2024-05-02T08:30:00Z",
-		}}
-	})
+	// The Go client reads definitions only: one is created by a plain POST.
+	created := f.createDefinition(t, c, `{"name":"Salesforce production","type":"salesforce","enabled":false,`+
+		`"config":{"instanceUrl":"https://acme.my.salesforce.com","big":12345678901234567890}}`)
 	defs, err = c.ListDefinitions(ctx)
 	if err != nil || len(defs) != 1 {
 		t.Fatalf("%v, %v", defs, err)
 	}
 	d := defs[0]
-	if d.ID != "def_1" || d.Name != "Salesforce production" || d.Type != "salesforce" || d.Enabled ||
-		!d.CreatedAt.Equal(time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)) || !d.UpdatedAt.Equal(time.Date(2024, 5, 2, 8, 30, 0, 0, time.UTC)) {
-		t.Fatalf("definition = %+v", d)
+	if d.ID != created.ID || d.Name != "Salesforce production" || d.Type != "salesforce" || d.Enabled ||
+		!d.CreatedAt.Equal(created.CreatedAt) || !d.UpdatedAt.Equal(created.UpdatedAt) || d.CreatedAt.IsZero() {
+		t.Fatalf("definition = %+v, created %+v", d, created)
 	}
-	if string(d.Config) != `{"big":12345678901234567890,"instanceUrl":"https://acme.my.salesforce.com"}` {
+	if string(d.Config) != `{"instanceUrl":"https://acme.my.salesforce.com","big":12345678901234567890}` {
 		t.Fatalf("config = %s: want the JSON as sent", d.Config)
 	}
 }
 
-func TestConversationsStopsOnARepeatingNextLink(t *testing.T) {
-	f := newFake(t)
-	f.seed(1)
-	f.set(func(f *fake) {
+func (g *goSuite) testConversationsStopsOnARepeatingNextLink(t *testing.T) {
+	f := g.newWire(t)
+	seeded := f.seed(1)
+	// A stand-in: the service never sends a next link that repeats.
+	f.set(func(f *wire) {
 		f.hook = func(w http.ResponseWriter, r *http.Request) bool {
 			if r.URL.Path != "/v1/conversations" {
 				return false
 			}
 			w.Header().Set("Link", `</v1/conversations?cursor=same>; rel="next"`)
-			writeJSON(w, http.StatusOK, f.convs)
+			writeJSON(w, http.StatusOK, seeded)
 			return true
 		}
 	})
