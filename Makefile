@@ -1,4 +1,6 @@
-# One entry point for everything a developer or CI does. Needs only Go.
+# One entry point for everything a developer or CI does. Building and running
+# need only Go; make test also needs the client toolchains and wrk (README.md,
+# "Test prerequisites").
 SHELL := /bin/bash
 GO ?= go
 # Every module of the workspace (go.work).
@@ -54,7 +56,7 @@ export GOFLAGS += -trimpath
 # On a cold build cache the two sets compile side by side, which keeps both
 # cores busy; warm, their tests overlap.
 BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest oidcinterop e2e bench observabilitytest devstack)
-STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest)
+STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
 OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)
 # go test starts a set's test binaries in the order it is given them, so

@@ -61,7 +61,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 			return nil
 		}
 	}
-	// The service's query for a first page of 10 (services/conversations/mongo):
+	// The service's query for a first page of 10 (services/conversations/mongostore):
 	// one more than the page tells whether a next page exists.
 	coll := s.client.Database(s.convDB).Collection("conversations")
 	filter := bson.D{{Key: "account_id", Value: accountID}, {Key: "participants", Value: userID}}

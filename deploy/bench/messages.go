@@ -89,7 +89,7 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 		}
 		return nil
 	}
-	// The store's reads for a first page of 10 (services/conversations/mongo,
+	// The store's reads for a first page of 10 (services/conversations/mongostore,
 	// ListMessages): the conversation as the caller may see it, then one
 	// more message than the page, newest first, over by_conversation; and
 	// the check that the conversation has recorded the newest message
@@ -162,7 +162,7 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 }
 
 // postThroughDriver issues the writes of the store's PostMessage
-// (services/conversations/mongo): read the conversation as the caller may
+// (services/conversations/mongostore): read the conversation as the caller may
 // see it, insert the message at the conversation's next message time, and
 // record it in the conversation with one compare-and-set on its version.
 func postThroughDriver(ctx context.Context, convs, msgs *mongo.Collection, who conversations.Caller, conversationID string) error {

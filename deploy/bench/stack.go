@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/acme/platform/deploy/internal/svcproc"
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/testkit/mongoproc"
 )
 
@@ -79,7 +79,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		s.uri = db.URI()
 		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
-	s.client, err = mongodb.Connect(s.uri, 5*time.Second)
+	s.client, err = mongoconn.Connect(s.uri, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}

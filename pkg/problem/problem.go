@@ -214,13 +214,13 @@ func Internal() *Problem {
 }
 
 // ErrUnavailable marks an error caused by the database being unreachable
-// right now (pkg/mongodb classifies driver errors with it). From turns it
+// right now (pkg/mongoconn classifies driver errors with it). From turns it
 // into a 503 with Retry-After instead of a 500, so that clients and load
 // balancers retry, and service start-up retries it (pkg/servicecmd).
 var ErrUnavailable = errors.New("dependency unavailable")
 
 // ErrOverloaded marks an error caused by this process being at capacity
-// for the database (pkg/mongodb classifies a timed-out wait for a pooled
+// for the database (pkg/mongoconn classifies a timed-out wait for a pooled
 // connection with it): From turns it into the overloaded 503, never into
 // the database-unreachable 503, because the database answered all along.
 var ErrOverloaded = errors.New("overloaded: no database connection free in time")

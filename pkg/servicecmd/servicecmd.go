@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 )
@@ -99,7 +99,7 @@ type Service struct {
 	// mistake in it ends the process before it listens. Run retries Init
 	// with backoff (0.5 s doubling to 10 s) while it fails because the
 	// database is unreachable (an error wrapping problem.ErrUnavailable, as
-	// pkg/mongodb classifies driver errors), so that a database that starts
+	// pkg/mongoconn classifies driver errors), so that a database that starts
 	// later than the service causes no crash loop (likewise while no pooled
 	// connection comes free in time, problem.ErrOverloaded); meanwhile the API
 	// answers 503 and /readyz is not ready. Any other error ends Run at
@@ -191,10 +191,10 @@ func NewRegistry() *prometheus.Registry {
 	return registry
 }
 
-// ConnectMongo returns a client for uri (see mongodb.Connect) and a function
+// ConnectMongo returns a client for uri (see mongoconn.Connect) and a function
 // that disconnects it, waiting at most 5 s for in-use connections.
 func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) (*mongo.Client, func(), error) {
-	client, err := mongodb.Connect(uri, selectTimeout)
+	client, err := mongoconn.Connect(uri, selectTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -206,15 +206,15 @@ func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) 
 }
 
 // MongoReadiness returns the readiness check of the database ("mongodb" in
-// /readyz): a ping on a client of its own (mongodb.ConnectReadiness), so
+// /readyz): a ping on a client of its own (mongoconn.ConnectReadiness), so
 // that a busy request pool never makes the database look unreachable, and
 // a function that disconnects that client.
 func MongoReadiness(ctx context.Context, uri string, selectTimeout time.Duration) (web.Check, func(), error) {
-	client, err := mongodb.ConnectReadiness(uri, selectTimeout)
+	client, err := mongoconn.ConnectReadiness(uri, selectTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
-	check := func(ctx context.Context) error { return mongodb.Ping(ctx, client) }
+	check := func(ctx context.Context) error { return mongoconn.Ping(ctx, client) }
 	return check, func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -253,7 +253,7 @@ func HealthCheck(ctx context.Context, opsAddr string) error {
 
 // MaxInFlight is the bound of the API requests one replica works on at
 // once: configured when positive, else the size of the MongoDB connection
-// pool of uri (mongodb.PoolSize). At that bound every request that needs
+// pool of uri (mongoconn.PoolSize). At that bound every request that needs
 // the database finds a connection without waiting in line for one, so a
 // burst is shed at once with the overloaded 503 instead of slowing every
 // request down until they time out on the pool.
@@ -261,5 +261,5 @@ func MaxInFlight(configured int, uri string) int {
 	if configured > 0 {
 		return configured
 	}
-	return mongodb.PoolSize(uri)
+	return mongoconn.PoolSize(uri)
 }

@@ -3,39 +3,35 @@ package token
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v5"
-
-	"github.com/acme/platform/pkg/problem"
 )
 
 // Middleware authenticates every request with a bearer token verified by v.
 //
 // On success the *Claims are stored in the request's context.Context (read
 // them with ClaimsFromContext, from echo or plain net/http code) and next
-// runs. On failure it returns the *problem.Problem to answer with, for the
-// application's error handling to write like any other (pkg/web): a 401
-// with code invalid_token and WWW-Authenticate: Bearer
-// error="invalid_token" (RFC 6750), or a 503 with Retry-After when no key
-// set has been fetched yet. A request with more than one Authorization
-// header is ambiguous, whatever the headers hold, and never authenticates:
-// a 400 with code invalid_request (AmbiguousCredentials).
+// runs. On failure it returns why, for the application's one status
+// decision (pkg/web's ProblemFor) to answer: a *BearerError (a 401 with
+// code invalid_token and WWW-Authenticate: Bearer error="invalid_token",
+// RFC 6750; or a 503 with Retry-After when no key set has been fetched
+// yet), or ErrAmbiguousCredentials for a request with more than one
+// Authorization header, whatever the headers hold: it never authenticates.
 func Middleware(v *Verifier) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
 			req := c.Request()
 			if len(req.Header.Values("Authorization")) > 1 {
-				return AmbiguousCredentials()
+				return ErrAmbiguousCredentials
 			}
 			raw, ok := bearerToken(req.Header.Get("Authorization"))
 			if !ok {
-				return problem.InvalidToken("missing bearer token")
+				return &BearerError{Reason: "missing bearer token"}
 			}
 			claims, err := v.Verify(req.Context(), raw)
 			if err != nil {
-				return problemFor(err)
+				return bearerError(err)
 			}
 			c.SetRequest(req.WithContext(WithClaims(req.Context(), claims)))
 			return next(c)
@@ -43,18 +39,30 @@ func Middleware(v *Verifier) echo.MiddlewareFunc {
 	}
 }
 
-// problemFor maps a Verify error to its response.
-func problemFor(err error) *problem.Problem {
+// BearerError refuses a request whose bearer token is missing or was not
+// accepted; Reason is safe to show. With KeysUnavailable set, no key set
+// was at hand to verify it with: not the token's fault. It does not wrap
+// the *TokenError, so that a service's decision never takes it for a
+// refresh token it was given.
+type BearerError struct {
+	Reason          string
+	KeysUnavailable bool
+}
+
+func (e *BearerError) Error() string { return "bearer token refused: " + e.Reason }
+
+// bearerError is the refusal of a token Verify did not accept.
+func bearerError(err error) *BearerError {
 	if errors.Is(err, ErrKeysUnavailable) {
-		return problem.KeysUnavailable()
+		return &BearerError{Reason: "no signing keys yet", KeysUnavailable: true}
 	}
 	var te *TokenError
 	if errors.As(err, &te) {
-		return problem.InvalidToken(te.Reason)
+		return &BearerError{Reason: te.Reason}
 	}
 	// Verify only returns the two kinds above; anything else is still a
 	// token that was not accepted.
-	return problem.InvalidToken("invalid token")
+	return &BearerError{Reason: "invalid token"}
 }
 
 // bearerToken extracts the token of an "Authorization: Bearer <token>"
@@ -88,25 +96,20 @@ const (
 	CodeInsufficientScope = "insufficient_scope"
 )
 
-// AmbiguousCredentials is the 400 for a request that carries credentials
-// more than once (two Authorization headers, or a client's credentials in
-// two places): which of them counts is never guessed.
-func AmbiguousCredentials() *problem.Problem {
-	p := problem.New(http.StatusBadRequest, CodeInvalidRequest, "The request carries more than one set of credentials.")
-	p.Challenge = `Bearer error="invalid_request"`
-	return p
+// ErrAmbiguousCredentials refuses a request that carries credentials more
+// than once (two Authorization headers): which of them counts is never
+// guessed.
+var ErrAmbiguousCredentials = errors.New("the request carries more than one set of credentials")
+
+// ScopeError refuses a service client's token that lacks Scope.
+type ScopeError struct {
+	Scope string
 }
 
-// InsufficientScope is the 403 for a service client's token that lacks
-// scope, with the RFC 6750 section 3.1 challenge naming it.
-func InsufficientScope(scope string) *problem.Problem {
-	p := problem.New(http.StatusForbidden, CodeInsufficientScope, "The token lacks the scope "+scope+".")
-	p.Challenge = `Bearer error="insufficient_scope", scope="` + scope + `"`
-	return p
-}
+func (e *ScopeError) Error() string { return "the token lacks the scope " + e.Scope }
 
 // RequireScope lets a service client's token through only when it grants
-// scope (else InsufficientScope); a user's token passes, since a user acts
+// scope (else a *ScopeError: a 403 insufficient_scope); a user's token passes, since a user acts
 // as themself within their account (CONTRACT.md section 9). It runs after
 // Middleware, whose claims it reads; without them it refuses like
 // Middleware does.
@@ -115,10 +118,10 @@ func RequireScope(scope string) echo.MiddlewareFunc {
 		return func(c *echo.Context) error {
 			claims, ok := ClaimsFromContext(c.Request().Context())
 			if !ok {
-				return problem.InvalidToken("missing bearer token")
+				return &BearerError{Reason: "missing bearer token"}
 			}
 			if claims.IsClient() && !claims.HasScope(scope) {
-				return InsufficientScope(scope)
+				return &ScopeError{Scope: scope}
 			}
 			return next(c)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/validation"
 )
 
 // DecodeJSON reads the request body into dst, strictly by type: the body must
@@ -30,48 +30,66 @@ func DecodeJSON(c *echo.Context, maxBytes int64, dst any) error {
 func DecodeJSONAs(c *echo.Context, mediaType string, maxBytes int64, dst any) error {
 	r := c.Request()
 	if !hasMediaType(r.Header.Get("Content-Type"), mediaType) {
-		return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMediaType,
-			"The request body must be sent with Content-Type: "+mediaType+".")
+		return &RequestError{Kind: ErrUnsupportedMediaType, Detail: "The request body must be sent with Content-Type: " + mediaType + "."}
 	}
 	body := http.MaxBytesReader(c.Response(), r.Body, maxBytes)
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return problem.New(http.StatusRequestEntityTooLarge, problem.CodeBodyTooLarge,
-				fmt.Sprintf("The request body must not exceed %d bytes.", maxBytes))
+			return &RequestError{Kind: ErrBodyTooLarge, Detail: fmt.Sprintf("The request body must not exceed %d bytes.", maxBytes)}
 		}
-		return problem.BadRequest(problem.CodeMalformedJSON, "The request body could not be read.")
+		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body could not be read."}
 	}
 	return decodeJSONBytes(data, dst)
 }
+
+// Why the plumbing refuses a request body (RequestError.Kind); ProblemFor
+// gives each its status and code.
+var (
+	ErrUnsupportedMediaType = errors.New("unsupported media type")
+	ErrBodyTooLarge         = errors.New("body too large")
+	ErrMalformedJSON        = errors.New("malformed JSON")
+)
+
+// RequestError refuses a request for what it is, before any handler's
+// work: Kind says why (one of the Err… above), Detail says it for people.
+type RequestError struct {
+	Kind   error
+	Detail string
+}
+
+func (e *RequestError) Error() string { return e.Kind.Error() + ": " + e.Detail }
+
+// Unwrap lets errors.Is find Kind.
+func (e *RequestError) Unwrap() error { return e.Kind }
 
 func decodeJSONBytes(data []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(dst); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return problem.Validation(problem.FieldError{
-				Field:  typeErr.Field,
+			return &validation.Error{Fields: []validation.Field{{
+				Name:   typeErr.Field,
 				Reason: fmt.Sprintf("must be a JSON %s", jsonKind(typeErr.Type.Kind().String())),
-			})
+			}}}
 		}
 		if errors.As(err, &typeErr) {
-			return problem.BadRequest(problem.CodeMalformedJSON, "The request body must be a JSON object.")
+			return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must be a JSON object."}
 		}
-		return problem.BadRequest(problem.CodeMalformedJSON, "The request body is not valid JSON.")
+		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body is not valid JSON."}
 	}
 	if dec.More() {
-		return problem.BadRequest(problem.CodeMalformedJSON, "The request body must hold exactly one JSON value.")
+		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must hold exactly one JSON value."}
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return problem.BadRequest(problem.CodeMalformedJSON, "The request body must hold exactly one JSON value.")
+		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must hold exactly one JSON value."}
 	}
 	// Every body of the API is an object. null decodes into a struct or
 	// map as "nothing given", and a string or number into a
 	// json.Unmarshaler might too: refuse whatever does not start as one.
 	if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' {
-		return problem.BadRequest(problem.CodeMalformedJSON, "The request body must be a JSON object.")
+		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must be a JSON object."}
 	}
 	return nil
 }

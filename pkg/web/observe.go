@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/token"
 )
 
 // routeUnmatched labels requests that matched no route (404, 405), so that
@@ -28,14 +29,15 @@ const routeUnmatched = "unmatched"
 // actually written. Nothing after it can change the answer, so the client,
 // the log and the metrics always agree.
 type observer struct {
-	logger   *slog.Logger
-	duration *prometheus.HistogramVec // nil without a registry
+	logger     *slog.Logger
+	problemFor func(error) *problem.Problem
+	duration   *prometheus.HistogramVec // nil without a registry
 }
 
 // newObserver panics, like prometheus.MustRegister, when reg holds another
 // metric under the HTTP metric's name: a programming error.
-func newObserver(logger *slog.Logger, reg prometheus.Registerer) *observer {
-	o := &observer{logger: logger}
+func newObserver(logger *slog.Logger, reg prometheus.Registerer, problemFor func(error) *problem.Problem) *observer {
+	o := &observer{logger: logger, problemFor: problemFor}
 	if reg == nil {
 		return o
 	}
@@ -100,7 +102,7 @@ func (o *observer) respond(c *echo.Context, err error) int {
 		// A handler that wrote nothing: net/http sends 200.
 		return http.StatusOK
 	}
-	p := ProblemFor(err)
+	p := o.problemFor(err)
 	if errors.Is(err, errBodyTimeout) {
 		return o.respondAfterBodyTimeout(c, p)
 	}
@@ -216,14 +218,42 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// ProblemFor is the one function that decides the status of a failed
-// request: problems pass through as they are (see problem.From for
-// validation errors and unavailable dependencies); Echo's router errors
-// (unknown route, wrong method) get their contract code; anything else is
-// a 500 whose cause is logged and never shown.
+// ProblemFor decides the status and code of what the shared plumbing
+// refuses, and is where each service's own decision (web.Config.ProblemFor)
+// ends: problems pass through as they are (see problem.From for validation
+// errors and unavailable dependencies); a body the decoder refuses, a
+// bearer token the middleware refuses, a missing scope, and Echo's router
+// errors (unknown route, wrong method) get their contract code; anything
+// else is a 500 whose cause is logged and never shown.
 func ProblemFor(err error) *problem.Problem {
-	if errors.Is(err, errBodyTimeout) {
+	var request *RequestError
+	var bearer *token.BearerError
+	var scope *token.ScopeError
+	switch {
+	case errors.Is(err, errBodyTimeout):
 		return problem.New(http.StatusRequestTimeout, problem.CodeRequestTimeout, "The request body did not arrive in time.")
+	case errors.As(err, &request):
+		switch request.Kind {
+		case ErrUnsupportedMediaType:
+			return problem.New(http.StatusUnsupportedMediaType, problem.CodeUnsupportedMediaType, request.Detail)
+		case ErrBodyTooLarge:
+			return problem.New(http.StatusRequestEntityTooLarge, problem.CodeBodyTooLarge, request.Detail)
+		default:
+			return problem.BadRequest(problem.CodeMalformedJSON, request.Detail)
+		}
+	case errors.As(err, &bearer):
+		if bearer.KeysUnavailable {
+			return problem.KeysUnavailable()
+		}
+		return problem.InvalidToken(bearer.Reason)
+	case errors.As(err, &scope):
+		p := problem.New(http.StatusForbidden, token.CodeInsufficientScope, "The token lacks the scope "+scope.Scope+".")
+		p.Challenge = `Bearer error="insufficient_scope", scope="` + scope.Scope + `"`
+		return p
+	case errors.Is(err, token.ErrAmbiguousCredentials):
+		p := problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one set of credentials.")
+		p.Challenge = `Bearer error="invalid_request"`
+		return p
 	}
 	if p := problem.From(err); p.Status != http.StatusInternalServerError {
 		return p

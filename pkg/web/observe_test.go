@@ -134,7 +134,7 @@ func app(v *token.Verifier) func(web.Config) http.Handler {
 			return problem.TooManyRequests("Too many attempts.", 90)
 		})
 		e.GET("/database", func(*echo.Context) error {
-			// What pkg/mongodb makes of a driver error when the server
+			// What pkg/mongoconn makes of a driver error when the server
 			// cannot be reached.
 			return fmt.Errorf("find things: %w", errors.Join(problem.ErrUnavailable, errors.New("server selection timeout")))
 		})

@@ -10,6 +10,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/platform/pkg/problem"
 )
 
 // Config configures New.
@@ -26,6 +28,10 @@ type Config struct {
 	// cors.go); empty: none. New panics on an invalid entry: check the
 	// configuration with ParseCORSOrigins first.
 	CORSOrigins []string
+	// ProblemFor is the service's one decision of the status and code of a
+	// failed request (it ends with ProblemFor for what it does not know);
+	// nil: ProblemFor alone.
+	ProblemFor func(error) *problem.Problem
 }
 
 // New returns an Echo instance whose every response passes through one
@@ -38,7 +44,11 @@ func New(cfg Config) *echo.Echo {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	obs := newObserver(logger, cfg.Metrics)
+	problemFor := cfg.ProblemFor
+	if problemFor == nil {
+		problemFor = ProblemFor
+	}
+	obs := newObserver(logger, cfg.Metrics, problemFor)
 	e := echo.NewWithConfig(echo.Config{
 		Logger: logger,
 		// The observer answers every error itself and returns nil, so

@@ -1,7 +1,7 @@
 // Package account is the domain of the account service (Interface A):
 // accounts, their users, their integration definitions, and the rules for
 // logging in. It holds types, interfaces and pure logic only; MongoDB lives
-// in package mongo, HTTP in package http, and cmd/account wires them.
+// in package mongostore, HTTP in package http, and cmd/account wires them.
 package account
 
 import (

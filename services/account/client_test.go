@@ -12,7 +12,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -24,7 +24,7 @@ func (c *clock) Now() time.Time { return c.t }
 
 // clientFixture is a store with an account "acme" and one client of it.
 type clientFixture struct {
-	store  *mongo.Store
+	store  *mongostore.Store
 	acc    account.Account
 	client account.ServiceClient
 	secret string
@@ -37,7 +37,7 @@ var clientTestLimit = account.ThrottleLimit{MaxFailures: 3, Window: time.Minute,
 func newClientFixture(t *testing.T) clientFixture {
 	t.Helper()
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // (Interface B): conversations between users of one account, their
 // messages and lifecycle, and the keyset-paged listings of both. It holds
 // types, interfaces and the rules of the contract only; MongoDB lives in
-// package mongo, HTTP in package http, and cmd/conversations wires them.
+// package mongostore, HTTP in package http, and cmd/conversations wires them.
 package conversations
 
 import (
@@ -110,36 +110,58 @@ type Page struct {
 	Next          *Position
 }
 
-// Store is everything the service keeps. Every method is scoped by the
-// caller (Caller.MayAccess): a conversation of another account, or one a
-// user does not take part in, behaves as if it did not exist; a service
-// client's ListConversations lists its whole account.
+// Store is everything the service keeps. It persists and queries, and
+// decides no rule: who may see what, what a change does, when to retry,
+// how a crashed post is repaired and how a key expires are Service's.
+// Every change of a conversation is one single-document conditional update
+// (SaveConversation), never a transaction.
 type Store interface {
 	ConversationStore
 	MessageStore
 	IdempotencyStore
 }
 
+// ErrDuplicateID: an insert found a document with the same id already
+// stored (an idempotent retry's pre-assigned id).
+var ErrDuplicateID = errors.New("id already stored")
+
+// ConversationQuery selects a page of one account's conversations, as the
+// store reads it (Service.ListConversations builds it from a ListQuery).
+type ConversationQuery struct {
+	AccountID string
+	// Participant keeps only the conversations this user takes part in;
+	// "" keeps every conversation of the account.
+	Participant  string
+	Status       Status // "" means any status
+	UpdatedAfter *time.Time
+	Limit        int
+	After        *Position
+}
+
+// Change is one change of a conversation: the state it was read in and the
+// state to store. The store writes To only while the stored document is
+// still at From.Version (one single-document conditional update), so a
+// change is stored whole or not at all; whatever must be recorded with a
+// change (an event, say) belongs in that same update.
+type Change struct {
+	From Conversation
+	To   Conversation
+}
+
 // ConversationStore persists conversations.
 type ConversationStore interface {
-	// CreateConversation stores c; createdAt and updatedAt are now. A
-	// c.ID given (an idempotent retry's pre-assigned id) is kept, and a
-	// conversation of the account with that id already stored is
-	// returned as it is (when the caller may access it) instead of a
-	// second one; an empty c.ID gets a new one.
-	CreateConversation(ctx context.Context, who Caller, c Conversation) (Conversation, error)
-	GetConversation(ctx context.Context, who Caller, id string) (Conversation, error)
-	ListConversations(ctx context.Context, q ListQuery) (Page, error)
-	// UpdateConversation applies patch with one compare-and-set on the
-	// version; with a precondition it is exactly one, and a conversation
-	// not in a state the precondition names is ErrPreconditionFailed. A
-	// patch that changes nothing writes nothing.
-	UpdateConversation(ctx context.Context, who Caller, id string, patch Patch, cond Precondition) (Conversation, error)
-	// AddParticipant and RemoveParticipant change one participant, like
-	// UpdateConversation; adding a present one or removing an absent one
-	// changes nothing (idempotent).
-	AddParticipant(ctx context.Context, who Caller, id, userID string, cond Precondition) (Conversation, error)
-	RemoveParticipant(ctx context.Context, who Caller, id, userID string, cond Precondition) (Conversation, error)
+	// InsertConversation stores c as it is (every field set);
+	// ErrDuplicateID when a conversation with c.ID is stored already.
+	InsertConversation(ctx context.Context, c Conversation) error
+	// FindConversation returns the conversation id of accountID;
+	// ErrNotFound when there is none.
+	FindConversation(ctx context.Context, accountID, id string) (Conversation, error)
+	// ListConversations returns one page in the order updatedAt
+	// descending, then id descending, strictly after q.After.
+	ListConversations(ctx context.Context, q ConversationQuery) (Page, error)
+	// SaveConversation stores ch.To if the stored conversation is still
+	// at ch.From.Version, and reports whether it was.
+	SaveConversation(ctx context.Context, ch Change) (bool, error)
 }
 
 // Precondition is a parsed If-Match: the versions the caller expects.

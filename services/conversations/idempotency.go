@@ -45,15 +45,16 @@ type SavedResponse struct {
 
 // IdempotencyStore keeps idempotency keys.
 type IdempotencyStore interface {
-	// ClaimIdempotencyKey returns the record of rec's key: the stored one
-	// if it was made within IdempotencyTTL (whatever its fingerprint:
-	// the caller compares), otherwise rec, stored with CreatedAt now.
-	// Concurrent claims of one key all return the same record.
+	// ClaimIdempotencyKey returns the stored record of rec's key, whatever
+	// its fingerprint and age, or stores rec (CreatedAt set) when there is
+	// none. Concurrent claims of one key all return the same record.
 	ClaimIdempotencyKey(ctx context.Context, rec IdempotencyRecord) (IdempotencyRecord, error)
+	// DeleteIdempotencyKey deletes rec's key if it is still the record
+	// made at rec.CreatedAt (a fresh claim of the key is never deleted).
+	DeleteIdempotencyKey(ctx context.Context, rec IdempotencyRecord) error
 	// SaveIdempotentResponse stores the response of the record's key,
 	// unless one is stored already (the first one stays).
 	SaveIdempotentResponse(ctx context.Context, key IdempotencyKey, resp SavedResponse) error
-	// PurgeIdempotencyKeys deletes the keys made before t minus
-	// IdempotencyTTL. It stands in for a TTL index.
-	PurgeIdempotencyKeys(ctx context.Context, t time.Time) (int64, error)
+	// DeleteIdempotencyKeysBefore deletes the keys made at or before t.
+	DeleteIdempotencyKeysBefore(ctx context.Context, t time.Time) (int64, error)
 }

@@ -38,29 +38,25 @@ type MessagePage struct {
 	Next     *Position
 }
 
-// MessageStore persists messages.
-//
-// Posting is two single-document writes, in this order: the message is
-// inserted (the commit point: from then on the message exists and is
-// listed), then the conversation records it (Conversation.RecordMessage,
-// one compare-and-set). A post that stops between the two leaves a message
-// its conversation has not recorded yet; every read of messages, and the
-// next post, records it, so nothing is lost and lastMessageAt catches up.
+// MessageRange selects a page of the messages of one conversation, as
+// the store reads it.
+type MessageRange struct {
+	AccountID      string
+	ConversationID string
+	Limit          int
+	After          *Position
+}
+
+// MessageStore persists messages. Posting is two single-document writes,
+// in the order Service.PostMessage gives (see there).
 type MessageStore interface {
-	// PostMessage posts m (Body and Metadata set; a given ID, an
-	// idempotent retry's pre-assigned one, is kept) to the conversation
-	// m.ConversationID as who: ErrNotFound when who may not access it,
-	// ErrConversationClosed when it is closed. When a message with m.ID
-	// is already stored in that conversation, it is returned and
-	// recorded instead of a second one.
-	PostMessage(ctx context.Context, who Caller, m Message) (Message, error)
-	// InsertMessage is the first write of PostMessage alone: it stores m
-	// (every field set) and does not touch the conversation, exactly
-	// what a post that stopped after its first write leaves behind.
-	InsertMessage(ctx context.Context, m Message) (Message, error)
-	// GetMessage and ListMessages read the messages of a conversation who
-	// may access (ErrNotFound otherwise) and record in it any message
-	// they return that it has not recorded yet.
-	GetMessage(ctx context.Context, who Caller, conversationID, messageID string) (Message, error)
-	ListMessages(ctx context.Context, q MessageQuery) (MessagePage, error)
+	// InsertMessage stores m as it is (every field set); ErrDuplicateID
+	// when a message with m.ID is stored already.
+	InsertMessage(ctx context.Context, m Message) error
+	// FindMessage returns one message of a conversation of accountID;
+	// ErrMessageNotFound when there is none.
+	FindMessage(ctx context.Context, accountID, conversationID, messageID string) (Message, error)
+	// ListMessages returns one page, newest first (createdAt descending,
+	// then id descending), strictly after r.After.
+	ListMessages(ctx context.Context, r MessageRange) (MessagePage, error)
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/pkg/validation"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -33,7 +33,7 @@ type api struct {
 	t        *testing.T
 	srv      *httptest.Server
 	doc      *openapitest.Validator
-	store    *mongo.Store
+	store    *mongostore.Store
 	keys     *token.Keyring
 	verifier *token.Verifier
 }
@@ -41,7 +41,7 @@ type api struct {
 func newAPI(t *testing.T) *api {
 	t.Helper()
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,10 @@
 package http
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
@@ -61,7 +59,7 @@ func handleCreateDefinition(store account.DefinitionStore) echo.HandlerFunc {
 func pathDefinitionID(c *echo.Context) (string, error) {
 	id := c.Param("id")
 	if !account.ValidDefinitionID(id) {
-		return "", notFoundOr(account.ErrNotFound)
+		return "", account.ErrNotFound
 	}
 	return id, nil
 }
@@ -74,7 +72,7 @@ func handleGetDefinition(store account.DefinitionStore) echo.HandlerFunc {
 		}
 		d, err := store.GetDefinition(c.Request().Context(), callerAccount(c), id)
 		if err != nil {
-			return notFoundOr(err)
+			return err
 		}
 		return c.JSON(http.StatusOK, d)
 	}
@@ -93,7 +91,7 @@ func handleReplaceDefinition(store account.DefinitionStore) echo.HandlerFunc {
 		d.ID = id
 		replaced, err := store.ReplaceDefinition(c.Request().Context(), d)
 		if err != nil {
-			return notFoundOr(err)
+			return err
 		}
 		return c.JSON(http.StatusOK, replaced)
 	}
@@ -106,15 +104,8 @@ func handleDeleteDefinition(store account.DefinitionStore) echo.HandlerFunc {
 			return err
 		}
 		if err := store.DeleteDefinition(c.Request().Context(), callerAccount(c), id); err != nil {
-			return notFoundOr(err)
+			return err
 		}
 		return c.NoContent(http.StatusNoContent)
 	}
-}
-
-func notFoundOr(err error) error {
-	if errors.Is(err, account.ErrNotFound) {
-		return problem.NotFound("No definition with this id in your account.")
-	}
-	return err
 }

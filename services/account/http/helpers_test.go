@@ -7,7 +7,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 )
 
@@ -56,7 +56,7 @@ func cheapHasher(t testing.TB) *password.Hasher {
 
 // sessions is the account.Sessions of a test server on store: strict
 // refresh (no retry grace) and no throttle unless the test sets them.
-func (k tokenKit) sessions(store *mongo.Store, hasher account.PasswordHasher, throttle *account.LoginThrottle) *account.Sessions {
+func (k tokenKit) sessions(store *mongostore.Store, hasher account.PasswordHasher, throttle *account.LoginThrottle) *account.Sessions {
 	return &account.Sessions{
 		Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
 		Throttle:      throttle,

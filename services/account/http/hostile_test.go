@@ -12,7 +12,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 // TestHostileRequests sends issue 19's hostile families, generated from
@@ -23,7 +23,7 @@ import (
 func TestHostileRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func handleLogin(sessions *account.Sessions) echo.HandlerFunc {
 			AccountName: req.AccountName, Username: req.Username, Password: req.Password, ClientIP: c.RealIP(),
 		})
 		if err != nil {
-			return sessionProblem(err)
+			return err
 		}
 		return writeTokenSet(c, set)
 	}

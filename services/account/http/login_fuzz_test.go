@@ -14,7 +14,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 // FuzzLogin posts arbitrary bodies, with arbitrary Content-Types, to
@@ -24,7 +24,7 @@ import (
 // carries a token set that verifies, and only for the right password.
 func FuzzLogin(f *testing.F) {
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(f))
+	store := mongostore.New(mongotest.New(f))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		f.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // Outcomes of a login or a token refresh, the values of the outcome label.
-// Each follows from the status the client receives (web.ProblemFor), so
+// Each follows from the status the client receives (problemFor), so
 // the counters, the responses and the HTTP metric always agree.
 const (
 	outcomeSuccess            = "success"
@@ -134,7 +134,7 @@ func outcome(err error, unauthorized string) string {
 	if err == nil {
 		return outcomeSuccess
 	}
-	return statusOutcome(web.ProblemFor(err).Status, unauthorized)
+	return statusOutcome(problemFor(err).Status, unauthorized)
 }
 
 // statusOutcome names the outcome of an error answered with status;

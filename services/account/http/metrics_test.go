@@ -18,7 +18,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 // metricsAPI is the account service with a login throttle on a fresh
@@ -26,7 +26,7 @@ import (
 func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

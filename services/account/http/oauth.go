@@ -15,11 +15,9 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/password"
 )
 
 // The OAuth 2.0 endpoints (CONTRACT.md section 9): POST /oauth2/token (RFC
@@ -47,94 +45,6 @@ var grantTypes = []string{grantClientCredentials, grantPassword, grantRefreshTok
 // authentication scheme failure, hiding the invalid_client code.
 const clientAuthChallenge = `Basic realm="oauth2", charset="UTF-8"`
 
-// oauthError is an RFC 6749 section 5.2 error response.
-type oauthError struct {
-	Code        string `json:"error"`
-	Description string `json:"error_description,omitempty"`
-
-	status     int
-	retryAfter time.Duration
-	challenge  string
-}
-
-func (e *oauthError) Error() string {
-	return fmt.Sprintf("%d %s: %s", e.status, e.Code, e.Description)
-}
-
-func newOAuthError(status int, code, description string) *oauthError {
-	return &oauthError{status: status, Code: code, Description: description}
-}
-
-func invalidRequest(description string) *oauthError {
-	return newOAuthError(http.StatusBadRequest, "invalid_request", description)
-}
-
-// invalidClient is a failed client authentication without the
-// Authorization header; challenged is one with it.
-func invalidClient(description string) *oauthError {
-	return newOAuthError(http.StatusUnauthorized, "invalid_client", description)
-}
-
-func challenged(e *oauthError) *oauthError {
-	e.challenge = clientAuthChallenge
-	return e
-}
-
-// clientAuthFailed is the description of every failed client
-// authentication by credentials.
-const clientAuthFailed = "Client authentication failed."
-
-// oauthErrorFor is the one function that decides the answer of a failed
-// request to the OAuth 2.0 endpoints. Throttling is a 429 with
-// Retry-After and slow_down (RFC 8628's code for "too many requests" at
-// the token endpoint); an unavailable dependency a 503 with Retry-After
-// and temporarily_unavailable; anything unexpected a 500 server_error,
-// its cause logged and never sent.
-func oauthErrorFor(err error) *oauthError {
-	var oe *oauthError
-	var loginThrottled *account.LoginThrottledError
-	var clientThrottled *account.ClientThrottledError
-	switch {
-	case errors.As(err, &oe):
-		return oe
-	case errors.As(err, &loginThrottled):
-		return slowDown(loginThrottled.RetryAfter)
-	case errors.As(err, &clientThrottled):
-		return slowDown(clientThrottled.RetryAfter)
-	case errors.Is(err, account.ErrInvalidClient):
-		return invalidClient(clientAuthFailed)
-	case errors.Is(err, account.ErrUnauthorizedClient):
-		return newOAuthError(http.StatusBadRequest, "unauthorized_client", "This client may not use this grant type.")
-	case errors.Is(err, account.ErrInvalidCredentials):
-		return newOAuthError(http.StatusBadRequest, "invalid_grant", "The account name, username or password is wrong.")
-	case errors.Is(err, account.ErrInvalidRefreshToken):
-		return newOAuthError(http.StatusBadRequest, "invalid_grant", "The refresh token is not valid; log in again.")
-	case errors.Is(err, account.ErrInvalidScope):
-		return newOAuthError(http.StatusBadRequest, "invalid_scope", "The requested scope is not granted to this client.")
-	case errors.Is(err, password.ErrBusy):
-		return unavailable(problem.Busy())
-	case errors.Is(err, token.ErrKeysUnavailable):
-		return unavailable(problem.KeysUnavailable())
-	}
-	if p := web.ProblemFor(err); p.Status == http.StatusServiceUnavailable {
-		return unavailable(p)
-	}
-	return newOAuthError(http.StatusInternalServerError, "server_error", "An unexpected error occurred.")
-}
-
-func slowDown(retryAfter time.Duration) *oauthError {
-	e := newOAuthError(http.StatusTooManyRequests, "slow_down", "Too many failed attempts; retry later.")
-	e.retryAfter = retryAfter
-	return e
-}
-
-// unavailable is the OAuth shape of a 503 problem, with its Retry-After.
-func unavailable(p *problem.Problem) *oauthError {
-	e := newOAuthError(http.StatusServiceUnavailable, "temporarily_unavailable", p.Detail)
-	e.retryAfter = p.RetryAfter
-	return e
-}
-
 // oauthEndpoint writes the error of h as RFC 6749 JSON and returns it
 // still: the response is committed then, so the observer (pkg/web) records
 // the status written and logs the cause of a 5xx without writing again.
@@ -144,16 +54,16 @@ func oauthEndpoint(h echo.HandlerFunc) echo.HandlerFunc {
 		if err == nil {
 			return nil
 		}
-		e := oauthErrorFor(err)
+		p, body := oauthErrorFor(err)
 		hdr := c.Response().Header()
 		noStore(c)
-		if e.retryAfter > 0 {
-			hdr.Set("Retry-After", strconv.FormatInt(int64((e.retryAfter+time.Second-1)/time.Second), 10))
+		if p.RetryAfter > 0 {
+			hdr.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
 		}
-		if e.challenge != "" {
-			hdr.Set("WWW-Authenticate", e.challenge)
+		if p.Challenge != "" {
+			hdr.Set("WWW-Authenticate", p.Challenge)
 		}
-		if werr := c.JSON(e.status, e); werr != nil {
+		if werr := c.JSON(p.Status, body); werr != nil {
 			return errors.Join(err, werr)
 		}
 		return err
@@ -182,9 +92,8 @@ func readForm(c *echo.Context) (url.Values, error) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			e := invalidRequest(fmt.Sprintf("The request body must not exceed %d bytes.", maxTokenRequestBody))
-			e.status = http.StatusRequestEntityTooLarge
-			return nil, e
+			return nil, &web.RequestError{Kind: web.ErrBodyTooLarge,
+				Detail: fmt.Sprintf("The request body must not exceed %d bytes.", maxTokenRequestBody)}
 		}
 		return nil, invalidRequest("The request body could not be read.")
 	}
@@ -309,8 +218,8 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		case grantClientCredentials, grantPassword, grantRefreshToken:
 			c.Set(grantKey, grant)
 		default:
-			return newOAuthError(http.StatusBadRequest, "unsupported_grant_type",
-				"The grant type must be one of "+strings.Join(grantTypes, ", ")+".")
+			return &oauthRefusal{code: codeUnsupportedGrantType,
+				detail: "The grant type must be one of " + strings.Join(grantTypes, ", ") + "."}
 		}
 		client, err := authenticateClient(c, sessions, form)
 		if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 // oauthAPI is the account service on a fresh database, its issuer URL
@@ -42,7 +42,7 @@ type oauthAPI struct {
 func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) *oauthAPI {
 	t.Helper()
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

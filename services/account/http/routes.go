@@ -1,11 +1,8 @@
 package http
 
 import (
-	"net/http"
-
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 )
@@ -40,7 +37,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 func singleAuthorization(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		if len(c.Request().Header.Values("Authorization")) > 1 {
-			return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one Authorization header.")
+			return errTwoAuthorizationHeaders
 		}
 		return next(c)
 	}

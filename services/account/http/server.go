@@ -46,7 +46,7 @@ type Deps struct {
 
 // NewHandler returns the API handler.
 func NewHandler(d Deps) http.Handler {
-	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, TrustedProxies: d.TrustedProxies, CORSOrigins: d.CORSOrigins})
+	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, TrustedProxies: d.TrustedProxies, CORSOrigins: d.CORSOrigins, ProblemFor: problemFor})
 	addRoutes(e, d)
 	return e
 }

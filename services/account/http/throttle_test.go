@@ -19,7 +19,7 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 )
 
@@ -139,7 +139,7 @@ type throttleSetup struct {
 func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 	t.Helper()
 	ctx := context.Background()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package http
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v5"
@@ -10,7 +9,6 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/password"
 )
 
 // refreshRequest is the body of POST /token/refresh and POST /logout.
@@ -40,7 +38,7 @@ func handleRefresh(sessions *account.Sessions) echo.HandlerFunc {
 		}
 		set, err := sessions.Refresh(c.Request().Context(), raw, nil)
 		if err != nil {
-			return sessionProblem(err)
+			return err
 		}
 		return writeTokenSet(c, set)
 	}
@@ -56,36 +54,10 @@ func handleLogout(sessions *account.Sessions) echo.HandlerFunc {
 			return err
 		}
 		if err := sessions.LogOut(c.Request().Context(), raw, nil); err != nil {
-			return sessionProblem(err)
+			return err
 		}
 		return c.NoContent(http.StatusNoContent)
 	}
-}
-
-// sessionProblem is the problem+json answer to an error of account.Sessions
-// on /login, /token/refresh and /logout (the OAuth 2.0 endpoints answer
-// the same errors in OAuth's shape: oauthErrorFor). Anything else goes on
-// to web.ProblemFor: a 503 for an unreachable database, else a 500.
-func sessionProblem(err error) error {
-	var throttled *account.LoginThrottledError
-	var invalidToken *token.TokenError
-	switch {
-	case errors.As(err, &throttled):
-		return problem.TooManyRequests("Too many failed login attempts; retry later.", throttled.RetryAfter)
-	case errors.Is(err, account.ErrInvalidCredentials):
-		return problem.New(http.StatusUnauthorized, problem.CodeInvalidCredentials,
-			"The account name, username or password is wrong.")
-	case errors.As(err, &invalidToken):
-		return problem.InvalidToken("The refresh token is not valid: " + invalidToken.Reason + ".")
-	case errors.Is(err, account.ErrInvalidRefreshToken):
-		// Spent, revoked, unknown, of a disabled user: one answer.
-		return problem.InvalidToken("The refresh token is not valid; log in again.")
-	case errors.Is(err, password.ErrBusy):
-		return problem.Busy()
-	case errors.Is(err, token.ErrKeysUnavailable):
-		return problem.KeysUnavailable()
-	}
-	return err
 }
 
 func writeTokenSet(c *echo.Context, set token.Set) error {

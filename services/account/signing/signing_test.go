@@ -16,7 +16,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/signing"
 )
 
@@ -51,9 +51,9 @@ func (c *clock) Set(t time.Time) {
 	c.t = t
 }
 
-func newStore(t *testing.T) *mongo.Store {
+func newStore(t *testing.T) *mongostore.Store {
 	t.Helper()
-	s := mongo.New(mongotest.New(t))
+	s := mongostore.New(mongotest.New(t))
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	mongodriver "go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
@@ -24,7 +24,7 @@ import (
 	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -42,8 +42,8 @@ type api struct {
 	srv    *httptest.Server
 	doc    *openapitest.Validator
 	tokens *tokentest.Fixture
-	store  *mongo.Store
-	db     *mongodriver.Database // the store's database, for documents an older version wrote
+	store  *mongostore.Store
+	db     *mongo.Database // the store's database, for documents an older version wrote
 }
 
 // newAPI starts the service on a fresh database; corsOrigins, when given,
@@ -51,7 +51,7 @@ type api struct {
 func newAPI(t *testing.T, corsOrigins ...string) *api {
 	t.Helper()
 	db := mongotest.New(t)
-	store := mongo.New(db)
+	store := mongostore.New(db)
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package http
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -100,7 +99,7 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 	return p, nil
 }
 
-func handleList(store conversations.ConversationStore, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+func handleList(svc *conversations.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		p, err := parseListParams(c.QueryParams(), defaultLimit, maxLimit)
 		if err != nil {
@@ -115,11 +114,11 @@ func handleList(store conversations.ConversationStore, cursors *cursor.Codec, de
 		if err != nil {
 			return err
 		}
-		page, err := store.ListConversations(c.Request().Context(), conversations.ListQuery{
+		page, err := svc.ListConversations(c.Request().Context(), conversations.ListQuery{
 			Caller: who, Status: p.status, UpdatedAfter: p.updatedAfter, Limit: p.limit, After: after,
 		})
 		if err != nil {
-			return storeProblem(err)
+			return err
 		}
 		next := url.Values{}
 		next.Set("limit", strconv.Itoa(p.limit))
@@ -134,42 +133,33 @@ func handleList(store conversations.ConversationStore, cursors *cursor.Codec, de
 	}
 }
 
-func handleCreate(store conversations.Store, logger *slog.Logger) echo.HandlerFunc {
+func handleCreate(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		var in conversations.NewConversation
 		body, err := decodeBody(c, conversations.MaxConversationLen, &in)
 		if err != nil {
 			return err
 		}
-		who := caller(c)
-		conv, err := in.Conversation(who)
+		resp, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, idempotency(c, body),
+			func(conv conversations.Conversation) (conversations.SavedResponse, error) {
+				return createdResponse("/v1/conversations/"+conv.ID, etag(conv), conv)
+			})
 		if err != nil {
 			return err
 		}
-		return idempotent(c, store, logger, who, body, conversations.NewConversationID, func(id string) (created, error) {
-			conv.ID = id
-			stored, err := store.CreateConversation(c.Request().Context(), who, conv)
-			if err != nil {
-				return created{}, storeProblem(err)
-			}
-			b, err := json.Marshal(stored)
-			if err != nil {
-				return created{}, fmt.Errorf("encode conversation: %w", err)
-			}
-			return created{location: "/v1/conversations/" + stored.ID, etag: etag(stored), body: b}, nil
-		})
+		return writeCreated(c, resp, replayed)
 	}
 }
 
-func handleGet(store conversations.ConversationStore) echo.HandlerFunc {
+func handleGet(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathConversationID(c)
 		if err != nil {
 			return err
 		}
-		conv, err := store.GetConversation(c.Request().Context(), caller(c), id)
+		conv, err := svc.GetConversation(c.Request().Context(), caller(c), id)
 		if err != nil {
-			return storeProblem(err)
+			return err
 		}
 		c.Response().Header().Set("ETag", etag(conv))
 		return c.JSON(http.StatusOK, conv)
@@ -178,7 +168,7 @@ func handleGet(store conversations.ConversationStore) echo.HandlerFunc {
 
 // handlePatch applies a JSON merge patch (RFC 7396) of subject and status,
 // under the If-Match the request carries.
-func handlePatch(store conversations.ConversationStore) echo.HandlerFunc {
+func handlePatch(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathConversationID(c)
 		if err != nil {
@@ -196,9 +186,9 @@ func handlePatch(store conversations.ConversationStore) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		conv, err := store.UpdateConversation(c.Request().Context(), caller(c), id, patch, cond)
+		conv, err := svc.UpdateConversation(c.Request().Context(), caller(c), id, patch, cond)
 		if err != nil {
-			return storeProblem(err)
+			return err
 		}
 		c.Response().Header().Set("ETag", etag(conv))
 		return c.JSON(http.StatusOK, conv)
@@ -206,7 +196,7 @@ func handlePatch(store conversations.ConversationStore) echo.HandlerFunc {
 }
 
 // handleParticipant adds (PUT) or removes (DELETE) one participant.
-func handleParticipant(store conversations.ConversationStore, add bool) echo.HandlerFunc {
+func handleParticipant(svc *conversations.Service, add bool) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathConversationID(c)
 		if err != nil {
@@ -220,13 +210,13 @@ func handleParticipant(store conversations.ConversationStore, add bool) echo.Han
 		if err != nil {
 			return err
 		}
-		change := store.RemoveParticipant
+		change := svc.RemoveParticipant
 		if add {
-			change = store.AddParticipant
+			change = svc.AddParticipant
 		}
 		conv, err := change(c.Request().Context(), caller(c), id, userID, cond)
 		if err != nil {
-			return storeProblem(err)
+			return err
 		}
 		c.Response().Header().Set("ETag", etag(conv))
 		return c.NoContent(http.StatusNoContent)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -17,13 +18,12 @@ const (
 	codeIdempotencyKeyReused = "idempotency_key_reused"
 )
 
-// storeProblem is where the domain's errors get their HTTP status: every
-// handler passes the errors of the store through it. Anything else (a
-// validation error, an unreachable database) goes on to web.ProblemFor.
-func storeProblem(err error) error {
+// problemFor is the one function that decides the status and code of
+// every failed request of this service: the domain's errors get theirs
+// here; everything else (problems of the plumbing, validation errors, an
+// unreachable database, unknown routes) is decided by web.ProblemFor.
+func problemFor(err error) *problem.Problem {
 	switch {
-	case err == nil:
-		return nil
 	case errors.Is(err, conversations.ErrMessageNotFound):
 		return problem.NotFound("No message with this id in this conversation.")
 	case errors.Is(err, conversations.ErrNotFound):
@@ -47,5 +47,5 @@ func storeProblem(err error) error {
 		return problem.New(http.StatusUnprocessableEntity, codeIdempotencyKeyReused,
 			"This Idempotency-Key was used with another request in the last 24 hours; use a new key.")
 	}
-	return err
+	return web.ProblemFor(err)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 // TestHostileRequests sends issue 19's hostile families, generated from
@@ -26,7 +26,7 @@ import (
 // client, the log and the metrics agreeing.
 func TestHostileRequests(t *testing.T) {
 	t.Parallel()
-	store := mongo.New(mongotest.New(t))
+	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -767,6 +767,14 @@ func testConcurrentIdempotency(t *testing.T, a *api) {
 	}
 }
 
+// insertMessage stores m as the first write of a post alone (what a post
+// that stopped before its second write leaves), with a new id, and returns
+// it as stored.
+func (a *api) insertMessage(m conversations.Message) (conversations.Message, error) {
+	m.ID, m.Metadata, m.CreatedAt = conversations.NewMessageID(), []byte(`{}`), m.CreatedAt.UTC().Truncate(time.Millisecond)
+	return m, a.store.InsertMessage(context.Background(), m)
+}
+
 // testCrashRepair provokes a post that stopped between its two writes: the
 // message is stored (the store's first write alone), the conversation is
 // not told. Nothing is lost: the message is listed, and that read records
@@ -776,7 +784,7 @@ func testCrashRepair(t *testing.T, a *api) {
 	conv := a.create(u, `{"status":"snoozed"}`)
 	newer := a.create(u, `{}`)
 	before, tag := a.get(u, conv.ID)
-	stored, err := a.store.InsertMessage(context.Background(), conversations.Message{
+	stored, err := a.insertMessage(conversations.Message{
 		AccountID: "acc_crash", ConversationID: conv.ID, Author: "rita", Body: "written, then the process died",
 		CreatedAt: time.Now().Add(time.Second),
 	})
@@ -811,7 +819,7 @@ func testCrashRepair(t *testing.T, a *api) {
 	// A stopped post is also repaired by the next post, and by reading the
 	// message alone.
 	other := a.create(u, `{}`)
-	lost, _ := a.store.InsertMessage(context.Background(), conversations.Message{
+	lost, _ := a.insertMessage(conversations.Message{
 		AccountID: "acc_crash", ConversationID: other.ID, Author: "rita", Body: "lost?", CreatedAt: time.Now(),
 	})
 	a.do(exchange{method: "GET", path: "/v1/conversations/" + other.ID + "/messages/" + lost.ID, bearer: u})
@@ -819,7 +827,7 @@ func testCrashRepair(t *testing.T, a *api) {
 		t.Fatalf("GET of the message did not record it: %+v", got)
 	}
 	third := a.create(u, `{}`)
-	a.store.InsertMessage(context.Background(), conversations.Message{
+	a.insertMessage(conversations.Message{
 		AccountID: "acc_crash", ConversationID: third.ID, Author: "rita", Body: "stopped", CreatedAt: time.Now(),
 	})
 	next := a.post(u, third.ID, `{"body":"next"}`)

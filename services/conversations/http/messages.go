@@ -1,9 +1,6 @@
 package http
 
 import (
-	"encoding/json"
-	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -18,7 +15,7 @@ func messagesPath(conversationID string) string {
 	return "/v1/conversations/" + url.PathEscape(conversationID) + "/messages"
 }
 
-func handlePostMessage(store conversations.Store, logger *slog.Logger) echo.HandlerFunc {
+func handlePostMessage(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		conversationID, err := pathConversationID(c)
 		if err != nil {
@@ -29,27 +26,18 @@ func handlePostMessage(store conversations.Store, logger *slog.Logger) echo.Hand
 		if err != nil {
 			return err
 		}
-		who := caller(c)
-		msg, err := in.Message(who, conversationID)
+		resp, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, idempotency(c, body),
+			func(m conversations.Message) (conversations.SavedResponse, error) {
+				return createdResponse(messagesPath(m.ConversationID)+"/"+url.PathEscape(m.ID), "", m)
+			})
 		if err != nil {
 			return err
 		}
-		return idempotent(c, store, logger, who, body, conversations.NewMessageID, func(id string) (created, error) {
-			msg.ID = id
-			stored, err := store.PostMessage(c.Request().Context(), who, msg)
-			if err != nil {
-				return created{}, storeProblem(err)
-			}
-			b, err := json.Marshal(stored)
-			if err != nil {
-				return created{}, fmt.Errorf("encode message: %w", err)
-			}
-			return created{location: messagesPath(stored.ConversationID) + "/" + url.PathEscape(stored.ID), body: b}, nil
-		})
+		return writeCreated(c, resp, replayed)
 	}
 }
 
-func handleListMessages(store conversations.MessageStore, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+func handleListMessages(svc *conversations.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		conversationID, err := pathConversationID(c)
 		if err != nil {
@@ -65,18 +53,18 @@ func handleListMessages(store conversations.MessageStore, cursors *cursor.Codec,
 		if err != nil {
 			return err
 		}
-		page, err := store.ListMessages(c.Request().Context(), conversations.MessageQuery{
+		page, err := svc.ListMessages(c.Request().Context(), conversations.MessageQuery{
 			Caller: who, ConversationID: conversationID, Limit: p.limit, After: after,
 		})
 		if err != nil {
-			return storeProblem(err)
+			return err
 		}
 		setNextLink(c, messagesPath(conversationID), url.Values{"limit": {strconv.Itoa(p.limit)}}, cursors, scope, page.Next)
 		return c.JSON(http.StatusOK, page.Messages)
 	}
 }
 
-func handleGetMessage(store conversations.MessageStore) echo.HandlerFunc {
+func handleGetMessage(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		conversationID, err := pathConversationID(c)
 		if err != nil {
@@ -86,9 +74,9 @@ func handleGetMessage(store conversations.MessageStore) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		m, err := store.GetMessage(c.Request().Context(), caller(c), conversationID, messageID)
+		m, err := svc.GetMessage(c.Request().Context(), caller(c), conversationID, messageID)
 		if err != nil {
-			return storeProblem(err)
+			return err
 		}
 		return c.JSON(http.StatusOK, m)
 	}

@@ -20,7 +20,7 @@ import (
 func pathConversationID(c *echo.Context) (string, error) {
 	id := c.Param("id")
 	if !conversations.ValidConversationID(id) {
-		return "", storeProblem(fmt.Errorf("conversation id of another form: %w", conversations.ErrNotFound))
+		return "", fmt.Errorf("conversation id of another form: %w", conversations.ErrNotFound)
 	}
 	return id, nil
 }
@@ -30,7 +30,7 @@ func pathConversationID(c *echo.Context) (string, error) {
 func pathMessageID(c *echo.Context) (string, error) {
 	id := c.Param("messageId")
 	if !conversations.ValidMessageID(id) {
-		return "", storeProblem(fmt.Errorf("message id of another form: %w", conversations.ErrMessageNotFound))
+		return "", fmt.Errorf("message id of another form: %w", conversations.ErrMessageNotFound)
 	}
 	return id, nil
 }

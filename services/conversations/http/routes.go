@@ -5,26 +5,27 @@ import (
 
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations"
 )
 
 // addRoutes is the one list of every route of the API, each with the
 // scope a service client's token needs for it (contract section 9); a
-// user's token needs none. A token without it gets token.InsufficientScope
+// user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
-func addRoutes(e *echo.Echo, d Deps) {
+func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service) {
 	bearer := token.Middleware(d.Verifier)
 	read := token.RequireScope(token.ScopeConversationsRead)
 	write := token.RequireScope(token.ScopeConversationsWrite)
 
-	e.GET("/v1/conversations", handleList(d.Store, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, read)
-	e.POST("/v1/conversations", handleCreate(d.Store, d.Logger), bearer, write)
-	e.GET("/v1/conversations/:id", handleGet(d.Store), bearer, read)
-	e.PATCH("/v1/conversations/:id", handlePatch(d.Store), bearer, write)
-	e.PUT("/v1/conversations/:id/participants/:userId", handleParticipant(d.Store, true), bearer, write)
-	e.DELETE("/v1/conversations/:id/participants/:userId", handleParticipant(d.Store, false), bearer, write)
-	e.POST("/v1/conversations/:id/messages", handlePostMessage(d.Store, d.Logger), bearer, write)
-	e.GET("/v1/conversations/:id/messages", handleListMessages(d.Store, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, read)
-	e.GET("/v1/conversations/:id/messages/:messageId", handleGetMessage(d.Store), bearer, read)
+	e.GET("/v1/conversations", handleList(svc, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, read)
+	e.POST("/v1/conversations", handleCreate(svc), bearer, write)
+	e.GET("/v1/conversations/:id", handleGet(svc), bearer, read)
+	e.PATCH("/v1/conversations/:id", handlePatch(svc), bearer, write)
+	e.PUT("/v1/conversations/:id/participants/:userId", handleParticipant(svc, true), bearer, write)
+	e.DELETE("/v1/conversations/:id/participants/:userId", handleParticipant(svc, false), bearer, write)
+	e.POST("/v1/conversations/:id/messages", handlePostMessage(svc), bearer, write)
+	e.GET("/v1/conversations/:id/messages", handleListMessages(svc, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, read)
+	e.GET("/v1/conversations/:id/messages/:messageId", handleGetMessage(svc), bearer, read)
 
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
 }

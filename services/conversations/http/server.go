@@ -24,8 +24,10 @@ var OpenAPI []byte
 
 // Deps are what the handlers need.
 type Deps struct {
-	Logger   *slog.Logger
-	Metrics  prometheus.Registerer
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	// Store is what the conversations.Service of the handlers keeps its
+	// conversations in.
 	Store    conversations.Store
 	Cursors  *cursor.Codec
 	Verifier *token.Verifier
@@ -48,7 +50,8 @@ func NewHandler(d Deps) http.Handler {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, CORSOrigins: d.CORSOrigins})
-	addRoutes(e, d)
+	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, CORSOrigins: d.CORSOrigins, ProblemFor: problemFor})
+	svc := &conversations.Service{Store: d.Store, Logger: d.Logger}
+	addRoutes(e, d, svc)
 	return e
 }

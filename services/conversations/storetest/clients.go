@@ -29,7 +29,7 @@ func listOrder(cs []conversations.Conversation) {
 // conversation of its account, whoever takes part, in the listing order,
 // each once across the pages; none of another account. Status and
 // updatedAfter filter it as they filter a user's.
-func testClientListsItsAccount(t *testing.T, s conversations.Store) {
+func testClientListsItsAccount(t *testing.T, s *conversations.Service) {
 	var mine []conversations.Conversation
 	statuses := []conversations.Status{conversations.StatusOpen, conversations.StatusClosed, conversations.StatusSnoozed}
 	for i := range 23 {
@@ -74,7 +74,7 @@ func testClientListsItsAccount(t *testing.T, s conversations.Store) {
 // testClientCreates: a service client creates a conversation it takes no
 // part in; it and the participants read it, another account does not, and
 // a retry with the same id makes no second one.
-func testClientCreates(t *testing.T, s conversations.Store) {
+func testClientCreates(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := client("acc_1", "cli_1")
 	participant := "usr_000000000000000000000001" // the form NewConversation takes
@@ -110,7 +110,7 @@ func testClientCreates(t *testing.T, s conversations.Store) {
 // reads the messages of a conversation of its account that it takes no
 // part in; its messages are by its client id. Another account's service
 // client finds none of it.
-func testClientChangesItsAccount(t *testing.T, s conversations.Store) {
+func testClientChangesItsAccount(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	c := create(t, s, "acc_1", "users only", conversations.StatusOpen, "usr_1")
 	who := client("acc_1", "cli_1")

@@ -18,7 +18,7 @@ func caller(accountID, id string) conversations.Caller {
 
 func ptr[T any](v T) *T { return &v }
 
-func get(t *testing.T, s conversations.Store, who conversations.Caller, id string) conversations.Conversation {
+func get(t *testing.T, s *conversations.Service, who conversations.Caller, id string) conversations.Conversation {
 	t.Helper()
 	c, err := s.GetConversation(context.Background(), who, id)
 	if err != nil {
@@ -27,7 +27,7 @@ func get(t *testing.T, s conversations.Store, who conversations.Caller, id strin
 	return c
 }
 
-func post(t *testing.T, s conversations.Store, who conversations.Caller, convID, body string) conversations.Message {
+func post(t *testing.T, s *conversations.Service, who conversations.Caller, convID, body string) conversations.Message {
 	t.Helper()
 	m, err := s.PostMessage(context.Background(), who, conversations.Message{ConversationID: convID, Body: body})
 	if err != nil {
@@ -36,7 +36,7 @@ func post(t *testing.T, s conversations.Store, who conversations.Caller, convID,
 	return m
 }
 
-func testUpdatedAfter(t *testing.T, s conversations.Store) {
+func testUpdatedAfter(t *testing.T, s *conversations.Service) {
 	var all []conversations.Conversation
 	for i := range 8 {
 		status := conversations.StatusOpen
@@ -64,7 +64,7 @@ func testUpdatedAfter(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testCreateWithGivenID(t *testing.T, s conversations.Store) {
+func testCreateWithGivenID(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	id := conversations.NewConversationID()
@@ -81,7 +81,7 @@ func testCreateWithGivenID(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testUpdateConversation(t *testing.T, s conversations.Store) {
+func testUpdateConversation(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "old", conversations.StatusOpen, "usr_1", "usr_2")
@@ -116,7 +116,7 @@ func testUpdateConversation(t *testing.T, s conversations.Store) {
 
 // testPreconditionRace: writers holding one version change the conversation
 // at once; exactly one succeeds, the others get ErrPreconditionFailed.
-func testPreconditionRace(t *testing.T, s conversations.Store) {
+func testPreconditionRace(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	for round := range 5 {
@@ -151,7 +151,7 @@ func testPreconditionRace(t *testing.T, s conversations.Store) {
 
 // testConcurrentChanges: changes without a precondition retry their
 // compare-and-set, so none is lost.
-func testConcurrentChanges(t *testing.T, s conversations.Store) {
+func testConcurrentChanges(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
@@ -171,7 +171,7 @@ func testConcurrentChanges(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testParticipants(t *testing.T, s conversations.Store) {
+func testParticipants(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
@@ -221,7 +221,7 @@ func testParticipants(t *testing.T, s conversations.Store) {
 // testChangeScope: every change and every message method treats another
 // account's conversation, or one the caller does not take part in, as
 // missing, and changes nothing.
-func testChangeScope(t *testing.T, s conversations.Store) {
+func testChangeScope(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	c := create(t, s, "acc_1", "mine", conversations.StatusOpen, "usr_1")
 	m := post(t, s, caller("acc_1", "usr_1"), c.ID, "hello")
@@ -263,7 +263,7 @@ func testChangeScope(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testPostMessage(t *testing.T, s conversations.Store) {
+func testPostMessage(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusSnoozed, "usr_1", "usr_2")
@@ -301,7 +301,7 @@ func testPostMessage(t *testing.T, s conversations.Store) {
 
 // testConcurrentPosts: lastMessageAt ends at the newest message and
 // updatedAt never before it, however posts interleave.
-func testConcurrentPosts(t *testing.T, s conversations.Store) {
+func testConcurrentPosts(t *testing.T, s *conversations.Service) {
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
 	const n = 10
@@ -329,7 +329,7 @@ func testConcurrentPosts(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testPostWithGivenID(t *testing.T, s conversations.Store) {
+func testPostWithGivenID(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
@@ -348,7 +348,7 @@ func testPostWithGivenID(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testMessagePaging(t *testing.T, s conversations.Store) {
+func testMessagePaging(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
@@ -383,7 +383,7 @@ func testMessagePaging(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testMessageScope(t *testing.T, s conversations.Store) {
+func testMessageScope(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	a := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
 	b := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
@@ -400,15 +400,16 @@ func testMessageScope(t *testing.T, s conversations.Store) {
 // testRepairByRead: a post that stopped after its first write (the
 // message stored, the conversation not told) loses nothing: the message is
 // listed, and the read records it in the conversation.
-func testRepairByRead(t *testing.T, s conversations.Store) {
+func testRepairByRead(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	for _, read := range []string{"list", "get"} {
 		c := create(t, s, "acc_1", "", conversations.StatusSnoozed, "usr_1")
-		m, err := s.InsertMessage(ctx, conversations.Message{
-			AccountID: "acc_1", ConversationID: c.ID, Author: "usr_1", Body: "stopped", CreatedAt: c.UpdatedAt.Add(time.Second),
-		})
-		if err != nil {
+		m := conversations.Message{
+			ID: conversations.NewMessageID(), AccountID: "acc_1", ConversationID: c.ID, Author: "usr_1", Body: "stopped",
+			Metadata: []byte(`{}`), CreatedAt: c.UpdatedAt.Add(time.Second),
+		}
+		if err := s.Store.InsertMessage(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 		if stale := get(t, s, who, c.ID); stale.LastMessageAt != nil || stale.Version != c.Version {
@@ -438,12 +439,13 @@ func testRepairByRead(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testRepairByPost(t *testing.T, s conversations.Store) {
+func testRepairByPost(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	who := caller("acc_1", "usr_1")
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
-	stopped, err := s.InsertMessage(ctx, conversations.Message{AccountID: "acc_1", ConversationID: c.ID, Author: "usr_1", Body: "stopped", CreatedAt: c.UpdatedAt})
-	if err != nil {
+	stopped := conversations.Message{ID: conversations.NewMessageID(), AccountID: "acc_1", ConversationID: c.ID, Author: "usr_1",
+		Body: "stopped", Metadata: []byte(`{}`), CreatedAt: c.UpdatedAt}
+	if err := s.Store.InsertMessage(ctx, stopped); err != nil {
 		t.Fatal(err)
 	}
 	next := post(t, s, who, c.ID, "next")
@@ -453,7 +455,7 @@ func testRepairByPost(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testIdempotencyClaim(t *testing.T, s conversations.Store) {
+func testIdempotencyClaim(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	key := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: "k1"}
 	first, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f1", ResourceID: "r1"})
@@ -490,7 +492,7 @@ func testIdempotencyClaim(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testIdempotencyRace(t *testing.T, s conversations.Store) {
+func testIdempotencyRace(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	for round := range 5 {
 		key := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: fmt.Sprint("race-", round)}
@@ -515,7 +517,7 @@ func testIdempotencyRace(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testIdempotencyPurge(t *testing.T, s conversations.Store) {
+func testIdempotencyPurge(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	key := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: "old"}
 	rec, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f", ResourceID: "r"})

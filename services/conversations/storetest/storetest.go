@@ -1,6 +1,7 @@
-// Package storetest is the behaviour of a conversations.Store, written once
-// as tests (after Dex's storage conformance suite) and run by every
-// implementation:
+// Package storetest is the behaviour of the conversations service, the
+// rules of conversations.Service over a real conversations.Store, written
+// once as tests (after Dex's storage conformance suite) and run by every
+// store implementation, never a mock:
 //
 //	func TestStore(t *testing.T) { storetest.Run(t, func(t *testing.T) conversations.Store { ... }) }
 package storetest
@@ -22,7 +23,7 @@ type NewStore func(t *testing.T) conversations.Store
 func Run(t *testing.T, newStore NewStore) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s conversations.Store)
+		fn   func(t *testing.T, s *conversations.Service)
 	}{
 		{"CreateAndGet", testCreateAndGet},
 		{"GetIsScopedByAccountAndParticipant", testGetScope},
@@ -54,11 +55,11 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ServiceClientChangesAndPostsAcrossItsAccount", testClientChangesItsAccount},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, &conversations.Service{Store: newStore(t)}) })
 	}
 }
 
-func create(t *testing.T, s conversations.Store, accountID, subject string, status conversations.Status, participants ...string) conversations.Conversation {
+func create(t *testing.T, s *conversations.Service, accountID, subject string, status conversations.Status, participants ...string) conversations.Conversation {
 	t.Helper()
 	c, err := s.CreateConversation(context.Background(), conversations.Caller{AccountID: accountID, ID: participants[0]}, conversations.Conversation{
 		AccountID: accountID, Subject: subject, Status: status, Participants: participants,
@@ -70,7 +71,7 @@ func create(t *testing.T, s conversations.Store, accountID, subject string, stat
 }
 
 // listAll follows Next from the first page and returns every page.
-func listAll(t *testing.T, s conversations.Store, q conversations.ListQuery) [][]conversations.Conversation {
+func listAll(t *testing.T, s *conversations.Service, q conversations.ListQuery) [][]conversations.Conversation {
 	t.Helper()
 	var pages [][]conversations.Conversation
 	for range 1000 {
@@ -105,7 +106,7 @@ func inListOrder(a, b conversations.Conversation) bool {
 	return a.ID > b.ID
 }
 
-func testCreateAndGet(t *testing.T, s conversations.Store) {
+func testCreateAndGet(t *testing.T, s *conversations.Service) {
 	c := create(t, s, "acc_1", "Hello", conversations.StatusOpen, "usr_1", "usr_2")
 	if c.ID == "" || c.CreatedAt.IsZero() || !c.CreatedAt.Equal(c.UpdatedAt) || c.LastMessageAt != nil {
 		t.Fatalf("created = %+v", c)
@@ -119,7 +120,7 @@ func testCreateAndGet(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testGetScope(t *testing.T, s conversations.Store) {
+func testGetScope(t *testing.T, s *conversations.Service) {
 	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
 	for name, q := range map[string][3]string{
 		"other account":     {"acc_2", "usr_1", c.ID},
@@ -132,14 +133,14 @@ func testGetScope(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testEmptyList(t *testing.T, s conversations.Store) {
+func testEmptyList(t *testing.T, s *conversations.Service) {
 	page, err := s.ListConversations(context.Background(), conversations.ListQuery{Caller: conversations.Caller{AccountID: "acc_1", ID: "usr_1"}, Limit: 10})
 	if err != nil || page.Conversations == nil || len(page.Conversations) != 0 || page.Next != nil {
 		t.Fatalf("empty list = %#v, %v", page, err)
 	}
 }
 
-func testPaging(t *testing.T, s conversations.Store) {
+func testPaging(t *testing.T, s *conversations.Service) {
 	var all []conversations.Conversation
 	for i := range 25 {
 		all = append(all, create(t, s, "acc_1", fmt.Sprint(i), conversations.StatusOpen, "usr_1"))
@@ -167,7 +168,7 @@ func pageSizes(pages [][]conversations.Conversation) []int {
 	return n
 }
 
-func testExactPages(t *testing.T, s conversations.Store) {
+func testExactPages(t *testing.T, s *conversations.Service) {
 	for range 4 {
 		create(t, s, "acc_1", "", conversations.StatusOpen, "usr_1")
 	}
@@ -177,7 +178,7 @@ func testExactPages(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testInsertsWhilePaging(t *testing.T, s conversations.Store) {
+func testInsertsWhilePaging(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	existing := map[string]bool{}
 	for range 12 {
@@ -212,7 +213,7 @@ func testInsertsWhilePaging(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testStatusFilter(t *testing.T, s conversations.Store) {
+func testStatusFilter(t *testing.T, s *conversations.Service) {
 	want := map[conversations.Status]int{conversations.StatusOpen: 3, conversations.StatusSnoozed: 2, conversations.StatusClosed: 4}
 	for status, n := range want {
 		for range n {
@@ -233,7 +234,7 @@ func testStatusFilter(t *testing.T, s conversations.Store) {
 	}
 }
 
-func testListIsolation(t *testing.T, s conversations.Store) {
+func testListIsolation(t *testing.T, s *conversations.Service) {
 	// Two accounts, two users each; user ids repeat across accounts on
 	// purpose: the account scopes them.
 	mine := map[[2]string][]string{}

@@ -13,15 +13,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 )
 
 // adminEnv is what operator commands work with.
 type adminEnv struct {
-	store  *mongo.Store
+	store  *mongostore.Store
 	hasher *password.Hasher
 	// secretOverlap is rotate-client-secret's default --overlap.
 	secretOverlap time.Duration
@@ -51,12 +51,12 @@ var adminCommands = map[string]adminCommand{
 }
 
 func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
-	client, err := mongodb.Connect(cfg.MongoDBURI, cfg.MongoDBTimeout)
+	client, err := mongoconn.Connect(cfg.MongoDBURI, cfg.MongoDBTimeout)
 	if err != nil {
 		return adminEnv{}, nil, err
 	}
 	closeFn := func() { _ = client.Disconnect(context.WithoutCancel(ctx)) }
-	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 	if err := store.EnsureIndexes(ctx); err != nil {
 		closeFn()
 		return adminEnv{}, nil, err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 // credentialsIn picks the client_id and client_secret lines out of a
@@ -39,7 +39,7 @@ func TestClientCommands(t *testing.T) {
 	t.Setenv("ACCOUNT_CLIENT_SECRET_OVERLAP", "1h")
 	// The credentials the commands print are checked the way the token
 	// endpoint checks them.
-	store := mongo.New(mongotest.Client(t).Database(os.Getenv("ACCOUNT_MONGODB_DATABASE")))
+	store := mongostore.New(mongotest.Client(t).Database(os.Getenv("ACCOUNT_MONGODB_DATABASE")))
 	auth := account.ClientAuthenticator{Clients: store}
 	works := func(what, id, secret string, want bool) {
 		t.Helper()

@@ -18,7 +18,7 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 	"github.com/acme/platform/services/account/signing"
 )
@@ -45,7 +45,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnectReadiness()
-	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
 	registry := servicecmd.NewRegistry()
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency, Metrics: registry})
@@ -105,7 +105,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 
 // newAPIHandler wires the API. It reads nothing from the database, so it
 // runs before the service listens and fails only on configuration.
-func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Registerer, store *mongo.Store,
+func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Registerer, store *mongostore.Store,
 	hasher *password.Hasher, keys token.KeyringProvider) (http.Handler, error) {
 	issuer, err := token.NewIssuer(token.IssuerConfig{
 		Issuer:     cfg.Issuer,

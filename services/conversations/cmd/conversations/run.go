@@ -15,9 +15,10 @@ import (
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 const usage = `conversations runs the conversations service (Interface B).
@@ -85,7 +86,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		return err
 	}
 	defer disconnectReadiness()
-	store := mongo.New(client.Database(cfg.MongoDBDatabase))
+	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
 	registry := servicecmd.NewRegistry()
 	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
@@ -119,7 +120,8 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	background.Go(func() {
-		servicecmd.PurgeEvery(ctx, logger, time.Hour, "idempotency keys", store.PurgeIdempotencyKeys)
+		service := &conversations.Service{Store: store, Logger: logger}
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "idempotency keys", service.PurgeIdempotencyKeys)
 	})
 
 	return servicecmd.Service{

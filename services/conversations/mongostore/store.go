@@ -1,4 +1,4 @@
-// Package mongo implements the conversations store on MongoDB
+// Package mongostore implements the conversations store on MongoDB
 // (go.mongodb.org/mongo-driver/v2).
 //
 // Collections, their documents, and the indexes (created at start,
@@ -53,21 +53,21 @@
 //
 // No write spans two documents in a transaction. A change of a
 // conversation is one compare-and-set on its version; a post is two writes
-// in a fixed order (see conversations.MessageStore and messages.go).
-package mongo
+// in a fixed order (see conversations.Service.PostMessage). The store
+// decides no rule: the conversations.Service above it does.
+package mongostore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -77,7 +77,6 @@ type Store struct {
 	messages      *mongo.Collection
 	idempotency   *mongo.Collection
 	settings      *mongo.Collection
-	now           func() time.Time
 }
 
 var _ conversations.Store = (*Store)(nil)
@@ -89,16 +88,7 @@ func New(db *mongo.Database) *Store {
 		messages:      db.Collection("messages"),
 		idempotency:   db.Collection("idempotency_keys"),
 		settings:      db.Collection("settings"),
-		now:           func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
-}
-
-// WithClock returns a copy of s that reads the time from now instead of the
-// system clock, for tests of rules that depend on time (key expiry).
-func (s *Store) WithClock(now func() time.Time) *Store {
-	c := *s
-	c.now = func() time.Time { return now().UTC().Truncate(time.Millisecond) }
-	return &c
 }
 
 // EnsureIndexes creates the indexes of the package doc; a no-op when they
@@ -145,7 +135,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	// createIndexes with several indexes meets existing ones.
 	for _, ix := range indexes {
 		if _, err := ix.coll.Indexes().CreateOne(ctx, ix.model); err != nil {
-			return mongodb.Wrap(err, "create indexes of "+ix.coll.Name())
+			return mongoconn.Wrap(err, "create indexes of "+ix.coll.Name())
 		}
 	}
 	return nil
@@ -154,7 +144,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 // LoadOrCreateSecret returns the named secret, generating and storing it on
 // first use, so that every replica shares it (the cursor MAC key).
 func (s *Store) LoadOrCreateSecret(ctx context.Context, name string, generate func() (string, error)) (string, error) {
-	return mongodb.LoadOrCreate(ctx, s.settings, name, generate)
+	return mongoconn.LoadOrCreate(ctx, s.settings, name, generate)
 }
 
 type conversationDoc struct {
@@ -170,82 +160,59 @@ type conversationDoc struct {
 	Version int64 `bson:"version"`
 }
 
-// visibleTo is Caller.MayAccess as a query filter: the conversations of
-// the caller's account in which the caller takes part, or every one of the
-// account for a service client. Every read and every change of a
-// conversation starts from it.
-func visibleTo(who conversations.Caller) bson.D {
-	if who.Client {
-		return bson.D{{Key: "account_id", Value: who.AccountID}}
+// listFilter and listIndex are a ConversationQuery as a filter and the
+// index that serves it (see the package doc): the conversations of one
+// account, of one participant unless the query keeps every one (a service
+// client's listing), with or without a status.
+func listFilter(q conversations.ConversationQuery) (bson.D, string) {
+	filter := bson.D{{Key: "account_id", Value: q.AccountID}}
+	hint := "by_account"
+	if q.Participant != "" {
+		filter = append(filter, bson.E{Key: "participants", Value: q.Participant})
+		hint = "by_participant"
 	}
-	return bson.D{
-		{Key: "account_id", Value: who.AccountID},
-		{Key: "participants", Value: who.ID},
-	}
-}
-
-// listIndex is the index that serves a listing of visibleTo(who), with or
-// without a status filter (see the package doc).
-func listIndex(who conversations.Caller, byStatus bool) string {
-	name := "by_participant"
-	if who.Client {
-		name = "by_account"
-	}
-	if byStatus {
-		name += "_status"
-	}
-	return name
-}
-
-// CreateConversation implements conversations.ConversationStore.
-func (s *Store) CreateConversation(ctx context.Context, who conversations.Caller, c conversations.Conversation) (conversations.Conversation, error) {
-	now := s.now()
-	if c.ID == "" {
-		c.ID = conversations.NewConversationID()
-	}
-	c.CreatedAt, c.UpdatedAt, c.Version = now, now, 1
-	_, err := s.conversations.InsertOne(ctx, toDoc(c))
-	if mongo.IsDuplicateKeyError(err) {
-		// An idempotent retry whose first attempt stored it.
-		return s.GetConversation(ctx, who, c.ID)
-	}
-	if err != nil {
-		return conversations.Conversation{}, mongodb.Wrap(err, "create conversation")
-	}
-	return c, nil
-}
-
-// GetConversation implements conversations.ConversationStore.
-func (s *Store) GetConversation(ctx context.Context, who conversations.Caller, id string) (conversations.Conversation, error) {
-	var d conversationDoc
-	err := s.conversations.FindOne(ctx, append(bson.D{{Key: "_id", Value: id}}, visibleTo(who)...)).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, conversations.ErrNotFound)
-	}
-	if err != nil {
-		return conversations.Conversation{}, mongodb.Wrap(err, "get conversation")
-	}
-	return d.domain(), nil
-}
-
-// ListConversations returns one page in the order updatedAt descending,
-// then id descending, starting strictly after q.After.
-func (s *Store) ListConversations(ctx context.Context, q conversations.ListQuery) (conversations.Page, error) {
-	filter := visibleTo(q.Caller)
-	hint := listIndex(q.Caller, q.Status != "")
 	if q.Status != "" {
 		filter = append(filter, bson.E{Key: "status", Value: string(q.Status)})
+		hint += "_status"
 	}
 	if q.UpdatedAfter != nil {
 		// The same index: updated_at follows the equality fields.
 		filter = append(filter, bson.E{Key: "updated_at", Value: bson.D{{Key: "$gt", Value: q.UpdatedAfter.UTC()}}})
 	}
+	return filter, hint
+}
+
+// InsertConversation implements conversations.ConversationStore.
+func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation) error {
+	_, err := s.conversations.InsertOne(ctx, toDoc(c))
+	if mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("conversation %q: %w", c.ID, conversations.ErrDuplicateID)
+	}
+	return mongoconn.Wrap(err, "insert conversation")
+}
+
+// FindConversation implements conversations.ConversationStore.
+func (s *Store) FindConversation(ctx context.Context, accountID, id string) (conversations.Conversation, error) {
+	var d conversationDoc
+	err := s.conversations.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, conversations.ErrNotFound)
+	}
+	if err != nil {
+		return conversations.Conversation{}, mongoconn.Wrap(err, "get conversation")
+	}
+	return d.domain(), nil
+}
+
+// ListConversations implements conversations.ConversationStore.
+func (s *Store) ListConversations(ctx context.Context, q conversations.ConversationQuery) (conversations.Page, error) {
+	filter, hint := listFilter(q)
 	items, next, err := findPage(ctx, s.conversations, filter, "updated_at", hint, q.After, q.Limit,
 		conversationDoc.domain, func(c conversations.Conversation) conversations.Position {
 			return conversations.Position{Time: c.UpdatedAt, ID: c.ID}
 		})
 	if err != nil {
-		return conversations.Page{}, mongodb.Wrap(err, "list conversations")
+		return conversations.Page{}, mongoconn.Wrap(err, "list conversations")
 	}
 	return conversations.Page{Conversations: items, Next: next}, nil
 }
@@ -292,84 +259,17 @@ func keysetAfter(field string, pos conversations.Position) bson.E {
 	}}
 }
 
-// UpdateConversation implements conversations.ConversationStore.
-func (s *Store) UpdateConversation(ctx context.Context, who conversations.Caller, id string, patch conversations.Patch, cond conversations.Precondition) (conversations.Conversation, error) {
-	return s.change(ctx, who, id, cond, nil, func(c *conversations.Conversation, now time.Time) (bool, error) {
-		return patch.Apply(c, now), nil
-	})
-}
-
-// AddParticipant implements conversations.ConversationStore.
-func (s *Store) AddParticipant(ctx context.Context, who conversations.Caller, id, userID string, cond conversations.Precondition) (conversations.Conversation, error) {
-	return s.change(ctx, who, id, cond, nil, func(c *conversations.Conversation, now time.Time) (bool, error) {
-		return c.AddParticipant(userID, now)
-	})
-}
-
-// RemoveParticipant implements conversations.ConversationStore.
-func (s *Store) RemoveParticipant(ctx context.Context, who conversations.Caller, id, userID string, cond conversations.Precondition) (conversations.Conversation, error) {
-	return s.change(ctx, who, id, cond, nil, func(c *conversations.Conversation, now time.Time) (bool, error) {
-		return c.RemoveParticipant(userID, now)
-	})
-}
-
-// change reads the conversation id who may access (or starts from read,
-// when the caller has just read it), applies apply to a copy, and writes
-// the result with one compare-and-set on the version it read. A lost
-// compare-and-set means another change came first: with an If-Match that
-// names versions, that is a 412 (the caller's tag is stale now); otherwise
-// the change is applied again to the new state, up to MaxChangeAttempts
-// times. A change that changes nothing writes nothing.
-func (s *Store) change(ctx context.Context, who conversations.Caller, id string, cond conversations.Precondition,
-	read *conversations.Conversation, apply func(c *conversations.Conversation, now time.Time) (bool, error)) (conversations.Conversation, error) {
-	for range conversations.MaxChangeAttempts {
-		var cur conversations.Conversation
-		if read != nil {
-			cur, read = *read, nil
-		} else {
-			var err error
-			if cur, err = s.GetConversation(ctx, who, id); err != nil {
-				return conversations.Conversation{}, err
-			}
-		}
-		if !cond.Matches(cur.Version) {
-			return conversations.Conversation{}, fmt.Errorf("conversation %q at version %d: %w", id, cur.Version, conversations.ErrPreconditionFailed)
-		}
-		next := cur
-		next.Participants = slices.Clone(cur.Participants)
-		changed, err := apply(&next, s.now())
-		if err != nil {
-			return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, err)
-		}
-		if !changed {
-			return cur, nil
-		}
-		next.Version = cur.Version + 1
-		won, err := s.compareAndSet(ctx, cur.Version, next)
-		if err != nil {
-			return conversations.Conversation{}, err
-		}
-		if won {
-			return next, nil
-		}
-		if cond.Given && !cond.Any {
-			return conversations.Conversation{}, fmt.Errorf("conversation %q changed after version %d: %w", id, cur.Version, conversations.ErrPreconditionFailed)
-		}
-	}
-	return conversations.Conversation{}, fmt.Errorf("conversation %q: %w", id, conversations.ErrContended)
-}
-
-// compareAndSet stores next if the stored document is still at version
-// from: one conditional single-document update.
-func (s *Store) compareAndSet(ctx context.Context, from int64, next conversations.Conversation) (bool, error) {
-	filter := bson.D{{Key: "_id", Value: next.ID}, {Key: "account_id", Value: next.AccountID}}
-	if from == 0 {
+// SaveConversation implements conversations.ConversationStore: one
+// conditional single-document update on {_id, account_id, version}.
+func (s *Store) SaveConversation(ctx context.Context, ch conversations.Change) (bool, error) {
+	filter := bson.D{{Key: "_id", Value: ch.From.ID}, {Key: "account_id", Value: ch.From.AccountID}}
+	if ch.From.Version == 0 {
 		// Written before versions existed: no version field yet.
 		filter = append(filter, bson.E{Key: "version", Value: bson.D{{Key: "$exists", Value: false}}})
 	} else {
-		filter = append(filter, bson.E{Key: "version", Value: from})
+		filter = append(filter, bson.E{Key: "version", Value: ch.From.Version})
 	}
-	d := toDoc(next)
+	d := toDoc(ch.To)
 	res, err := s.conversations.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "subject", Value: d.Subject},
 		{Key: "status", Value: d.Status},
@@ -379,7 +279,7 @@ func (s *Store) compareAndSet(ctx context.Context, from int64, next conversation
 		{Key: "version", Value: d.Version},
 	}}})
 	if err != nil {
-		return false, mongodb.Wrap(err, "update conversation")
+		return false, mongoconn.Wrap(err, "update conversation")
 	}
 	return res.MatchedCount == 1, nil
 }

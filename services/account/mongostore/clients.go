@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
 )
 
@@ -38,7 +38,7 @@ func (s *Store) CreateClient(ctx context.Context, c account.ServiceClient) (acco
 	c.ID, c.CreatedAt, c.UpdatedAt = newID("cli"), now, now
 	c.PreviousSecretHash, c.PreviousSecretExpiresAt = "", time.Time{}
 	if _, err := s.clients.InsertOne(ctx, toClientDoc(c)); err != nil {
-		return account.ServiceClient{}, mongodb.Wrap(err, "create client")
+		return account.ServiceClient{}, mongoconn.Wrap(err, "create client")
 	}
 	return c, nil
 }
@@ -51,7 +51,7 @@ func (s *Store) ClientByID(ctx context.Context, clientID string) (account.Servic
 		return account.ServiceClient{}, fmt.Errorf("client %q: %w", clientID, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.ServiceClient{}, mongodb.Wrap(err, "find client")
+		return account.ServiceClient{}, mongoconn.Wrap(err, "find client")
 	}
 	return doc.domain(), nil
 }
@@ -61,7 +61,7 @@ func (s *Store) ClientByID(ctx context.Context, clientID string) (account.Servic
 func (s *Store) ListClients(ctx context.Context, accountID string) ([]account.ServiceClient, error) {
 	clients, err := listOfAccount(ctx, s.clients, accountID, account.MaxClientsPerAccount, clientDoc.domain)
 	if err != nil {
-		return nil, mongodb.Wrap(err, "list clients")
+		return nil, mongoconn.Wrap(err, "list clients")
 	}
 	return clients, nil
 }
@@ -83,7 +83,7 @@ func (s *Store) RotateClientSecret(ctx context.Context, accountID, clientID, cur
 			{Key: "updated_at", Value: s.now()},
 		}}})
 	if err != nil {
-		return mongodb.Wrap(err, "rotate client secret")
+		return mongoconn.Wrap(err, "rotate client secret")
 	}
 	if res.MatchedCount == 1 {
 		return nil
@@ -105,7 +105,7 @@ func (s *Store) SetClientDisabled(ctx context.Context, accountID, clientID strin
 		bson.D{{Key: "_id", Value: clientID}, {Key: "account_id", Value: accountID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "disabled", Value: disabled}, {Key: "updated_at", Value: s.now()}}}})
 	if err != nil {
-		return mongodb.Wrap(err, "update client")
+		return mongoconn.Wrap(err, "update client")
 	}
 	if res.MatchedCount == 0 {
 		return fmt.Errorf("client %q: %w", clientID, account.ErrNotFound)

@@ -1,4 +1,4 @@
-package mongodb_test
+package mongoconn_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
 )
 
@@ -47,7 +47,7 @@ func TestClassify(t *testing.T) {
 		{"no pooled connection free in time", fmt.Errorf("find: %w", topology.WaitQueueTimeoutError{Wrapped: context.DeadlineExceeded}), false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := mongodb.Classify(tc.err)
+			got := mongoconn.Classify(tc.err)
 			if is := errors.Is(got, problem.ErrUnavailable); is != tc.unavailable {
 				t.Errorf("Classify(%v) is ErrUnavailable: %v, want %v", tc.err, is, tc.unavailable)
 			}
@@ -63,7 +63,7 @@ func TestClassify(t *testing.T) {
 			}
 		})
 	}
-	if mongodb.Classify(nil) != nil {
+	if mongoconn.Classify(nil) != nil {
 		t.Error("Classify(nil) is not nil")
 	}
 }
@@ -75,7 +75,7 @@ func TestPoolSize(t *testing.T) {
 		"mongodb://localhost:27017/?maxPoolSize=0": 100, // unbounded pool: the driver's default bound
 		"mongodb://h1,h2/db?maxPoolSize=250&w=1":   250,
 	} {
-		if got := mongodb.PoolSize(uri); got != want {
+		if got := mongoconn.PoolSize(uri); got != want {
 			t.Errorf("PoolSize(%q) = %d, want %d", uri, got, want)
 		}
 	}

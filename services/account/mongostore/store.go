@@ -1,4 +1,4 @@
-// Package mongo implements the account service's stores on MongoDB
+// Package mongostore implements the account service's stores on MongoDB
 // (go.mongodb.org/mongo-driver/v2).
 //
 // Collections and the indexes that serve every query (created at start,
@@ -14,7 +14,7 @@
 //
 // No operation spans two documents, so no transaction is needed anywhere
 // (and the code runs unchanged on the embedded server used in development).
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
 )
 
@@ -77,7 +77,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	}
 	for _, spec := range specs {
 		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {
-			return mongodb.Wrap(err, "create index on "+spec.coll.Name())
+			return mongoconn.Wrap(err, "create index on "+spec.coll.Name())
 		}
 	}
 	return nil
@@ -96,7 +96,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string) (account.Account
 		if mongo.IsDuplicateKeyError(err) {
 			return account.Account{}, fmt.Errorf("create account %q: %w", doc.Name, account.ErrDuplicate)
 		}
-		return account.Account{}, mongodb.Wrap(err, "create account")
+		return account.Account{}, mongoconn.Wrap(err, "create account")
 	}
 	return doc.domain(), nil
 }
@@ -109,7 +109,7 @@ func (s *Store) AccountByName(ctx context.Context, name string) (account.Account
 		return account.Account{}, fmt.Errorf("account %q: %w", name, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.Account{}, mongodb.Wrap(err, "find account")
+		return account.Account{}, mongoconn.Wrap(err, "find account")
 	}
 	return doc.domain(), nil
 }
@@ -119,11 +119,11 @@ func (s *Store) AccountByName(ctx context.Context, name string) (account.Account
 func (s *Store) ListAccounts(ctx context.Context) ([]account.Account, error) {
 	cur, err := s.accounts.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "name", Value: 1}}))
 	if err != nil {
-		return nil, mongodb.Wrap(err, "list accounts")
+		return nil, mongoconn.Wrap(err, "list accounts")
 	}
 	var docs []accountDoc
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, mongodb.Wrap(err, "list accounts")
+		return nil, mongoconn.Wrap(err, "list accounts")
 	}
 	out := make([]account.Account, 0, len(docs))
 	for _, d := range docs {
@@ -158,7 +158,7 @@ func (s *Store) CreateUser(ctx context.Context, accountID, username, passwordHas
 		if mongo.IsDuplicateKeyError(err) {
 			return account.User{}, fmt.Errorf("create user %q: %w", doc.Username, account.ErrDuplicate)
 		}
-		return account.User{}, mongodb.Wrap(err, "create user")
+		return account.User{}, mongoconn.Wrap(err, "create user")
 	}
 	return doc.domain(), nil
 }
@@ -171,7 +171,7 @@ func (s *Store) UserByName(ctx context.Context, accountID, username string) (acc
 		return account.User{}, fmt.Errorf("user %q: %w", username, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.User{}, mongodb.Wrap(err, "find user")
+		return account.User{}, mongoconn.Wrap(err, "find user")
 	}
 	return doc.domain(), nil
 }
@@ -184,7 +184,7 @@ func (s *Store) UserByID(ctx context.Context, accountID, userID string) (account
 		return account.User{}, fmt.Errorf("user %q: %w", userID, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.User{}, mongodb.Wrap(err, "find user")
+		return account.User{}, mongoconn.Wrap(err, "find user")
 	}
 	return doc.domain(), nil
 }
@@ -203,7 +203,7 @@ func (s *Store) updateUser(ctx context.Context, accountID, username string, set 
 	set = append(set, bson.E{Key: "updated_at", Value: s.now()})
 	res, err := s.users.UpdateOne(ctx, userKey(accountID, username), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		return mongodb.Wrap(err, "update user")
+		return mongoconn.Wrap(err, "update user")
 	}
 	if res.MatchedCount == 0 {
 		return fmt.Errorf("user %q: %w", username, account.ErrNotFound)

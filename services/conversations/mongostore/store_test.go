@@ -1,4 +1,4 @@
-package mongo_test
+package mongostore_test
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
-	"github.com/acme/platform/services/conversations/mongo"
+	"github.com/acme/platform/services/conversations/mongostore"
 	"github.com/acme/platform/services/conversations/storetest"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
 
-func newStore(t *testing.T) *mongo.Store {
-	s := mongo.New(mongotest.New(t))
+func newStore(t *testing.T) *mongostore.Store {
+	s := mongostore.New(mongotest.New(t))
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,8 @@ func TestSecretIsSharedByReplicas(t *testing.T) {
 func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := newStore(t).WithClock(func() time.Time { return t0 })
+	store := newStore(t)
+	s := &conversations.Service{Store: store, Now: func() time.Time { return t0 }}
 	key := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: "k"}
 	if _, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f1", ResourceID: "r1"}); err != nil {
 		t.Fatal(err)
@@ -76,7 +77,7 @@ func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
 		after time.Duration
 		want  string
 	}{{conversations.IdempotencyTTL - time.Millisecond, "f1"}, {conversations.IdempotencyTTL, "f2"}} {
-		later := s.WithClock(func() time.Time { return t0.Add(tc.after) })
+		later := &conversations.Service{Store: store, Now: func() time.Time { return t0.Add(tc.after) }}
 		rec, err := later.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f2", ResourceID: "r2"})
 		if err != nil || rec.Fingerprint != tc.want {
 			t.Fatalf("claim %v later: %+v, %v; want fingerprint %s", tc.after, rec, err, tc.want)
@@ -89,10 +90,11 @@ func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
 func TestDocumentWithoutVersionCanChange(t *testing.T) {
 	ctx := context.Background()
 	db := mongotest.New(t)
-	s := mongo.New(db)
-	if err := s.EnsureIndexes(ctx); err != nil {
+	store := mongostore.New(db)
+	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
+	s := &conversations.Service{Store: store}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if _, err := db.Collection("conversations").InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "cnv_old"}, {Key: "account_id", Value: "acc_1"}, {Key: "subject", Value: "old"},
@@ -126,7 +128,7 @@ func TestDocumentWithoutVersionCanChange(t *testing.T) {
 func TestAccountWideListHasItsIndexes(t *testing.T) {
 	ctx := context.Background()
 	db := mongotest.New(t)
-	if err := mongo.New(db).EnsureIndexes(ctx); err != nil {
+	if err := mongostore.New(db).EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cur, err := db.Collection("conversations").Indexes().List(ctx)

@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -38,20 +38,15 @@ func keyFilter(k conversations.IdempotencyKey) bson.D {
 // ClaimIdempotencyKey implements conversations.IdempotencyStore with one
 // upsert on the unique by_key index: of concurrent claims one inserts, and
 // the others (which read it, or lose the insert with a duplicate key error
-// and read it on their next round) get the same record. A record older
-// than the TTL that the purge has not removed yet is deleted (conditional
-// on its created_at, so that a fresh claim is never deleted) and claimed
-// afresh.
+// and read it on their next round) get the same record.
 func (s *Store) ClaimIdempotencyKey(ctx context.Context, rec conversations.IdempotencyRecord) (conversations.IdempotencyRecord, error) {
-	filter := keyFilter(rec.IdempotencyKey)
 	for range 5 {
-		now := s.now()
 		var d idempotencyDoc
-		err := s.idempotency.FindOneAndUpdate(ctx, filter,
+		err := s.idempotency.FindOneAndUpdate(ctx, keyFilter(rec.IdempotencyKey),
 			bson.D{{Key: "$setOnInsert", Value: bson.D{
 				{Key: "fingerprint", Value: rec.Fingerprint},
 				{Key: "resource_id", Value: rec.ResourceID},
-				{Key: "created_at", Value: now},
+				{Key: "created_at", Value: rec.CreatedAt.UTC()},
 				{Key: "response", Value: nil},
 			}}},
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
@@ -60,16 +55,19 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, rec conversations.Idemp
 			continue // a concurrent claim inserted it: read it next round
 		}
 		if err != nil {
-			return conversations.IdempotencyRecord{}, mongodb.Wrap(err, "claim idempotency key")
+			return conversations.IdempotencyRecord{}, mongoconn.Wrap(err, "claim idempotency key")
 		}
-		if now.Sub(d.CreatedAt) < conversations.IdempotencyTTL {
-			return d.domain(), nil
-		}
-		if _, err := s.idempotency.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "created_at", Value: d.CreatedAt}}); err != nil {
-			return conversations.IdempotencyRecord{}, mongodb.Wrap(err, "expire idempotency key")
-		}
+		return d.domain(), nil
 	}
-	return conversations.IdempotencyRecord{}, fmt.Errorf("claim idempotency key: claimed and expired concurrently too often")
+	return conversations.IdempotencyRecord{}, fmt.Errorf("claim idempotency key: lost the upsert too often")
+}
+
+// DeleteIdempotencyKey implements conversations.IdempotencyStore: one
+// delete conditional on created_at.
+func (s *Store) DeleteIdempotencyKey(ctx context.Context, rec conversations.IdempotencyRecord) error {
+	filter := append(keyFilter(rec.IdempotencyKey), bson.E{Key: "created_at", Value: rec.CreatedAt.UTC()})
+	_, err := s.idempotency.DeleteOne(ctx, filter)
+	return mongoconn.Wrap(err, "expire idempotency key")
 }
 
 // SaveIdempotentResponse implements conversations.IdempotencyStore: one
@@ -79,17 +77,15 @@ func (s *Store) SaveIdempotentResponse(ctx context.Context, key conversations.Id
 	_, err := s.idempotency.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "response", Value: responseDoc{
 		Status: resp.Status, Location: resp.Location, ETag: resp.ETag, Body: resp.Body,
 	}}}}})
-	return mongodb.Wrap(err, "save idempotent response")
+	return mongoconn.Wrap(err, "save idempotent response")
 }
 
-// PurgeIdempotencyKeys implements conversations.IdempotencyStore; the
-// by_created_at index keeps it cheap.
-func (s *Store) PurgeIdempotencyKeys(ctx context.Context, t time.Time) (int64, error) {
-	res, err := s.idempotency.DeleteMany(ctx, bson.D{{Key: "created_at", Value: bson.D{
-		{Key: "$lte", Value: t.UTC().Add(-conversations.IdempotencyTTL)},
-	}}})
+// DeleteIdempotencyKeysBefore implements conversations.IdempotencyStore;
+// the by_created_at index keeps it cheap.
+func (s *Store) DeleteIdempotencyKeysBefore(ctx context.Context, t time.Time) (int64, error) {
+	res, err := s.idempotency.DeleteMany(ctx, bson.D{{Key: "created_at", Value: bson.D{{Key: "$lte", Value: t.UTC()}}}})
 	if err != nil {
-		return 0, mongodb.Wrap(err, "purge idempotency keys")
+		return 0, mongoconn.Wrap(err, "purge idempotency keys")
 	}
 	return res.DeletedCount, nil
 }

@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
 )
 
@@ -132,7 +132,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 			return s.allowAttempt(ctx, doc, now, limit)
 		}
 		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return false, account.ThrottleState{}, mongodb.Wrap(err, "count login attempt")
+			return false, account.ThrottleState{}, mongoconn.Wrap(err, "count login attempt")
 		}
 
 		// Start a new window (or the first).
@@ -156,7 +156,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 			return s.allowAttempt(ctx, doc, now, limit)
 		}
 		if !mongo.IsDuplicateKeyError(err) {
-			return false, account.ThrottleState{}, mongodb.Wrap(err, "start login throttle window")
+			return false, account.ThrottleState{}, mongoconn.Wrap(err, "start login throttle window")
 		}
 
 		// The document exists and neither rule applied: it is locked, or
@@ -167,7 +167,7 @@ func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time,
 			if errors.Is(err, mongo.ErrNoDocuments) {
 				continue // reset by a success meanwhile
 			}
-			return false, account.ThrottleState{}, mongodb.Wrap(err, "read login throttle")
+			return false, account.ThrottleState{}, mongoconn.Wrap(err, "read login throttle")
 		}
 		switch {
 		case doc.LockedUntil.After(now):
@@ -244,7 +244,7 @@ func (s *Store) lockThrottle(ctx context.Context, doc throttleDoc, now time.Time
 		}
 	}
 	if err != nil {
-		return throttleDoc{}, mongodb.Wrap(err, "lock login throttle")
+		return throttleDoc{}, mongoconn.Wrap(err, "lock login throttle")
 	}
 	return doc, nil
 }
@@ -267,7 +267,7 @@ func (s *Store) releasePending(ctx context.Context, doc throttleDoc) error {
 			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -doc.Pending}}},
 			{Key: "$set", Value: bson.D{{Key: "pending", Value: 0}}},
 		})
-	return mongodb.Wrap(err, "release pending login attempts")
+	return mongoconn.Wrap(err, "release pending login attempts")
 }
 
 // adoptLegacyCounter gives a counter written by the previous version (no
@@ -285,7 +285,7 @@ func (s *Store) adoptLegacyCounter(ctx context.Context, doc throttleDoc) error {
 			}},
 			{Key: "$unset", Value: bson.D{{Key: "count", Value: ""}}},
 		})
-	return mongodb.Wrap(err, "adopt login throttle counter")
+	return mongoconn.Wrap(err, "adopt login throttle counter")
 }
 
 // FailLoginAttempt implements account.LoginThrottleStore.
@@ -317,7 +317,7 @@ func (s *Store) FailLoginAttempt(ctx context.Context, key, window string, now ti
 		}
 	}
 	if err != nil {
-		return mongodb.Wrap(err, "count failed login attempt")
+		return mongoconn.Wrap(err, "count failed login attempt")
 	}
 	if limit.Enabled() && doc.full(now, limit) && doc.allFailed() {
 		_, err = s.lockThrottle(ctx, doc, now, limit)
@@ -334,7 +334,7 @@ func (s *Store) RenewLoginAttempt(ctx context.Context, key, window string, until
 			{Key: "pending", Value: bson.D{{Key: "$gt", Value: 0}}},
 		},
 		bson.D{{Key: "$max", Value: bson.D{{Key: "pending_until", Value: dbTime(until)}}}})
-	return mongodb.Wrap(err, "renew login attempt")
+	return mongoconn.Wrap(err, "renew login attempt")
 }
 
 // RefundLoginAttempt implements account.LoginThrottleStore.
@@ -346,13 +346,13 @@ func (s *Store) RefundLoginAttempt(ctx context.Context, key, window string) erro
 			{Key: "pending", Value: bson.D{{Key: "$gt", Value: 0}}},
 		},
 		bson.D{{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -1}, {Key: "pending", Value: -1}}}})
-	return mongodb.Wrap(err, "refund login attempt")
+	return mongoconn.Wrap(err, "refund login attempt")
 }
 
 // ResetLoginThrottle implements account.LoginThrottleStore.
 func (s *Store) ResetLoginThrottle(ctx context.Context, key string) error {
 	_, err := s.throttle.DeleteOne(ctx, bson.D{{Key: "_id", Value: key}})
-	return mongodb.Wrap(err, "reset login throttle")
+	return mongoconn.Wrap(err, "reset login throttle")
 }
 
 // LoginThrottleState implements account.LoginThrottleStore.
@@ -363,7 +363,7 @@ func (s *Store) LoginThrottleState(ctx context.Context, key string) (account.Thr
 		return account.ThrottleState{}, nil
 	}
 	if err != nil {
-		return account.ThrottleState{}, mongodb.Wrap(err, "read login throttle")
+		return account.ThrottleState{}, mongoconn.Wrap(err, "read login throttle")
 	}
 	return doc.domain(), nil
 }
@@ -373,7 +373,7 @@ func (s *Store) LoginThrottleState(ctx context.Context, key string) (account.Thr
 func (s *Store) PurgeLoginThrottle(ctx context.Context, t time.Time) (int64, error) {
 	res, err := s.throttle.DeleteMany(ctx, bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: t.UTC()}}}})
 	if err != nil {
-		return 0, mongodb.Wrap(err, "purge login throttle")
+		return 0, mongoconn.Wrap(err, "purge login throttle")
 	}
 	return res.DeletedCount, nil
 }

@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
 )
 
@@ -33,7 +33,7 @@ func (s *Store) CreateDefinition(ctx context.Context, d account.Definition) (acc
 	now := s.now()
 	d.ID, d.CreatedAt, d.UpdatedAt = newID("def"), now, now
 	if _, err := s.definitions.InsertOne(ctx, toDefinitionDoc(d)); err != nil {
-		return account.Definition{}, mongodb.Wrap(err, "create definition")
+		return account.Definition{}, mongoconn.Wrap(err, "create definition")
 	}
 	return d, nil
 }
@@ -42,7 +42,7 @@ func (s *Store) CreateDefinition(ctx context.Context, d account.Definition) (acc
 func (s *Store) ListDefinitions(ctx context.Context, accountID string) ([]account.Definition, error) {
 	defs, err := listOfAccount(ctx, s.definitions, accountID, account.MaxDefinitionsPerAcc, definitionDoc.domain)
 	if err != nil {
-		return nil, mongodb.Wrap(err, "list definitions")
+		return nil, mongoconn.Wrap(err, "list definitions")
 	}
 	return defs, nil
 }
@@ -77,7 +77,7 @@ func (s *Store) GetDefinition(ctx context.Context, accountID, id string) (accoun
 		return account.Definition{}, fmt.Errorf("definition %q: %w", id, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.Definition{}, mongodb.Wrap(err, "get definition")
+		return account.Definition{}, mongoconn.Wrap(err, "get definition")
 	}
 	return doc.domain(), nil
 }
@@ -100,7 +100,7 @@ func (s *Store) ReplaceDefinition(ctx context.Context, d account.Definition) (ac
 		return account.Definition{}, fmt.Errorf("definition %q: %w", d.ID, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.Definition{}, mongodb.Wrap(err, "replace definition")
+		return account.Definition{}, mongoconn.Wrap(err, "replace definition")
 	}
 	return doc.domain(), nil
 }
@@ -109,7 +109,7 @@ func (s *Store) ReplaceDefinition(ctx context.Context, d account.Definition) (ac
 func (s *Store) DeleteDefinition(ctx context.Context, accountID, id string) error {
 	res, err := s.definitions.DeleteOne(ctx, definitionKey(accountID, id))
 	if err != nil {
-		return mongodb.Wrap(err, "delete definition")
+		return mongoconn.Wrap(err, "delete definition")
 	}
 	if res.DeletedCount == 0 {
 		return fmt.Errorf("definition %q: %w", id, account.ErrNotFound)

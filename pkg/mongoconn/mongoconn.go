@@ -1,9 +1,9 @@
-// Package mongodb holds what both services need around the MongoDB driver:
+// Package mongoconn holds what both services need around the MongoDB driver:
 // a client with timeouts that suit a request path, a readiness check on a
 // connection of its own, and the classification of driver errors into "the
 // database is unreachable" (a 503 that heals by itself), "no pooled
 // connection free in time" (the overloaded 503) and everything else.
-package mongodb
+package mongoconn
 
 import (
 	"context"

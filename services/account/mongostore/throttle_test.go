@@ -1,4 +1,4 @@
-package mongo_test
+package mongostore_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 )
 
 // TestThrottleCountersOfThePreviousVersion: counters written before
@@ -19,7 +19,7 @@ import (
 func TestThrottleCountersOfThePreviousVersion(t *testing.T) {
 	ctx := context.Background()
 	db := mongotest.New(t)
-	s := mongo.New(db)
+	s := mongostore.New(db)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

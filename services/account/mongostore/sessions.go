@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
 )
 
@@ -38,7 +38,7 @@ func (s *Store) CreateSession(ctx context.Context, sess account.Session) error {
 		ExpiresAt: sess.ExpiresAt.UTC().Truncate(time.Millisecond),
 	}
 	if _, err := s.sessions.InsertOne(ctx, doc); err != nil {
-		return mongodb.Wrap(err, "create session")
+		return mongoconn.Wrap(err, "create session")
 	}
 	return nil
 }
@@ -62,7 +62,7 @@ func (s *Store) RotateRefresh(ctx context.Context, accountID, id, presented, nex
 			{Key: "expires_at", Value: expiresAt.UTC().Truncate(time.Millisecond)},
 		}}})
 	if err != nil {
-		return mongodb.Wrap(err, "rotate refresh token")
+		return mongoconn.Wrap(err, "rotate refresh token")
 	}
 	if res.MatchedCount == 1 {
 		return nil
@@ -85,7 +85,7 @@ func (s *Store) SessionByID(ctx context.Context, accountID, id string) (account.
 		return account.Session{}, fmt.Errorf("session %q: %w", id, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.Session{}, mongodb.Wrap(err, "load session")
+		return account.Session{}, mongoconn.Wrap(err, "load session")
 	}
 	return doc.domain(), nil
 }
@@ -96,7 +96,7 @@ func (s *Store) RevokeSession(ctx context.Context, accountID, id string) error {
 		bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "revoked", Value: true}}}})
 	if err != nil {
-		return mongodb.Wrap(err, "revoke session")
+		return mongoconn.Wrap(err, "revoke session")
 	}
 	if res.MatchedCount == 0 {
 		return fmt.Errorf("session %q: %w", id, account.ErrNotFound)
@@ -110,7 +110,7 @@ func (s *Store) RevokeSession(ctx context.Context, accountID, id string) error {
 func (s *Store) PurgeExpiredSessions(ctx context.Context, t time.Time) (int64, error) {
 	res, err := s.sessions.DeleteMany(ctx, bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: t.UTC()}}}})
 	if err != nil {
-		return 0, mongodb.Wrap(err, "purge sessions")
+		return 0, mongoconn.Wrap(err, "purge sessions")
 	}
 	return res.DeletedCount, nil
 }

@@ -1,4 +1,4 @@
-package mongo_test
+package mongostore_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
-	"github.com/acme/platform/services/account/mongo"
+	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/storetest"
 )
 
@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { mongotest.Main(m) }
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) account.Store {
-		s := mongo.New(mongotest.New(t))
+		s := mongostore.New(mongotest.New(t))
 		if err := s.EnsureIndexes(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -23,7 +23,7 @@ func TestStore(t *testing.T) {
 }
 
 func TestEnsureIndexesIsIdempotent(t *testing.T) {
-	s := mongo.New(mongotest.New(t))
+	s := mongostore.New(mongotest.New(t))
 	for range 2 {
 		if err := s.EnsureIndexes(context.Background()); err != nil {
 			t.Fatalf("EnsureIndexes: %v", err)

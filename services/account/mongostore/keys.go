@@ -1,4 +1,4 @@
-package mongo
+package mongostore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/acme/platform/pkg/mongodb"
+	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/account"
 )
 
@@ -42,7 +42,7 @@ func (s *Store) SigningKeys(ctx context.Context, alg string) (account.SigningKey
 		return account.SigningKeys{}, fmt.Errorf("signing keys %s: %w", alg, account.ErrNotFound)
 	}
 	if err != nil {
-		return account.SigningKeys{}, mongodb.Wrap(err, "load signing keys")
+		return account.SigningKeys{}, mongoconn.Wrap(err, "load signing keys")
 	}
 	return doc.domain(alg), nil
 }
@@ -56,7 +56,7 @@ func (s *Store) CreateSigningKeys(ctx context.Context, alg string, keys []accoun
 		if mongo.IsDuplicateKeyError(err) {
 			return account.SigningKeys{}, fmt.Errorf("create signing keys %s: %w", alg, account.ErrDuplicate)
 		}
-		return account.SigningKeys{}, mongodb.Wrap(err, "create signing keys")
+		return account.SigningKeys{}, mongoconn.Wrap(err, "create signing keys")
 	}
 	return doc.domain(alg), nil
 }
@@ -74,7 +74,7 @@ func (s *Store) UpdateSigningKeys(ctx context.Context, alg string, version int64
 			{Key: "updated_at", Value: s.now()},
 		}}})
 	if err != nil {
-		return account.SigningKeys{}, mongodb.Wrap(err, "update signing keys")
+		return account.SigningKeys{}, mongoconn.Wrap(err, "update signing keys")
 	}
 	if res.MatchedCount == 0 {
 		return account.SigningKeys{}, fmt.Errorf("update signing keys %s version %d: %w", alg, version, account.ErrSigningKeysChanged)

@@ -1,0 +1,7 @@
+// Package docstest holds the tests that keep the documents true to the
+// code: docs/errors.md lists exactly the error codes each service can
+// answer with, and the README's endpoint tables exactly the operations of
+// the services' OpenAPI documents.
+//
+// It has no non-test code; run it with `go test ./docstest/` from deploy/.
+package docstest

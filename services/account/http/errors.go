@@ -1,0 +1,151 @@
+package http
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/account"
+	"github.com/acme/platform/services/account/password"
+)
+
+// Codes of this service beside pkg/problem's and pkg/token's: those of
+// RFC 6749 section 5.2 that its OAuth 2.0 endpoints answer with
+// (docs/errors.md lists every code).
+const (
+	codeInvalidClient        = "invalid_client"
+	codeUnauthorizedClient   = "unauthorized_client"
+	codeInvalidGrant         = "invalid_grant"
+	codeInvalidScope         = "invalid_scope"
+	codeUnsupportedGrantType = "unsupported_grant_type"
+	codeSlowDown             = "slow_down"
+	codeTemporarilyUnavail   = "temporarily_unavailable"
+	codeServerError          = "server_error"
+)
+
+// errTwoAuthorizationHeaders refuses a request with more than one
+// Authorization header on a route that takes its credentials in the body.
+var errTwoAuthorizationHeaders = errors.New("more than one Authorization header")
+
+// oauthRefusal is a request to an OAuth 2.0 endpoint refused for what it
+// is: code is its RFC 6749 error (invalid_request, invalid_client,
+// unsupported_grant_type), detail says why for people; challenged is set
+// for a client that authenticated with the Authorization header (only it
+// gets the WWW-Authenticate challenge, see clientAuthChallenge).
+type oauthRefusal struct {
+	code, detail string
+	challenged   bool
+}
+
+func (e *oauthRefusal) Error() string { return e.code + ": " + e.detail }
+
+// problemFor is the one function that decides the status and code of every
+// failed request of this service: the errors of the domain (account.Sessions,
+// service clients, definitions) get theirs here; everything else (problems
+// of the plumbing, validation errors, an unreachable database, unknown
+// routes) is decided by web.ProblemFor. The OAuth 2.0 endpoints take the
+// same decision and only give it the RFC 6749 shape (oauthErrorFor).
+func problemFor(err error) *problem.Problem {
+	var loginThrottled *account.LoginThrottledError
+	var clientThrottled *account.ClientThrottledError
+	var invalidToken *token.TokenError
+	var refusal *oauthRefusal
+	switch {
+	case errors.As(err, &refusal):
+		if refusal.code == codeInvalidClient {
+			p := problem.New(http.StatusUnauthorized, codeInvalidClient, refusal.detail)
+			if refusal.challenged {
+				p.Challenge = clientAuthChallenge
+			}
+			return p
+		}
+		return problem.BadRequest(refusal.code, refusal.detail)
+	case errors.Is(err, errTwoAuthorizationHeaders):
+		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one Authorization header.")
+	case errors.As(err, &loginThrottled):
+		return problem.TooManyRequests("Too many failed login attempts; retry later.", loginThrottled.RetryAfter)
+	case errors.As(err, &clientThrottled):
+		return problem.TooManyRequests("Too many failed client authentications; retry later.", clientThrottled.RetryAfter)
+	case errors.Is(err, account.ErrInvalidCredentials):
+		return problem.New(http.StatusUnauthorized, problem.CodeInvalidCredentials,
+			"The account name, username or password is wrong.")
+	case errors.As(err, &invalidToken):
+		return problem.InvalidToken("The refresh token is not valid: " + invalidToken.Reason + ".")
+	case errors.Is(err, account.ErrInvalidRefreshToken):
+		// Spent, revoked, unknown, of a disabled user: one answer.
+		return problem.InvalidToken("The refresh token is not valid; log in again.")
+	case errors.Is(err, account.ErrInvalidClient):
+		return problemFor(invalidClient(clientAuthFailed))
+	case errors.Is(err, account.ErrUnauthorizedClient):
+		return problem.BadRequest(codeUnauthorizedClient, "This client may not use this grant type.")
+	case errors.Is(err, account.ErrInvalidScope):
+		return problem.BadRequest(codeInvalidScope, "The requested scope is not granted to this client.")
+	case errors.Is(err, password.ErrBusy):
+		return problem.Busy()
+	case errors.Is(err, token.ErrKeysUnavailable):
+		return problem.KeysUnavailable()
+	case errors.Is(err, account.ErrNotFound):
+		return problem.NotFound("No definition with this id in your account.")
+	}
+	return web.ProblemFor(err)
+}
+
+// invalidRequest refuses a malformed request to an OAuth 2.0 endpoint.
+func invalidRequest(detail string) error {
+	return &oauthRefusal{code: token.CodeInvalidRequest, detail: detail}
+}
+
+// invalidClient refuses a client authentication made without the
+// Authorization header; challenged one made with it.
+func invalidClient(detail string) *oauthRefusal {
+	return &oauthRefusal{code: codeInvalidClient, detail: detail}
+}
+
+// challenged adds the scheme the client may use (RFC 6749 section 5.2) to
+// the refusal of a client that authenticated with the Authorization header.
+func challenged(r *oauthRefusal) *oauthRefusal {
+	r.challenged = true
+	return r
+}
+
+// clientAuthFailed is the description of every failed client
+// authentication by credentials.
+const clientAuthFailed = "Client authentication failed."
+
+// oauthError is an RFC 6749 section 5.2 error response.
+type oauthError struct {
+	Code        string `json:"error"`
+	Description string `json:"error_description,omitempty"`
+}
+
+// oauthErrorFor gives the decision of problemFor the shape of RFC 6749
+// section 5.2: a refused credential (the user's password, a refresh token)
+// is a 400 invalid_grant there, throttling a 429 slow_down (RFC 8628's code
+// for "too many requests" at the token endpoint), an unavailable dependency
+// a 503 temporarily_unavailable, anything unexpected a 500 server_error;
+// the OAuth codes problemFor chose pass as they are, any other 4xx is
+// invalid_request. Status, Retry-After and the client challenge stay.
+func oauthErrorFor(err error) (*problem.Problem, oauthError) {
+	p := *problemFor(err)
+	if p.Challenge != clientAuthChallenge {
+		p.Challenge = ""
+	}
+	code := p.Code
+	switch {
+	case p.Code == problem.CodeInvalidCredentials || p.Code == problem.CodeInvalidToken:
+		p.Status, code = http.StatusBadRequest, codeInvalidGrant
+	case p.Code == problem.CodeTooManyRequests:
+		code = codeSlowDown
+	case p.Status == http.StatusServiceUnavailable:
+		code = codeTemporarilyUnavail
+	case p.Status >= http.StatusInternalServerError:
+		code = codeServerError
+	case p.Code == codeInvalidClient || p.Code == codeInvalidScope || p.Code == codeUnsupportedGrantType ||
+		p.Code == codeUnauthorizedClient || p.Code == token.CodeInvalidRequest:
+	default:
+		code = token.CodeInvalidRequest
+	}
+	return &p, oauthError{Code: code, Description: p.Detail}
+}
