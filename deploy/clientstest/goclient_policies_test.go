@@ -221,6 +221,8 @@ func TestGoClientPolicies(t *testing.T) {
 			client.CodeUnsupportedMediaType, client.CodeTooManyRequests, client.CodeServiceUnavailable,
 			client.CodeOverloaded, client.CodeInternal, client.CodeInvalidRequest, client.CodeInvalidClient,
 			client.CodeInvalidGrant, client.CodeInvalidScope, client.CodeUnauthorizedClient, client.CodeUnsupportedGrantType,
+			client.CodeSlowDown, client.CodeTemporarilyUnavailable, client.CodeServerError,
+			client.CodeMalformedRequest, client.CodeUnsupportedTransferEncoding, client.CodeHeadersTooLarge, client.CodeRequestTimeout,
 		} {
 			known[c] = true
 		}

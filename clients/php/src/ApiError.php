@@ -39,6 +39,9 @@ final class ApiError extends ClientException
     public const UNSUPPORTED_TRANSFER_ENCODING = 'unsupported_transfer_encoding';
     public const HEADERS_TOO_LARGE = 'headers_too_large';
     public const REQUEST_TIMEOUT = 'request_timeout';
+    public const SLOW_DOWN = 'slow_down';
+    public const TEMPORARILY_UNAVAILABLE = 'temporarily_unavailable';
+    public const SERVER_ERROR = 'server_error';
     public const INTERNAL_ERROR = 'internal_error';
     public const INVALID_REQUEST = 'invalid_request';
     public const INVALID_CLIENT = 'invalid_client';
