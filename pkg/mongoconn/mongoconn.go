@@ -43,12 +43,23 @@ func Connect(uri string, selectTimeout time.Duration) (*mongo.Client, error) {
 	return client, nil
 }
 
-// Ping is a readiness check: nil when the primary answers.
+// Ping is a readiness check: nil when the primary is reachable. A primary
+// that the driver selected and holds a connection to, but that has not
+// answered within ctx, is slow, not unreachable: readiness answers whether
+// the database can be reached, and a slow database must not take every
+// replica out of a Kubernetes Service at once (the requests themselves get
+// their 503s). The database is unreachable when no primary can be selected
+// (the driver's monitor lost it) or the connection fails.
 func Ping(ctx context.Context, client *mongo.Client) error {
-	if err := client.Ping(ctx, readpref.Primary()); err != nil {
-		return fmt.Errorf("ping mongodb: %w", Classify(err))
+	err := client.Ping(ctx, readpref.Primary())
+	if err == nil {
+		return nil
 	}
-	return nil
+	var selErr topology.ServerSelectionError
+	if ctx.Err() != nil && !errors.As(err, &selErr) && !mongo.IsNetworkError(err) {
+		return nil
+	}
+	return fmt.Errorf("ping mongodb: %w", Classify(err))
 }
 
 // readinessPoolSize is the connection pool of the readiness client: /readyz
