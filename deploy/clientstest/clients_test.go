@@ -141,7 +141,7 @@ func TestClients(t *testing.T) {
 		t.Fatalf("missing toolchains:\n%s", strings.Join(missing, "\n"))
 	}
 
-	browserOrigin := "http://" + freeAddr(t)
+	browserOrigin := "http://" + svcproc.FreeAddrForTest(t)
 	st := startStack(t, browserOrigin)
 	// The Go suite counts the logins and renewals of its client, so its
 	// tokens must not expire under a slow test: it has services of its
@@ -229,15 +229,6 @@ type stack struct {
 	definitionName, defTyp string
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := svcproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // startStack starts both services on fresh databases, with tokens of
 // tokenTTL and CORS for browserOrigin; the test's cleanup stops them.
 func startStack(t *testing.T, browserOrigin string) *stack {
@@ -254,7 +245,7 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 	}
 	uri := mongotest.URI(t)
 	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
-	accAddr, convAddr, accOps, convOps := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	accAddr, convAddr, accOps, convOps := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
 	s := &stack{bin: bin, tokenTTL: ttl, accountURL: "http://" + accAddr, convURL: "http://" + convAddr,
 		definitionName: "CRM", defTyp: "salesforce"}
 	s.accountEnv = []string{
@@ -279,34 +270,9 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 	if err := os.WriteFile(s.definitionFile, []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	start(t, filepath.Join(bin, "account"), s.accountEnv, accOps)
-	start(t, filepath.Join(bin, "conversations"), convEnv, convOps)
+	svcproc.StartForTest(t, filepath.Join(bin, "account"), s.accountEnv, accOps)
+	svcproc.StartForTest(t, filepath.Join(bin, "conversations"), convEnv, convOps)
 	return s
-}
-
-// start runs a service binary until the test ends, then stops it with
-// SIGTERM and requires a clean exit. When the test failed, it shows what
-// the service logged above info level (the causes of 5xx answers).
-func start(t *testing.T, bin string, env []string, opsAddr string) {
-	t.Helper()
-	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 60*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(20 * time.Second); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			var lines []string
-			for line := range strings.Lines(p.Logs.String()) {
-				if !strings.Contains(line, `"level":"INFO"`) && !strings.Contains(line, `"level":"DEBUG"`) {
-					lines = append(lines, line)
-				}
-			}
-			t.Logf("%s logged:\n%s", filepath.Base(bin), strings.Join(lines, ""))
-		}
-	})
 }
 
 // admin runs a subcommand of the account binary and returns its output.

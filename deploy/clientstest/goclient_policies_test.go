@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	client "github.com/acme/platform/clients/go"
+	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
 // TestGoClientPolicies proves, against both real binaries, the behaviours
@@ -26,7 +27,7 @@ import (
 // the same of theirs. Faults are injected in front of the real answers,
 // through the client's own Config.HTTPClient.
 func TestGoClientPolicies(t *testing.T) {
-	st := startStack(t, "http://"+freeAddr(t))
+	st := startStack(t, "http://"+svcproc.FreeAddrForTest(t))
 	env := map[string]string{}
 	for _, kv := range st.seed(t, "gopolicies") {
 		k, v, _ := strings.Cut(kv, "=")

@@ -88,7 +88,7 @@ func startAndSeed(t *testing.T) []string {
 	}
 	uri := mongotest.URI(t)
 	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
-	accAddr, convAddr, accOps, convOps := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	accAddr, convAddr, accOps, convOps := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
 	issuer := "http://" + accAddr
 	accountEnv := []string{
 		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
@@ -97,8 +97,8 @@ func startAndSeed(t *testing.T) []string {
 		// Cheap hashes: the hashing parameters are not what this tests.
 		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
 	}
-	start(t, filepath.Join(bin, "account"), accountEnv, accOps)
-	start(t, filepath.Join(bin, "conversations"), []string{
+	svcproc.StartForTest(t, filepath.Join(bin, "account"), accountEnv, accOps)
+	svcproc.StartForTest(t, filepath.Join(bin, "conversations"), []string{
 		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=" + convDB,
 		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + convOps,
 		"CONVERSATIONS_JWKS_URL=" + issuer + "/.well-known/jwks.json",
@@ -146,34 +146,6 @@ var (
 	clientIDPattern     = regexp.MustCompile(`(?m)^client_id: (\S+)$`)
 	clientSecretPattern = regexp.MustCompile(`(?m)^client_secret: (cs_\S+)$`)
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := svcproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-// start runs a service binary until the test ends, then stops it and
-// requires a clean exit; when the test failed, it shows what the service
-// logged.
-func start(t *testing.T, bin string, env []string, opsAddr string) {
-	t.Helper()
-	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 60*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(20 * time.Second); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("%s logged:\n%s", filepath.Base(bin), p.Logs.String())
-		}
-	})
-}
 
 // randomSecret is a password of 128 random bits.
 func randomSecret(t *testing.T) string {
