@@ -133,8 +133,10 @@ func parseRefusal(b []byte) (status int, reason string, ok bool) {
 	if !found {
 		return 0, "", false
 	}
-	end := bytes.Index(rest, []byte(refusalHeaders))
-	if end < 4 {
+	// Only the status line is searched: every response's first write
+	// passes here, and a refusal's headers follow its status line at once.
+	end := bytes.Index(rest, []byte("\r\n"))
+	if end < 4 || !bytes.HasPrefix(rest[end:], []byte(refusalHeaders)) {
 		return 0, "", false
 	}
 	line := rest[:end] // "431 Request Header Fields Too Large", "400 Bad Request: missing required Host header"
