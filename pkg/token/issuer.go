@@ -28,11 +28,11 @@ const (
 	ClaimPreferredUsername = "preferred_username"
 	// ClaimName and ClaimEmail are the id token's standard claims of
 	// OpenID Connect Core 1.0 section 5.1, present when the user has them.
-	ClaimName  = "name"
-	ClaimEmail = "email"
-	ClaimAuthTime          = "auth_time"
-	ClaimClientID          = "client_id"
-	ClaimScope             = "scope"
+	ClaimName     = "name"
+	ClaimEmail    = "email"
+	ClaimAuthTime = "auth_time"
+	ClaimClientID = "client_id"
+	ClaimScope    = "scope"
 	// ClaimAuthorizedParty is the azp of an id token issued to a client
 	// (OpenID Connect Core 1.0 section 2): its client id.
 	ClaimAuthorizedParty = "azp"
@@ -101,7 +101,7 @@ type Subject struct {
 	UserID      string // sub; required
 	AccountID   string // required
 	AccountName string
-	Username    string    // preferred_username of the id token
+	Username    string // preferred_username of the id token
 	// Name and Email are the id token's name and email claims, left out
 	// when empty.
 	Name, Email string
