@@ -18,6 +18,9 @@ from ._errors import (
     CODE_CONVERSATION_CLOSED,
     CODE_IDEMPOTENCY_KEY_REUSED,
     CODE_INSUFFICIENT_SCOPE,
+    CODE_INVALID_CURRENT_PASSWORD,
+    CODE_USERNAME_TAKEN,
+    CODE_WEAK_PASSWORD,
     CODE_INTERNAL_ERROR,
     CODE_INVALID_CLIENT,
     CODE_INVALID_CREDENTIALS,
@@ -60,6 +63,8 @@ from ._types import (
     Definition,
     Message,
     Page,
+    User,
+    UserInfo,
 )
 
 __version__ = "0.1.0"
@@ -73,6 +78,9 @@ __all__ = [
     "CODE_CONVERSATION_CLOSED",
     "CODE_IDEMPOTENCY_KEY_REUSED",
     "CODE_INSUFFICIENT_SCOPE",
+    "CODE_INVALID_CURRENT_PASSWORD",
+    "CODE_USERNAME_TAKEN",
+    "CODE_WEAK_PASSWORD",
     "CODE_INTERNAL_ERROR",
     "CODE_INVALID_CLIENT",
     "CODE_INVALID_CREDENTIALS",
@@ -114,4 +122,6 @@ __all__ = [
     "STATUS_SNOOZED",
     "TokenStore",
     "TransportError",
+    "User",
+    "UserInfo",
 ]
