@@ -70,7 +70,18 @@ func LoadPasswordPolicy() (*PasswordPolicy, error) {
 	p := &PasswordPolicy{blocked: make(map[string]struct{})}
 	sc := bufio.NewScanner(zr)
 	for sc.Scan() {
-		entry := normalizePassword(strings.TrimRight(sc.Text(), "\r"))
+		line := bytes.TrimRight(sc.Bytes(), "\r")
+		var entry string
+		if ascii(line) {
+			// NFKC leaves ASCII as it is: most entries are short ASCII,
+			// dropped here without the cost of normalising them.
+			if len(line) < MinPasswordChars {
+				continue
+			}
+			entry = strings.ToLower(string(line))
+		} else {
+			entry = normalizePassword(string(line))
+		}
 		if utf8.RuneCountInString(entry) >= MinPasswordChars {
 			p.blocked[entry] = struct{}{}
 		}
@@ -118,6 +129,15 @@ func (p *PasswordPolicy) Check(field, pw string, ctx PasswordContext) error {
 		}
 	}
 	return nil
+}
+
+func ascii(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 func emailLocalPart(email string) string {

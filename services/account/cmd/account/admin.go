@@ -24,7 +24,9 @@ type adminEnv struct {
 	store  *mongostore.Store
 	hasher *password.Hasher
 	// users applies the rules of the API to the user commands: the
-	// username rules, the password policy, the end of every session.
+	// username rules, the password policy, the end of every session. Its
+	// policy is loaded by the first user command (userRules), so that the
+	// other commands do not read the blocklist.
 	users *account.Users
 	// secretOverlap is rotate-client-secret's default --overlap.
 	secretOverlap time.Duration
@@ -69,12 +71,7 @@ func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
 		closeFn()
 		return adminEnv{}, nil, err
 	}
-	policy, err := account.LoadPasswordPolicy()
-	if err != nil {
-		closeFn()
-		return adminEnv{}, nil, err
-	}
-	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
+	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher}
 	return adminEnv{store: store, hasher: hasher, users: users, secretOverlap: cfg.ClientSecretOverlap}, closeFn, nil
 }
 
@@ -189,7 +186,11 @@ func createUser(ctx context.Context, env adminEnv, args []string, stdin io.Reade
 	if err != nil {
 		return err
 	}
-	u, err := env.users.Create(ctx, ownerOf(uf.account), account.NewUser{Username: &uf.username, Password: &pw})
+	users, err := env.userRules()
+	if err != nil {
+		return err
+	}
+	u, err := users.Create(ctx, ownerOf(uf.account), account.NewUser{Username: &uf.username, Password: &pw})
 	if err != nil {
 		return err
 	}
@@ -210,7 +211,11 @@ func setPassword(ctx context.Context, env adminEnv, args []string, stdin io.Read
 	if err != nil {
 		return err
 	}
-	if err := env.users.SetPassword(ctx, ownerOf(uf.account), u.ID, pw); err != nil {
+	users, err := env.userRules()
+	if err != nil {
+		return err
+	}
+	if err := users.SetPassword(ctx, ownerOf(uf.account), u.ID, pw); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "password of %s in account %s changed; every session of the user ended\n", uf.username, uf.account.Name)
@@ -239,6 +244,18 @@ func setDisabled(ctx context.Context, env adminEnv, args []string, out io.Writer
 	}
 	fmt.Fprintf(out, "user %s in account %s %s\n", uf.username, uf.account.Name, state)
 	return nil
+}
+
+// userRules returns env's Users with the password policy loaded.
+func (env adminEnv) userRules() (*account.Users, error) {
+	if env.users.Policy == nil {
+		policy, err := account.LoadPasswordPolicy()
+		if err != nil {
+			return nil, err
+		}
+		env.users.Policy = policy
+	}
+	return env.users, nil
 }
 
 // ownerOf is the account a subcommand acts in, as the API's owner.

@@ -94,7 +94,11 @@ func provisionUser(ctx context.Context, env adminEnv, acc account.Account, usern
 	if err != nil {
 		return fmt.Errorf("user %s: %w", username, err)
 	}
-	u, err := env.users.Create(ctx, ownerOf(acc), account.NewUser{Username: &username, Password: &pw})
+	users, err := env.userRules()
+	if err != nil {
+		return err
+	}
+	u, err := users.Create(ctx, ownerOf(acc), account.NewUser{Username: &username, Password: &pw})
 	if err != nil {
 		return fmt.Errorf("user %s: %w", username, err)
 	}
