@@ -5,8 +5,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 )
@@ -26,22 +26,19 @@ type loginResponse struct {
 }
 
 func (r loginRequest) validate() error {
-	var fields []problem.FieldError
+	var invalid validation.Collector
 	check := func(name, value string, max int) {
 		switch {
 		case value == "":
-			fields = append(fields, problem.FieldError{Field: name, Reason: "is required"})
+			invalid.Add(name, "is required")
 		case utf8.RuneCountInString(value) > max:
-			fields = append(fields, problem.FieldError{Field: name, Reason: "is too long"})
+			invalid.Add(name, "is too long")
 		}
 	}
 	check("username", r.Username, account.MaxUsernameLen)
 	check("password", r.Password, account.MaxPasswordLen)
 	check("accountName", r.AccountName, account.MaxAccountNameLen)
-	if len(fields) > 0 {
-		return problem.Validation(fields...)
-	}
-	return nil
+	return invalid.Err()
 }
 
 // handleLogin logs a user in (account.Sessions.LogIn: throttle, password,

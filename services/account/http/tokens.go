@@ -5,8 +5,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 )
@@ -22,7 +22,7 @@ func decodeRefreshRequest(c *echo.Context) (string, error) {
 		return "", err
 	}
 	if req.RefreshToken == "" {
-		return "", problem.Validation(problem.FieldError{Field: "refresh_token", Reason: "is required"})
+		return "", validation.Invalid("refresh_token", "is required")
 	}
 	return req.RefreshToken, nil
 }
