@@ -12,8 +12,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/account"
 )
@@ -112,14 +112,14 @@ func handleListUsers(users *account.Users) echo.HandlerFunc {
 // once; limit an integer in 1..MaxUsersPage; username a valid one.
 func parseUserQuery(q url.Values) (account.UserQuery, error) {
 	out := account.UserQuery{Limit: defaultUsersPage}
-	var fields []problem.FieldError
+	var invalid validation.Collector
 	single := func(name string) (string, bool) {
 		v, ok := q[name]
 		if !ok {
 			return "", false
 		}
 		if len(v) != 1 {
-			fields = append(fields, problem.FieldError{Field: name, Reason: "must be given at most once"})
+			invalid.Add(name, "must be given at most once")
 			return "", false
 		}
 		return v[0], true
@@ -127,14 +127,14 @@ func parseUserQuery(q url.Values) (account.UserQuery, error) {
 	if v, ok := single("limit"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > account.MaxUsersPage {
-			fields = append(fields, problem.FieldError{Field: "limit", Reason: fmt.Sprintf("must be an integer from 1 to %d", account.MaxUsersPage)})
+			invalid.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", account.MaxUsersPage))
 		} else {
 			out.Limit = n
 		}
 	}
 	if v, ok := single("username"); ok {
 		if reason := account.ValidateUsername(v); reason != "" {
-			fields = append(fields, problem.FieldError{Field: "username", Reason: reason})
+			invalid.Add("username", reason)
 		} else {
 			out.Username = account.NormalizeName(v)
 		}
@@ -142,13 +142,13 @@ func parseUserQuery(q url.Values) (account.UserQuery, error) {
 	if v, ok := single("cursor"); ok {
 		pos, ok := decodeUserCursor(v)
 		if !ok {
-			fields = append(fields, problem.FieldError{Field: "cursor", Reason: "is not a cursor of this listing: use the next link of the previous page"})
+			invalid.Add("cursor", "is not a cursor of this listing: use the next link of the previous page")
 		} else {
 			out.After = &pos
 		}
 	}
-	if len(fields) > 0 {
-		return account.UserQuery{}, problem.Validation(fields...)
+	if err := invalid.Err(); err != nil {
+		return account.UserQuery{}, err
 	}
 	return out, nil
 }
@@ -218,7 +218,7 @@ func handleSetUserPassword(users *account.Users) echo.HandlerFunc {
 			return err
 		}
 		if req.Password == nil {
-			return problem.Validation(problem.FieldError{Field: "password", Reason: "is required"})
+			return validation.Invalid("password", "is required")
 		}
 		if err := users.SetPassword(c.Request().Context(), callerOwner(c), c.Param("id"), *req.Password); err != nil {
 			return err
@@ -282,17 +282,17 @@ func handleChangePassword(sessions *account.Sessions) echo.HandlerFunc {
 		if err := web.DecodeJSON(c, maxUserBody, &req); err != nil {
 			return err
 		}
-		var fields []problem.FieldError
+		var invalid validation.Collector
 		if req.CurrentPassword == "" {
-			fields = append(fields, problem.FieldError{Field: "currentPassword", Reason: "is required"})
+			invalid.Add("currentPassword", "is required")
 		} else if len(req.CurrentPassword) > account.MaxPasswordLen {
-			fields = append(fields, problem.FieldError{Field: "currentPassword", Reason: "is too long"})
+			invalid.Add("currentPassword", "is too long")
 		}
 		if req.NewPassword == "" {
-			fields = append(fields, problem.FieldError{Field: "newPassword", Reason: "is required"})
+			invalid.Add("newPassword", "is required")
 		}
-		if len(fields) > 0 {
-			return problem.Validation(fields...)
+		if err := invalid.Err(); err != nil {
+			return err
 		}
 		claims, _ := token.ClaimsFromContext(c.Request().Context())
 		set, err := sessions.ChangePassword(c.Request().Context(), account.PasswordChange{
