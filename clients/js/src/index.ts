@@ -8,6 +8,7 @@ export type {
   UpdateOptions,
   ListConversationsOptions,
   ListMessagesOptions,
+  ListUsersOptions,
   Page,
 } from "./client.js";
 export { ApiError, ErrorCodes, isApiError, parseRetryAfter } from "./errors.js";
