@@ -45,6 +45,29 @@
 //	    the purge of keys older than 24 hours (no TTL index on the embedded
 //	    store).
 //
+// conversations and messages also carry the events of their changes not
+// yet ordered (pending_events, pending_since; see events.go):
+//
+//	by_pending             {pending_since:1} (on both)
+//	    the relay's read of the documents with pending events, oldest
+//	    first: pending_since > epoch is a range (absent when none).
+//
+// events: {_id (evt_…), account_id, sequence, type, timestamp,
+// conversation_id, audience[], data (JSON text)}
+//
+//	by_sequence (unique)   {account_id:1, sequence:1}
+//	    ordering (a taken number is refused), the newest sequence (read
+//	    backwards), the feed and the streams of a service client.
+//	by_audience            {account_id:1, audience:1, sequence:1}
+//	    a user's feed: the events of conversations it took part in.
+//	by_type, by_audience_type  {account_id:1, [audience:1,] type:1, sequence:1}
+//	    the feed filtered by types.
+//	by_timestamp           {timestamp:1}
+//	    the leased purge of events older than the retention.
+//
+// event_floors: {_id (account), sequence}: the position purged through.
+// leases: {_id (name), holder, expires_at}: the purge's lease.
+//
 // Paging is keyset, never skip: the cost of a page does not grow with its
 // depth. A large deployment shards conversations and messages on
 // {account_id: 1, _id: 1}: every query carries account_id, so it is routed
@@ -66,6 +89,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
@@ -77,9 +102,14 @@ type Store struct {
 	messages      *mongo.Collection
 	idempotency   *mongo.Collection
 	settings      *mongo.Collection
+	events        *mongo.Collection
+	eventFloors   *mongo.Collection
+	leases        *mongo.Collection
 }
 
 var _ conversations.Store = (*Store)(nil)
+
+var majority = options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority())
 
 // New returns a Store on db. Call EnsureIndexes once at start.
 func New(db *mongo.Database) *Store {
@@ -88,6 +118,12 @@ func New(db *mongo.Database) *Store {
 		messages:      db.Collection("messages"),
 		idempotency:   db.Collection("idempotency_keys"),
 		settings:      db.Collection("settings"),
+		// The log is written and read with majority concern on a replica
+		// set: an event a consumer saw never rolls back, and a relay never
+		// reads a newest sequence that a failover takes away.
+		events:      db.Collection("events", majority),
+		eventFloors: db.Collection("event_floors", majority),
+		leases:      db.Collection("leases"),
 	}
 }
 
@@ -130,6 +166,35 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			Keys:    bson.D{{Key: "created_at", Value: 1}},
 			Options: options.Index().SetName("by_created_at"),
 		}},
+		{s.conversations, mongo.IndexModel{
+			Keys:    bson.D{{Key: "pending_since", Value: 1}},
+			Options: options.Index().SetName("by_pending"),
+		}},
+		{s.messages, mongo.IndexModel{
+			Keys:    bson.D{{Key: "pending_since", Value: 1}},
+			Options: options.Index().SetName("by_pending"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_sequence").SetUnique(true),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "type", Value: 1}, {Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_type"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "audience", Value: 1}, {Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_audience"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "audience", Value: 1}, {Key: "type", Value: 1},
+				{Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_audience_type"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "timestamp", Value: 1}},
+			Options: options.Index().SetName("by_timestamp"),
+		}},
 	}
 	// One at a time: the embedded server drops the connection when
 	// createIndexes with several indexes meets existing ones.
@@ -158,6 +223,11 @@ type conversationDoc struct {
 	LastMessageAt *time.Time `bson:"last_message_at"`
 	// Version is absent (0) in documents written before versions existed.
 	Version int64 `bson:"version"`
+	// PendingEvents are the events of its changes the relay has not
+	// copied into the log yet; PendingSince is the time of the oldest
+	// (absent when none).
+	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
+	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
 }
 
 // listFilter and listIndex are a ConversationQuery as a filter and the
@@ -183,8 +253,13 @@ func listFilter(q conversations.ConversationQuery) (bson.D, string) {
 }
 
 // InsertConversation implements conversations.ConversationStore.
-func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation) error {
-	_, err := s.conversations.InsertOne(ctx, toDoc(c))
+func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation, events ...conversations.Event) error {
+	d := toDoc(c)
+	var err error
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+		return err
+	}
+	_, err = s.conversations.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("conversation %q: %w", c.ID, conversations.ErrDuplicateID)
 	}
@@ -270,14 +345,25 @@ func (s *Store) SaveConversation(ctx context.Context, ch conversations.Change) (
 		filter = append(filter, bson.E{Key: "version", Value: ch.From.Version})
 	}
 	d := toDoc(ch.To)
-	res, err := s.conversations.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "subject", Value: d.Subject},
 		{Key: "status", Value: d.Status},
 		{Key: "participants", Value: d.Participants},
 		{Key: "updated_at", Value: d.UpdatedAt},
 		{Key: "last_message_at", Value: d.LastMessageAt},
 		{Key: "version", Value: d.Version},
-	}}})
+	}}}
+	pending, since, err := pendingDocs(ch.Events)
+	if err != nil {
+		return false, err
+	}
+	if len(pending) > 0 {
+		// Recorded by the same update: stored with the change or not at all.
+		update = append(update,
+			bson.E{Key: "$push", Value: bson.D{{Key: "pending_events", Value: bson.D{{Key: "$each", Value: pending}}}}},
+			bson.E{Key: "$min", Value: bson.D{{Key: "pending_since", Value: *since}}})
+	}
+	res, err := s.conversations.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return false, mongoconn.Wrap(err, "update conversation")
 	}

@@ -1,0 +1,379 @@
+package conversations
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+)
+
+// Relay copies the pending events that changes recorded on their
+// documents into each account's log, where they get their sequence
+// (contract 11.1), then clears them from the documents. Every replica runs
+// one; they need no lease, because each step is safe to repeat and to race:
+//
+//  1. FindPending reads documents carrying pending events, oldest first.
+//  2. Each event is appended with sequence = the account's newest + 1
+//     under the log's unique {account_id, sequence} index: a duplicate
+//     sequence means another relay took the number, so the next is tried;
+//     a duplicate event id means the event was copied already (by another
+//     relay, or by this one before a crash), so it is skipped.
+//  3. ClearPending removes the events from the document only while the
+//     document is still in the state read; a change recorded since keeps
+//     its event for the next round.
+//
+// A crash before 2 leaves the events pending; between 2 and 3, copied and
+// still pending (the next round skips them by id and clears them). A number
+// is only ever taken after the one below it is stored, so a consumer that
+// has seen sequence n has no event below n still to come.
+type Relay struct {
+	Store EventStore
+	// Logger receives the failures of a round (nil: none).
+	Logger *slog.Logger
+	// Now is the clock of the lag; nil means time.Now.
+	Now func() time.Time
+	// Lag, when set, is told after every round the age of the oldest
+	// event still pending when the round began (0: none).
+	Lag func(time.Duration)
+	// Copied, when set, is told of the events a round appended (the
+	// stream hub wakes at once on it).
+	Copied func(n int)
+}
+
+// relayMaxBackoff is the longest wait between rounds after failures.
+const relayMaxBackoff = 5 * time.Second
+
+// relayBatch is how many documents one read of pending events returns.
+const relayBatch = 100
+
+// maxSequenceAttempts bounds the numbers one event tries; each failed
+// attempt means another relay stored an event of the same account.
+const maxSequenceAttempts = 1000
+
+// Run relays every interval, and at once when wake receives, until ctx
+// ends.
+func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
+	wait := interval
+	for {
+		_, err := r.RelayOnce(ctx)
+		switch {
+		case err == nil:
+			wait = interval
+		case ctx.Err() != nil:
+			return
+		default:
+			// The database is unreachable or failing: ask again less and
+			// less often (up to relayMaxBackoff), so that a recovering
+			// database is not queried several times a second, while the
+			// requests that need it connect first.
+			wait = min(2*wait, relayMaxBackoff)
+			if r.Logger != nil {
+				r.Logger.Warn("relay events", "error", err.Error(), "retry_in", wait.String())
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-wake:
+			t.Stop()
+		}
+	}
+}
+
+// RelayOnce copies every event pending now and returns how many it
+// appended (events another relay copied first are not counted).
+func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	copied := 0
+	defer func() {
+		if copied > 0 && r.Copied != nil {
+			r.Copied(copied)
+		}
+	}()
+	first := true
+	for {
+		batch, err := r.Store.FindPending(ctx, relayBatch)
+		if err != nil {
+			return copied, err
+		}
+		if first && r.Lag != nil {
+			r.Lag(r.lag(batch))
+		}
+		first = false
+		// Oldest first across documents (a conversation's creation
+		// before a message posted to it), each document's events in the
+		// order recorded; a message before the reopening it caused (both
+		// carry the message's time).
+		var events []Event
+		for _, p := range batch {
+			events = append(events, p.Events...)
+		}
+		slices.SortStableFunc(events, func(a, b Event) int {
+			if c := a.Timestamp.Compare(b.Timestamp); c != 0 {
+				return c
+			}
+			return cmp.Compare(typeRank(a.Type), typeRank(b.Type))
+		})
+		for _, e := range events {
+			n, err := r.copy(ctx, e)
+			if err != nil {
+				return copied, err
+			}
+			copied += n
+		}
+		for _, p := range batch {
+			if _, err := r.Store.ClearPending(ctx, p.Source); err != nil {
+				return copied, err
+			}
+		}
+		if len(batch) < relayBatch {
+			return copied, nil
+		}
+	}
+}
+
+func (r *Relay) lag(batch []Pending) time.Duration {
+	if len(batch) == 0 {
+		return 0
+	}
+	oldest := slices.MinFunc(batch, func(a, b Pending) int { return cmp.Compare(a.Since.UnixNano(), b.Since.UnixNano()) })
+	now := time.Now()
+	if r.Now != nil {
+		now = r.Now()
+	}
+	return max(now.Sub(oldest.Since), 0)
+}
+
+// copy appends e with the next sequence of its account: 1 when appended,
+// 0 when the log held it already.
+func (r *Relay) copy(ctx context.Context, e Event) (int, error) {
+	newest, err := r.Store.NewestSequence(ctx, e.AccountID)
+	if err != nil {
+		return 0, err
+	}
+	for range maxSequenceAttempts {
+		e.Sequence = newest + 1
+		err := r.Store.AppendEvent(ctx, e)
+		switch {
+		case err == nil:
+			return 1, nil
+		case errors.Is(err, ErrDuplicateID):
+			return 0, nil
+		case errors.Is(err, ErrSequenceTaken):
+			if newest, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+				return 0, err
+			}
+			newest = max(newest, e.Sequence)
+		default:
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("event %s: no free sequence after %d attempts", e.ID, maxSequenceAttempts)
+}
+
+// ListEvents returns one page of the feed of q.Caller (contract 11.2):
+// the events after q.After it may see, oldest first, and the position to
+// continue from.
+//
+// The account's purge position is taken from a cache (it changes once an
+// hour at most): a position that the cache lets pass but the purge
+// deleted after shows itself as a page that does not begin right after
+// the position (sequences have no gaps but the purge's), and such a page,
+// or an empty one, is checked against the stored position.
+func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, error) {
+	account := q.Caller.AccountID
+	floor, err := s.purgedThrough(ctx, account, false)
+	if err != nil {
+		return EventPage{}, err
+	}
+	for {
+		after := floor
+		if q.After != nil {
+			if *q.After < floor {
+				return EventPage{}, fmt.Errorf("after %d, purged through %d: %w", *q.After, floor, ErrCursorExpired)
+			}
+			after = *q.After
+		}
+		page, err := s.eventPage(ctx, q, after)
+		if err != nil {
+			return EventPage{}, err
+		}
+		if len(page.Events) > 0 && page.Events[0].Sequence == after+1 {
+			return page, nil
+		}
+		stored, err := s.purgedThrough(ctx, account, true)
+		if err != nil {
+			return EventPage{}, err
+		}
+		if after >= stored {
+			return page, nil
+		}
+		if q.After != nil {
+			return EventPage{}, fmt.Errorf("after %d, purged through %d: %w", after, stored, ErrCursorExpired)
+		}
+		floor = stored // from the oldest kept, which has moved
+	}
+}
+
+// eventPage reads one page of the feed after the position after.
+func (s *Service) eventPage(ctx context.Context, q EventQuery, after int64) (EventPage, error) {
+	account := q.Caller.AccountID
+	r := EventRange{AccountID: account, Types: q.Types, After: after, Limit: q.Limit}
+	narrow := !q.Caller.Client || len(q.Types) > 0
+	if narrow {
+		// A narrow view continues from the newest event examined, seen or
+		// not: read before the page, so that nothing appended meanwhile is
+		// passed over.
+		var err error
+		if r.Through, err = s.Store.NewestSequence(ctx, account); err != nil {
+			return EventPage{}, err
+		}
+		if r.Through <= after {
+			return EventPage{Events: []Event{}, Next: after}, nil
+		}
+		if !q.Caller.Client {
+			r.Audience = q.Caller.ID
+		}
+	}
+	events, err := s.Store.ListEvents(ctx, r)
+	if err != nil {
+		return EventPage{}, err
+	}
+	page := EventPage{Events: events, Next: after}
+	switch {
+	case len(events) == q.Limit:
+		page.Next = events[len(events)-1].Sequence
+	case narrow:
+		page.Next = r.Through
+	case len(events) > 0:
+		page.Next = events[len(events)-1].Sequence
+	}
+	return page, nil
+}
+
+// floorCacheTTL is how long a purge position read is used before it is
+// read again (see ListEvents for why a stale one is safe).
+const floorCacheTTL = 10 * time.Second
+
+type cachedFloor struct {
+	sequence int64
+	read     time.Time
+}
+
+// purgedThrough is the account's purge position, from the cache unless
+// fresh is set or the cached one is older than floorCacheTTL.
+func (s *Service) purgedThrough(ctx context.Context, accountID string, fresh bool) (int64, error) {
+	if !fresh {
+		if v, ok := s.floors.Load(accountID); ok {
+			if c := v.(cachedFloor); time.Since(c.read) < floorCacheTTL {
+				return c.sequence, nil
+			}
+		}
+	}
+	floor, err := s.Store.PurgedThrough(ctx, accountID)
+	if err != nil {
+		return 0, err
+	}
+	s.floors.Store(accountID, cachedFloor{sequence: floor, read: time.Now()})
+	return floor, nil
+}
+
+// EventQuery selects a page of the feed.
+type EventQuery struct {
+	Caller Caller
+	// After is the position to continue from; nil: from the oldest kept.
+	After *int64
+	Types []EventType // empty: every type
+	Limit int         // 1..MaxEventPageSize
+}
+
+// EventPage is one page of the feed; Next is the position to continue
+// from (the highest sequence examined for the caller).
+type EventPage struct {
+	Events []Event
+	Next   int64
+}
+
+// EventFloor is where a feed or stream without a position starts, and the
+// lowest position it may name: the account's purge position. A position
+// below it is ErrCursorExpired.
+func (s *Service) EventFloor(ctx context.Context, accountID string, after *int64) (int64, error) {
+	floor, err := s.Store.PurgedThrough(ctx, accountID)
+	if err != nil {
+		return 0, err
+	}
+	if after == nil {
+		return floor, nil
+	}
+	if *after < floor {
+		return 0, fmt.Errorf("after %d, purged through %d: %w", *after, floor, ErrCursorExpired)
+	}
+	return *after, nil
+}
+
+// PurgeEvents deletes the events recorded retention or longer before now,
+// account by account: it first records the sequence it deletes through
+// (so a consumer below it gets ErrCursorExpired, never a silent gap), and
+// never deletes an account's newest event, so numbering never restarts.
+// It is run by one replica at a time (a lease), but is safe to repeat.
+func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
+	var deleted int64
+	before := now.UTC().Add(-retention)
+	// since moves forward past the old events that stay (each account's
+	// newest), so that many of them never hide older ones behind them.
+	since := time.Time{}
+	for {
+		old, err := s.Store.OldEvents(ctx, since, before, purgeBatch)
+		if err != nil || len(old) == 0 {
+			return deleted, err
+		}
+		through := map[string]int64{}
+		for _, e := range old {
+			through[e.AccountID] = max(through[e.AccountID], e.Sequence)
+		}
+		for account, seq := range through {
+			newest, err := s.Store.NewestSequence(ctx, account)
+			if err != nil {
+				return deleted, err
+			}
+			seq = min(seq, newest-1)
+			if seq <= 0 {
+				continue
+			}
+			if err := s.Store.RecordPurge(ctx, account, seq); err != nil {
+				return deleted, err
+			}
+			n, err := s.Store.DeleteEventsThrough(ctx, account, seq)
+			if err != nil {
+				return deleted, err
+			}
+			deleted += n
+		}
+		if len(old) < purgeBatch {
+			return deleted, nil
+		}
+		last := old[len(old)-1].Timestamp
+		if !last.After(since) {
+			// A whole batch of one instant: the next starts after it.
+			last = last.Add(time.Millisecond)
+		}
+		since = last
+	}
+}
+
+// purgeBatch is how many old events one read of the purge returns.
+const purgeBatch = 1000
+
+// typeRank orders events of one time: a message before the change of
+// status it caused.
+func typeRank(t EventType) int {
+	if t == EventMessageCreated {
+		return 0
+	}
+	return 1
+}
