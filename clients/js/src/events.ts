@@ -137,7 +137,7 @@ export class EventStream implements AsyncIterable<PlatformEvent> {
       let dropped: unknown;
       try {
         for (;;) {
-          const { done, value } = await reader.read();
+          const { done, value } = await readWithin(reader, streamIdleTimeoutMs);
           if (done) break;
           heard = true;
           for (const message of parser.push(decoder.decode(value, { stream: true }))) {
@@ -165,6 +165,30 @@ export class EventStream implements AsyncIterable<PlatformEvent> {
       await delay(Math.min(waitMs, maxRetryWait * 1000), signal);
     }
   }
+}
+
+/**
+ * How long a stream may stay silent before it counts as dropped: the
+ * service sends a comment at least every 15 s, and a connection that broke
+ * without a word (a half-open TCP connection) must not hang the loop.
+ */
+const streamIdleTimeoutMs = 60_000;
+
+/** reader.read(), or a TypeError (a dropped connection) after ms without data. */
+function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number): Promise<ReadableStreamReadResult<Uint8Array>> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new TypeError(`the event stream was silent for ${ms / 1000} s`)), ms);
+    reader.read().then(
+      (result) => {
+        clearTimeout(timer);
+        resolve(result);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
+  });
 }
 
 function parseEvent(data: string): PlatformEvent {
