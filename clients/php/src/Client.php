@@ -846,14 +846,15 @@ final class Client
             if ($lastEventId !== null) {
                 $headers['Last-Event-ID'] = $lastEventId;
             }
-            return $this->withRetries('GET', $url, true, function (Secret $authorization) use ($url, $headers): CurlStream {
+            $open = function (Secret $authorization) use ($url, $headers): CurlStream {
                 $stream = new CurlStream($url, $headers, $authorization, $this->timeout);
                 $status = $stream->status();
                 if ($status < 200 || $status >= 300) {
                     throw Problem::toError('GET', self::path($url), $stream->response());
                 }
                 return $stream;
-            });
+            };
+            return $this->withRetries('GET', $url, true, $open);
         }, $this->maxRetries, $this->maxRetryWait);
     }
 

@@ -45,7 +45,8 @@ final class EventsTest extends ServiceTestCase
             $this->assertSame($want, $got);
             $this->assertSame([1500, ''], [$parser->retry, $parser->lastEventId]);
         }
-        $this->assertSame([['id' => '41', 'event' => 'message', 'data' => 'a']], (new SseParser('41'))->push("data: a\n\n"));
+        $resumed = new SseParser('41');
+        $this->assertSame([['id' => '41', 'event' => 'message', 'data' => 'a']], $resumed->push("data: a\n\n"));
     }
 
     public function testCreatePostCloseThroughTheFeedResumedFromAStoredPosition(): void

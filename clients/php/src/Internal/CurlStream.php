@@ -34,8 +34,12 @@ final class CurlStream
      *
      * @param array<string, string> $headers
      */
-    public function __construct(private readonly string $url, array $headers, Secret $authorization, float $connectTimeout)
-    {
+    public function __construct(
+        private readonly string $url,
+        array $headers,
+        Secret $authorization,
+        float $connectTimeout,
+    ) {
         $lines = [];
         foreach ($headers as $name => $value) {
             $lines[] = $name . ': ' . $value;
