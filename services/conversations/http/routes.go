@@ -12,7 +12,7 @@ import (
 // scope a service client's token needs for it (contract section 9); a
 // user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
-func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service) {
+func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub) {
 	bearer := token.Middleware(d.Verifier)
 	read := token.RequireScope(token.ScopeConversationsRead)
 	write := token.RequireScope(token.ScopeConversationsWrite)
@@ -26,6 +26,9 @@ func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service) {
 	e.POST("/v1/conversations/:id/messages", handlePostMessage(svc), bearer, write)
 	e.GET("/v1/conversations/:id/messages", handleListMessages(svc, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, read)
 	e.GET("/v1/conversations/:id/messages/:messageId", handleGetMessage(svc), bearer, read)
+
+	e.GET("/v1/events", handleEvents(svc), bearer, read)
+	e.GET("/v1/events/stream", handleStream(svc, hub, d.Stream), bearer, read)
 
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
 }
