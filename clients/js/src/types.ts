@@ -30,12 +30,7 @@ export type Message = ConversationsSchemas["Message"];
 export type NewMessage = ConversationsSchemas["NewMessage"];
 
 /** The types of the events of the feed and the stream (contract 11.1). */
-export type EventType =
-  | "conversation.created"
-  | "conversation.updated"
-  | "conversation.participant_added"
-  | "conversation.participant_removed"
-  | "message.created";
+export type EventType = ConversationsSchemas["EventType"];
 
 /**
  * What an event has whatever its type. `sequence` orders the events of an
@@ -69,8 +64,10 @@ export type ParticipantRemovedEvent = EventOf<"conversation.participant_removed"
 export type MessageCreatedEvent = EventOf<"message.created", { conversation: Conversation; message: Message }>;
 
 /**
- * An event of the feed or the stream; switch on `type` to narrow it. The
- * shape is versioned with the API: fields may be added, never removed.
+ * An event of the feed or the stream; switch on `type` to narrow it (the
+ * OpenAPI document's `Event` is one flat shape; this union says which data
+ * each type carries). The shape is versioned with the API: fields may be
+ * added, never removed.
  */
 export type PlatformEvent =
   | ConversationCreatedEvent
@@ -78,3 +75,7 @@ export type PlatformEvent =
   | ParticipantAddedEvent
   | ParticipantRemovedEvent
   | MessageCreatedEvent;
+
+/** Each event type is a member of the union: a type the document adds fails the build until it is described here. */
+type AssertEveryType<T extends PlatformEvent["type"]> = T;
+type _EveryEventTypeDescribed = AssertEveryType<EventType>;

@@ -294,6 +294,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The feed of events, oldest first, after a position
+         * @description Every change of a conversation is an event (`conversation.created`,
+         *     `conversation.updated`, `conversation.participant_added`,
+         *     `conversation.participant_removed`, `message.created`). Each
+         *     account's events carry a `sequence` that increases in the order the
+         *     feed serves them (gaps allowed): a consumer that asks again and again
+         *     for the events after the last `sequence` it saw receives every event
+         *     it may see exactly once, in that order. A user sees the events of the
+         *     conversations it took part in at the time (a removed participant
+         *     sees its own removal); a service client with `conversations:read`
+         *     sees every event of its account.
+         *
+         *     Every answer, empty or not, carries `Link: <...?after=N...>;
+         *     rel="next"`, where `N` is the position to continue from: the
+         *     highest sequence examined for this caller, even when none of those
+         *     events was visible to it. A full page means more are ready now.
+         *     Events are kept 30 days: a position below what was purged is a
+         *     `410` (`cursor_expired`); resynchronise with
+         *     `GET /v1/conversations?updatedAfter=`.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/events/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The live stream of events (Server-Sent Events)
+         * @description The feed as Server-Sent Events: each event as `id: <sequence>`,
+         *     `event: <type>` and `data: <the event as JSON>`, from the position
+         *     of `Last-Event-ID` (which wins over `after`, since a reconnecting
+         *     client resends its original URL), with no gap and no duplicate. A
+         *     comment line (`: keep-alive`) comes at least every 15 seconds. The
+         *     stream ends when the bearer token expires (reconnect with a fresh
+         *     one) and when the replica stops or finds the reader too slow, with a
+         *     `retry:` line. The bearer goes in the `Authorization` header only,
+         *     never in the URL (browsers read the stream with `fetch`). At most 10
+         *     streams per caller are open at once (`429` beyond). A position
+         *     below what was purged is a `410` before the stream starts.
+         */
+        get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.yaml": {
         parameters: {
             query?: never;
@@ -318,6 +385,55 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description What changed.
+         * @enum {string}
+         */
+        EventType: "conversation.created" | "conversation.updated" | "conversation.participant_added" | "conversation.participant_removed" | "message.created";
+        /**
+         * @description One change of a conversation. `data.conversation` (and
+         *     `data.message`) are the representations the REST resources return,
+         *     taken after the change. Fields may be added, never removed or
+         *     retyped.
+         */
+        Event: {
+            /**
+             * @description Unique; the same on every delivery of the event.
+             * @example evt_0c6f6a8e2d7b4e5f9a1b3c4d
+             */
+            id: string;
+            type: components["schemas"]["EventType"];
+            /**
+             * Format: int64
+             * @description The event's position in its account's order.
+             * @example 42
+             */
+            sequence: number;
+            /**
+             * Format: date-time
+             * @description When the change happened (RFC 3339, UTC, millisecond precision).
+             * @example 2024-05-02T08:30:00.250Z
+             */
+            timestamp: string;
+            data: {
+                conversation: components["schemas"]["Conversation"];
+                /**
+                 * @description `conversation.updated`: each changed field (`subject`,
+                 *     `status`) with its previous value.
+                 * @example {
+                 *       "status": "snoozed"
+                 *     }
+                 */
+                changes?: {
+                    [key: string]: unknown;
+                };
+                /** @description The participant added or removed. */
+                userId?: components["schemas"]["UserId"];
+                message?: components["schemas"]["Message"];
+            };
+        };
+        /** @description Events in increasing `sequence`; at most `limit` (at most 1000). */
+        EventList: components["schemas"]["Event"][];
         /**
          * @description The state of a conversation.
          * @example open
@@ -554,6 +670,87 @@ export interface components {
         };
     };
     responses: {
+        /**
+         * @description A parameter of the feed or the stream is invalid
+         *     (`validation_failed`, with `after`, `limit`, `types` or
+         *     `Last-Event-ID` listed in `errors`).
+         */
+        InvalidEventQuery: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:validation_failed",
+                 *       "title": "Bad Request",
+                 *       "status": 400,
+                 *       "detail": "The request has invalid or missing fields.",
+                 *       "code": "validation_failed",
+                 *       "errors": [
+                 *         {
+                 *           "field": "after",
+                 *           "reason": "must be an event sequence: an integer of at least 0"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 400;
+                };
+            };
+        };
+        /**
+         * @description The events after this position were purged (`cursor_expired`):
+         *     resynchronise with `GET /v1/conversations?updatedAfter=`, then
+         *     follow the feed from its oldest event kept (leave `after` out).
+         */
+        CursorExpired: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:cursor_expired",
+                 *       "title": "Gone",
+                 *       "status": 410,
+                 *       "detail": "Events after this position were purged.",
+                 *       "code": "cursor_expired"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 410;
+                };
+            };
+        };
+        /**
+         * @description The caller has 10 streams open already (`too_many_requests`): close
+         *     one, or retry after `Retry-After` seconds.
+         */
+        TooManyStreams: {
+            headers: {
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:too_many_requests",
+                 *       "title": "Too Many Requests",
+                 *       "status": 429,
+                 *       "detail": "You have the largest number of open event streams (10).",
+                 *       "code": "too_many_requests"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 429;
+                };
+            };
+        };
         /**
          * @description The request body is malformed or invalid: malformed JSON
          *     (`malformed_json`), or a field of the wrong JSON type or a value out
@@ -873,6 +1070,35 @@ export interface components {
     };
     parameters: {
         /**
+         * @description The position to continue from: the `sequence` of the last event
+         *     seen, or the `after` of the previous page's `Link`. Left out: from
+         *     the oldest event kept. Anything but an integer of at least 0, or an
+         *     `after` given more than once, is a `400` (`validation_failed`, field
+         *     `after`); a position below what was purged is a `410`.
+         * @example 42
+         */
+        After: number;
+        /**
+         * @description The largest number of events to return, 1 to 1000; 100 when left
+         *     out. Anything else is a `400` (`validation_failed`, field `limit`).
+         * @example 100
+         */
+        EventLimit: number;
+        /**
+         * @description Only events of these types, comma-separated. An unknown type is a
+         *     `400` (`validation_failed`, field `types`).
+         * @example message.created,conversation.updated
+         */
+        EventTypes: string;
+        /**
+         * @description The `id` (sequence) of the last event received, which a
+         *     reconnecting client sends; it wins over `after`. Anything but an
+         *     integer of at least 0 is a `400` (`validation_failed`, field
+         *     `Last-Event-ID`).
+         * @example 42
+         */
+        LastEventID: number;
+        /**
          * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
          *     hex digits, as the service makes them. An id that does not exist,
          *     belongs to another account, names a conversation the caller does
@@ -975,6 +1201,13 @@ export interface components {
     };
     requestBodies: never;
     headers: {
+        /**
+         * @description On every answer: an RFC 8288 link to the position to continue from,
+         *     relative to this service, that keeps `limit` and `types`, e.g.
+         *     `</v1/events?after=42&limit=100>; rel="next"`.
+         * @example </v1/events?after=42&limit=100>; rel="next"
+         */
+        LinkNextEvents: string;
         /**
          * @description The entity tag of the conversation's state after the request, e.g.
          *     `"3"`: it changes with every change of the conversation (a patch, a
@@ -1624,6 +1857,114 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["InsufficientScope"];
             404: components["responses"]["NotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The position to continue from: the `sequence` of the last event
+                 *     seen, or the `after` of the previous page's `Link`. Left out: from
+                 *     the oldest event kept. Anything but an integer of at least 0, or an
+                 *     `after` given more than once, is a `400` (`validation_failed`, field
+                 *     `after`); a position below what was purged is a `410`.
+                 * @example 42
+                 */
+                after?: components["parameters"]["After"];
+                /**
+                 * @description The largest number of events to return, 1 to 1000; 100 when left
+                 *     out. Anything else is a `400` (`validation_failed`, field `limit`).
+                 * @example 100
+                 */
+                limit?: components["parameters"]["EventLimit"];
+                /**
+                 * @description Only events of these types, comma-separated. An unknown type is a
+                 *     `400` (`validation_failed`, field `types`).
+                 * @example message.created,conversation.updated
+                 */
+                types?: components["parameters"]["EventTypes"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The events after the position; possibly none. */
+            200: {
+                headers: {
+                    Link: components["headers"]["LinkNextEvents"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EventList"];
+                };
+            };
+            400: components["responses"]["InvalidEventQuery"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            410: components["responses"]["CursorExpired"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The position to continue from: the `sequence` of the last event
+                 *     seen, or the `after` of the previous page's `Link`. Left out: from
+                 *     the oldest event kept. Anything but an integer of at least 0, or an
+                 *     `after` given more than once, is a `400` (`validation_failed`, field
+                 *     `after`); a position below what was purged is a `410`.
+                 * @example 42
+                 */
+                after?: components["parameters"]["After"];
+                /**
+                 * @description Only events of these types, comma-separated. An unknown type is a
+                 *     `400` (`validation_failed`, field `types`).
+                 * @example message.created,conversation.updated
+                 */
+                types?: components["parameters"]["EventTypes"];
+            };
+            header?: {
+                /**
+                 * @description The `id` (sequence) of the last event received, which a
+                 *     reconnecting client sends; it wins over `after`. Anything but an
+                 *     integer of at least 0 is a `400` (`validation_failed`, field
+                 *     `Last-Event-ID`).
+                 * @example 42
+                 */
+                "Last-Event-ID"?: components["parameters"]["LastEventID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description The stream: lines of `text/event-stream`, e.g.
+             *
+             *     ```
+             *     id: 42
+             *     event: message.created
+             *     data: {"id":"evt_...","type":"message.created","sequence":42,"timestamp":"...","data":{...}}
+             *
+             *     ```
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["InvalidEventQuery"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            410: components["responses"]["CursorExpired"];
+            429: components["responses"]["TooManyStreams"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
