@@ -49,6 +49,10 @@ const (
 	CodeTooManyParticipants  = "too_many_participants"  // 409: a 101st participant
 	CodeLastParticipant      = "last_participant"       // 409: removing the only participant
 	CodeIdempotencyKeyReused = "idempotency_key_reused" // 422: one key, another body
+	// CodeCursorExpired is the 410 to a feed or stream position below what
+	// the service purged (events are kept 30 days): resynchronise with
+	// ListOptions.UpdatedAfter, then read the events FromOldest.
+	CodeCursorExpired = "cursor_expired"
 	// CodeInsufficientScope is the 403 to a service client whose token
 	// lacks the scope the call needs.
 	CodeInsufficientScope = "insufficient_scope"
@@ -89,6 +93,7 @@ var (
 	ErrTooManyParticipants  error = codeError(CodeTooManyParticipants)
 	ErrLastParticipant      error = codeError(CodeLastParticipant)
 	ErrIdempotencyKeyReused error = codeError(CodeIdempotencyKeyReused)
+	ErrCursorExpired        error = codeError(CodeCursorExpired)
 	ErrInsufficientScope    error = codeError(CodeInsufficientScope)
 	ErrInvalidClient        error = codeError(CodeInvalidClient)
 	ErrInvalidScope         error = codeError(CodeInvalidScope)

@@ -189,9 +189,10 @@ type EventStore interface {
 	// PurgedThrough is the highest sequence the purge of the account
 	// deleted through (0: nothing purged).
 	PurgedThrough(ctx context.Context, accountID string) (int64, error)
-	// OldEvents returns up to limit events recorded before t, oldest
-	// first: what the purge considers.
-	OldEvents(ctx context.Context, before time.Time, limit int) ([]Event, error)
+	// OldEvents returns up to limit events with a timestamp from since
+	// (inclusive) to before (exclusive), oldest first: what the purge
+	// considers.
+	OldEvents(ctx context.Context, since, before time.Time, limit int) ([]Event, error)
 	// RecordPurge raises the account's purge position to through (never
 	// lowers it); DeleteEventsThrough then deletes the account's events
 	// with sequences up to it.

@@ -257,8 +257,11 @@ func (s *Service) EventFloor(ctx context.Context, accountID string, after *int64
 func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
 	var deleted int64
 	before := now.UTC().Add(-retention)
-	for range 1000 {
-		old, err := s.Store.OldEvents(ctx, before, 1000)
+	// since moves forward past the old events that stay (each account's
+	// newest), so that many of them never hide older ones behind them.
+	since := time.Time{}
+	for {
+		old, err := s.Store.OldEvents(ctx, since, before, purgeBatch)
 		if err != nil || len(old) == 0 {
 			return deleted, err
 		}
@@ -266,7 +269,6 @@ func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time
 		for _, e := range old {
 			through[e.AccountID] = max(through[e.AccountID], e.Sequence)
 		}
-		progress := false
 		for account, seq := range through {
 			newest, err := s.Store.NewestSequence(ctx, account)
 			if err != nil {
@@ -284,15 +286,21 @@ func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time
 				return deleted, err
 			}
 			deleted += n
-			progress = progress || n > 0
 		}
-		if !progress {
-			// Only each account's newest event is old: kept.
+		if len(old) < purgeBatch {
 			return deleted, nil
 		}
+		last := old[len(old)-1].Timestamp
+		if !last.After(since) {
+			// A whole batch of one instant: the next starts after it.
+			last = last.Add(time.Millisecond)
+		}
+		since = last
 	}
-	return deleted, nil
 }
+
+// purgeBatch is how many old events one read of the purge returns.
+const purgeBatch = 1000
 
 // typeRank orders events of one time: a message before the change of
 // status it caused.
