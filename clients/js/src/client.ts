@@ -1,6 +1,6 @@
 import { delay } from "./delay.js";
 import { ApiError } from "./errors.js";
-import { EventFeed, EventStream, positionOf, type EventPage } from "./events.js";
+import { EventFeed, EventStream, defaultEventPageSize, positionOf, type EventPage } from "./events.js";
 import { nextLink } from "./link.js";
 import { Session, type Credentials, type RenewalKind } from "./session.js";
 import type {
@@ -308,8 +308,9 @@ export class PlatformClient {
 
   /**
    * The event feed after `after` (a stored position), as an
-   * {@link EventFeed}: `for await (const event of feed)` reads every page
-   * up to the newest event, and `feed.position` is where to resume from.
+   * {@link EventFeed}: `for await (const event of feed)` reads page after
+   * page while they come full (more are ready), up to the newest event,
+   * and `feed.position` is where to resume from.
    * Iterate the same feed again later to read what happened since.
    * An `ApiError` 410 `cursor_expired` says the position is older than
    * what the service keeps: resynchronise (e.g. `conversations({ updatedAfter })`).
@@ -318,6 +319,7 @@ export class PlatformClient {
     checkPosition(options.after);
     return new EventFeed(
       options.after,
+      options.limit ?? defaultEventPageSize,
       (after) => this.#eventsUrl("/v1/events", after, options),
       (page) => this.eventsPage({ ...options, page }),
     );

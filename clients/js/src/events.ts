@@ -23,23 +23,33 @@ export function positionOf(next: string | undefined): number | undefined {
   return after !== null && /^\d+$/.test(after) ? Number(after) : undefined;
 }
 
+/** The page size of the feed when none is given (contract 11.2). */
+export const defaultEventPageSize = 100;
+
 /**
  * The event feed of the caller from a position, as an async iterable: each
  * `for await` reads the events after {@link EventFeed.position}, page after
  * page by the `Link: rel="next"` of each, until the service has nothing
- * more (a page that does not move the position on), and moves the position
- * on as the loop goes. Store `position` after handling an event and give
+ * more ready (a page that is not full, or does not move the position on),
+ * and moves the position on as the loop goes. Store `position` after handling an event and give
  * it as `after` next time (or iterate the same feed again later): no event
  * is skipped or repeated.
  */
 export class EventFeed implements AsyncIterable<PlatformEvent> {
   #position: number | undefined;
+  readonly #pageSize: number;
   readonly #firstUrl: (after: number | undefined) => string;
   readonly #readPage: (url: string) => Promise<EventPage>;
 
   /** @internal The client builds feeds: {@link PlatformClient.events}. */
-  constructor(after: number | undefined, firstUrl: (after: number | undefined) => string, readPage: (url: string) => Promise<EventPage>) {
+  constructor(
+    after: number | undefined,
+    pageSize: number,
+    firstUrl: (after: number | undefined) => string,
+    readPage: (url: string) => Promise<EventPage>,
+  ) {
     this.#position = after;
+    this.#pageSize = pageSize;
     this.#firstUrl = firstUrl;
     this.#readPage = readPage;
   }
@@ -63,7 +73,10 @@ export class EventFeed implements AsyncIterable<PlatformEvent> {
         this.#position = event.sequence;
       }
       if (page.position !== undefined) this.#position = page.position;
-      if (page.next === undefined || (before !== undefined && page.position === before)) return;
+      // A full page means more are ready now; anything less, that the
+      // feed is read up to the newest event the caller may see.
+      const full = page.items.length >= this.#pageSize;
+      if (!full || page.next === undefined || (before !== undefined && page.position === before)) return;
       url = page.next;
     }
   }

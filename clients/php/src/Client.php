@@ -809,8 +809,9 @@ final class Client
 
     /**
      * The event feed after $after (a stored position; default: from the
-     * oldest kept), as an EventFeed: a foreach over it reads every page up
-     * to the newest event, and position() is where to resume from. $limit is
+     * oldest kept), as an EventFeed: a foreach over it reads page after page
+     * while they come full (more are ready), up to the newest event, and
+     * position() is where to resume from. $limit is
      * the page size (1..1000). An ApiError 410 cursor_expired says the
      * position is older than the service keeps: resynchronise (e.g.
      * conversations(updatedAfter: …)).
@@ -822,6 +823,7 @@ final class Client
         self::checkPosition($after);
         return new EventFeed(
             $after,
+            $limit ?? EventFeed::DEFAULT_PAGE_SIZE,
             fn (?int $position): string => $this->eventsUrl('/v1/events', $position, $limit, $types),
             fn (string $url): EventPage => $this->eventPage(pageUrl: $url),
         );

@@ -35,6 +35,7 @@ from ._errors import (
     error_from_response,
 )
 from ._events import (
+    DEFAULT_EVENT_PAGE_SIZE,
     STREAM_READ_TIMEOUT,
     Event,
     EventFeed,
@@ -823,7 +824,8 @@ class Client:
     ) -> EventFeed:
         """The event feed after ``after`` (a stored position; default: from
         the oldest kept), as an :class:`EventFeed`: a ``for`` over it reads
-        every page up to the newest event, and ``feed.position`` is where to
+        page after page while they come full (more are ready), up to the
+        newest event, and ``feed.position`` is where to
         resume from. ``limit`` is the page size (1..1000), ``types`` a
         filter (``EVENT_*``). An ApiError 410 ``cursor_expired`` says the
         position is older than the service keeps: resynchronise (e.g.
@@ -831,6 +833,7 @@ class Client:
         check_position(after)
         return EventFeed(
             after,
+            limit if limit is not None else DEFAULT_EVENT_PAGE_SIZE,
             lambda position: self._events_url("/v1/events", position, limit, types),
             lambda url: self.event_page(page_url=url),
         )

@@ -242,21 +242,28 @@ def check_position(after: Optional[int]) -> None:
         raise ValueError("after must be a sequence: a whole number, not negative")
 
 
+#: The page size of the feed when none is given (contract 11.2).
+DEFAULT_EVENT_PAGE_SIZE = 100
+
+
 class EventFeed:
     """The caller's event feed from a position. Each ``for`` over it reads
     the events after :attr:`position`, page after page by the ``Link:
-    rel="next"`` of each, until the service has nothing more (a page that
-    does not move the position on), and moves the position on as the loop
+    rel="next"`` of each, until the service has nothing more ready (a page
+    that is not full, or does not move the position on), and moves the
+    position on as the loop
     goes: store it after handling an event and give it as ``after`` next
     time, or iterate the same feed again later."""
 
     def __init__(
         self,
         after: Optional[int],
+        page_size: int,
         first_url: Callable[[Optional[int]], str],
         read_page: Callable[[str], EventPage],
     ) -> None:
         self._position = after
+        self._page_size = page_size
         self._first_url = first_url
         self._read_page = read_page
 
@@ -278,7 +285,14 @@ class EventFeed:
                 self._position = event["sequence"]
             if page.position is not None:
                 self._position = page.position
-            if page.next_url is None or (before is not None and page.position == before):
+            # A full page means more are ready now; anything less, that the
+            # feed is read up to the newest event the caller may see.
+            full = len(page.items) >= self._page_size
+            if (
+                not full
+                or page.next_url is None
+                or (before is not None and page.position == before)
+            ):
                 return
             url = page.next_url
 
