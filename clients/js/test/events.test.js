@@ -140,3 +140,36 @@ test("the stream delivers the three events, and resumes a cut connection after t
     await proxy.close();
   }
 });
+
+test("the stream outlives its token: it reconnects with a fresh one and Last-Event-ID, and misses nothing", async () => {
+  const client = userClient();
+  const start = await currentPosition(client);
+  // A proxy that cuts nothing (drop 0), to see the stream's requests.
+  const proxy = await faultProxy({ upstream: env.conversationsUrl, method: "GET", pathPrefix: "/v1/events/stream", drop: 0, cutAfterEvents: 1 });
+  try {
+    const stream = userClient({ conversationsUrl: proxy.url }).streamEvents({ after: start });
+    const conv = await client.createConversation({ subject: "a stream across its token's expiry" });
+    const received = []; // [event, the connection it came on]
+    const consumer = (async () => {
+      for await (const event of stream) {
+        received.push([event, stream.connections]);
+        if (event.type === "message.created" && event.data.message.body === "after the token expired") return;
+      }
+    })();
+    // The service ends the stream when its token expires (a few seconds
+    // here); the loop connects again by itself.
+    while (stream.connections < 2) await sleep(50);
+    await client.postMessage(conv.id, { body: "after the token expired" });
+    await consumer;
+
+    const mine = received.filter(([e]) => e.data.conversation.id === conv.id).map(([e]) => e.type);
+    assert.deepEqual(mine, ["conversation.created", "message.created"]);
+    const { forwarded } = await proxy.report();
+    const [first, second] = forwarded.map((f) => f.headers);
+    assert.notEqual(second.Authorization, first.Authorization, "a fresh token");
+    const before = received.filter(([, connection]) => connection === 1).at(-1)?.[0];
+    assert.equal(second["Last-Event-Id"], before === undefined ? undefined : String(before.sequence));
+  } finally {
+    await proxy.close();
+  }
+});

@@ -146,6 +146,55 @@ final class EventsTest extends ServiceTestCase
         }
     }
 
+    public function testTheStreamOutlivesItsTokenReconnectingWithAFreshOneAndLastEventId(): void
+    {
+        $client = Env::userClient();
+        $start = self::currentPosition($client);
+        // A proxy that cuts nothing (drop 0), to see the stream's requests.
+        $proxy = new DropFirstResponses(Env::get('CONVERSATIONS_URL'), 'GET', '/v1/events/stream', 0, 1);
+        try {
+            $stream = Env::userClient(conversationsUrl: $proxy->url)->streamEvents(after: $start);
+            $conv = $client->createConversation(subject: "a stream across its token's expiry");
+            // The service ends the stream when its token expires (a few
+            // seconds here) and the loop connects again by itself; another
+            // process posts the message once it has.
+            $poster = proc_open(
+                [PHP_BINARY, __DIR__ . '/Support/post_after_reconnect.php', $proxy->reportUrl(), $conv['id'], 'after'],
+                [1 => ['pipe', 'w'], 2 => ['redirect', 1]],
+                $pipes,
+            );
+            $this->assertIsResource($poster);
+            $received = []; // an event and the connection it came on
+            foreach ($stream as $event) {
+                $received[] = [$event, $stream->connections()];
+                if ($event instanceof MessageCreated && $event->message()['body'] === 'after') {
+                    break;
+                }
+            }
+            $output = (string) stream_get_contents($pipes[1]);
+            fclose($pipes[1]);
+            $this->assertSame(0, proc_close($poster), $output);
+
+            $mine = array_values(array_filter(
+                $received,
+                static fn (array $r) => $r[0]->conversation['id'] === $conv['id'],
+            ));
+            $this->assertSame(
+                [Event::CONVERSATION_CREATED, Event::MESSAGE_CREATED],
+                array_map(static fn (array $r) => $r[0]->type, $mine),
+            );
+            [$first, $second] = array_column($proxy->forwarded(), 'headers');
+            $this->assertNotSame($first['Authorization'], $second['Authorization'], 'a fresh token');
+            $before = array_values(array_filter($received, static fn (array $r) => $r[1] === 1));
+            $this->assertSame(
+                $before === [] ? null : (string) end($before)[0]->sequence,
+                $second['Last-Event-Id'] ?? null,
+            );
+        } finally {
+            $proxy->close();
+        }
+    }
+
     /** The position after every event the client may see so far. */
     private static function currentPosition(Client $client): int
     {

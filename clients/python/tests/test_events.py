@@ -7,9 +7,10 @@ event it received, with nothing lost or repeated."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 import unittest
-from typing import List
+from typing import List, Tuple
 
 from acme_platform import (
     EVENT_CONVERSATION_CREATED,
@@ -174,3 +175,51 @@ class EventsTest(LoggedTestCase):
                 break
             from_feed.append(e["id"])
         self.assertEqual([e["id"] for e in received], from_feed)
+
+    def test_the_stream_outlives_its_token(self) -> None:
+        """It reconnects with a fresh token and Last-Event-ID, and misses
+        nothing."""
+        client = user_client()
+        start = current_position(client)
+        # A proxy that cuts nothing (drop 0), to see the stream's requests.
+        proxy = DropFirstResponses(
+            env("CONVERSATIONS_URL"), "GET", "/v1/events/stream", 0, cut_after_events=1
+        )
+        self.addCleanup(proxy.close)
+        stream = user_client(conversations_url=proxy.url).stream_events(after=start)
+        conv = client.create_conversation(subject="a stream across its token's expiry")
+        received: List[Tuple[Event, int]] = []  # an event and the connection it came on
+        failed: List[BaseException] = []
+
+        def consume() -> None:
+            try:
+                for event in stream:
+                    received.append((event, stream.connections))
+                    if (
+                        event["type"] == EVENT_MESSAGE_CREATED
+                        and event["data"]["message"]["body"] == "after the token expired"
+                    ):
+                        return
+            except BaseException as err:  # reported by the test below
+                failed.append(err)
+
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        # The service ends the stream when its token expires (a few seconds
+        # here); the loop connects again by itself.
+        while stream.connections < 2 and consumer.is_alive():
+            time.sleep(0.05)
+        client.post_message(conv["id"], "after the token expired")
+        consumer.join()
+        self.assertEqual(failed, [])
+
+        mine = [e["type"] for e, _ in received if e["data"]["conversation"]["id"] == conv["id"]]
+        self.assertEqual(mine, [EVENT_CONVERSATION_CREATED, EVENT_MESSAGE_CREATED])
+        first, second = [headers for _, _, headers in proxy.forwarded][:2]
+        self.assertNotEqual(
+            second.get("Authorization"), first.get("Authorization"), "a fresh token"
+        )
+        before = [e for e, connection in received if connection == 1]
+        self.assertEqual(
+            second.get("Last-Event-Id"), str(before[-1]["sequence"]) if before else None
+        )

@@ -45,6 +45,12 @@ final class DropFirstResponses
         $this->url = (string) $opened['url'];
     }
 
+    /** The control endpoint's report of this proxy (GET: what it forwarded). */
+    public function reportUrl(): string
+    {
+        return $this->control . '/proxies/' . $this->id;
+    }
+
     /**
      * @return list<array{method: string, target: string, headers: array<string, string>, idempotencyKey: string,
      *     dropped: bool}>
