@@ -780,7 +780,9 @@ class Client:
         limit: Optional[int],
         types: Optional[Sequence[str]],
     ) -> str:
-        query = events_query(after, limit, list(types) if types is not None else None)
+        # A lone type is a type, not a sequence of its characters.
+        wanted = [types] if isinstance(types, str) else list(types) if types is not None else None
+        query = events_query(after, limit, wanted)
         url = self._conversations(path)
         return url + ("?" + urllib.parse.urlencode(query) if query else "")
 
