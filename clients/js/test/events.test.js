@@ -56,6 +56,35 @@ function assertLifecycle(events, conv, m) {
   assert.equal(updated.data.conversation.status, "closed");
 }
 
+// First in the file: no stream of an earlier test may still count.
+test("an eleventh open stream of one caller is a 429 ApiError with Retry-After", async () => {
+  const client = userClient({ maxRetries: 0 });
+  const start = await currentPosition(client);
+  await client.createConversation({ subject: "an event for every stream" });
+  // Streams end with their token (a few seconds here), so on a slow
+  // machine more than ten may open before ten are open at once.
+  const open = [];
+  let refused;
+  try {
+    while (refused === undefined && open.length < 50) {
+      const stream = client.streamEvents({ after: start })[Symbol.asyncIterator]();
+      try {
+        await stream.next(); // connected: the event after start came
+        open.push(stream);
+      } catch (err) {
+        refused = err;
+      }
+    }
+  } finally {
+    for (const stream of open) await stream.return();
+  }
+  assert.ok(refused instanceof ApiError, `want an ApiError, got ${refused}`);
+  assert.equal(refused.status, 429);
+  assert.equal(refused.code, "too_many_requests");
+  assert.ok(refused.retryAfter > 0, `retryAfter ${refused.retryAfter}`);
+  assert.ok(open.length >= 10, `refused after ${open.length} streams`);
+});
+
 test("create, post, close: three events in order through the feed, which resumes from a stored position", async () => {
   const client = userClient();
   const start = await currentPosition(client);

@@ -49,6 +49,40 @@ final class EventsTest extends ServiceTestCase
         $this->assertSame([['id' => '41', 'event' => 'message', 'data' => 'a']], $resumed->push("data: a\n\n"));
     }
 
+    /** First after the parser's test: no stream of an earlier test may still count. */
+    public function testAnEleventhOpenStreamOfOneCallerIsA429(): void
+    {
+        $client = new Client(
+            accountUrl: Env::get('ACCOUNT_URL'),
+            conversationsUrl: Env::get('CONVERSATIONS_URL'),
+            username: Env::get('USERNAME'),
+            password: Env::get('PASSWORD'),
+            accountName: Env::get('ACCOUNT_NAME'),
+            maxRetries: 0,
+        );
+        $start = self::currentPosition($client);
+        $client->createConversation(subject: 'an event for every stream');
+        // Streams end with their token (a few seconds here), so on a slow
+        // machine more than ten may open before ten are open at once.
+        $open = [];
+        $refused = null;
+        while ($refused === null && count($open) < 50) {
+            $stream = $client->streamEvents(after: $start)->getIterator();
+            try {
+                $stream->current(); // connected: the event after start came
+                $open[] = $stream;
+            } catch (ApiError $e) {
+                $refused = $e;
+            }
+        }
+        $opened = count($open);
+        $open = []; // each generator closes its connection as it goes
+        $this->assertNotNull($refused, 'no stream was refused');
+        $this->assertSame([429, ApiError::TOO_MANY_REQUESTS], [$refused->status, $refused->code()]);
+        $this->assertGreaterThan(0, $refused->retryAfter);
+        $this->assertGreaterThanOrEqual(10, $opened);
+    }
+
     public function testCreatePostCloseThroughTheFeedResumedFromAStoredPosition(): void
     {
         $client = Env::userClient();
