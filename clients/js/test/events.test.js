@@ -56,35 +56,6 @@ function assertLifecycle(events, conv, m) {
   assert.equal(updated.data.conversation.status, "closed");
 }
 
-// First in the file: no stream of an earlier test may still count.
-test("an eleventh open stream of one caller is a 429 ApiError with Retry-After", async () => {
-  const client = userClient({ maxRetries: 0 });
-  const start = await currentPosition(client);
-  await client.createConversation({ subject: "an event for every stream" });
-  // Streams end with their token (a few seconds here), so on a slow
-  // machine more than ten may open before ten are open at once.
-  const open = [];
-  let refused;
-  try {
-    while (refused === undefined && open.length < 50) {
-      const stream = client.streamEvents({ after: start })[Symbol.asyncIterator]();
-      try {
-        await stream.next(); // connected: the event after start came
-        open.push(stream);
-      } catch (err) {
-        refused = err;
-      }
-    }
-  } finally {
-    for (const stream of open) await stream.return();
-  }
-  assert.ok(refused instanceof ApiError, `want an ApiError, got ${refused}`);
-  assert.equal(refused.status, 429);
-  assert.equal(refused.code, "too_many_requests");
-  assert.ok(refused.retryAfter > 0, `retryAfter ${refused.retryAfter}`);
-  assert.ok(open.length >= 10, `refused after ${open.length} streams`);
-});
-
 test("create, post, close: three events in order through the feed, which resumes from a stored position", async () => {
   const client = userClient();
   const start = await currentPosition(client);
@@ -134,12 +105,14 @@ test("the stream delivers the three events, and resumes a cut connection after t
   const proxy = await faultProxy({ upstream: env.conversationsUrl, method: "GET", pathPrefix: "/v1/events/stream", drop: 1, cutAfterEvents: 1 });
   const stream = userClient({ conversationsUrl: proxy.url }).streamEvents({ after: start });
   const received = [];
+  let onFirstConnection = 0; // events that came before the cut
   const mine = [];
   try {
     const conv = await client.createConversation({ subject: "events through the stream" });
     let m;
     for await (const event of stream) {
       received.push(event);
+      onFirstConnection += stream.connections === 1 ? 1 : 0;
       if (event.data.conversation.id !== conv.id) continue;
       mine.push(event);
       if (mine.length === 1) {
@@ -155,7 +128,11 @@ test("the stream delivers the three events, and resumes a cut connection after t
     assert.equal(report.dropped, 1);
     assert.ok(stream.connections >= 2, `connections ${stream.connections}`);
     assert.equal(report.forwarded[0].headers["Last-Event-Id"], undefined);
-    assert.equal(report.forwarded[1].headers["Last-Event-Id"], String(received[0].sequence), "resumed after the last event received");
+    // Cut after its first event (or, on a machine slow enough, ended by
+    // its token before any): resumed after the last event received.
+    assert.ok(onFirstConnection <= 1, `${onFirstConnection} events before the cut`);
+    const resumedAfter = onFirstConnection === 1 ? String(received[0].sequence) : undefined;
+    assert.equal(report.forwarded[1].headers["Last-Event-Id"], resumedAfter, "resumed after the last event received");
     assert.equal(stream.position, mine[2].sequence);
 
     // No gap, no duplicate: the stream gave exactly what the feed has.

@@ -49,40 +49,6 @@ final class EventsTest extends ServiceTestCase
         $this->assertSame([['id' => '41', 'event' => 'message', 'data' => 'a']], $resumed->push("data: a\n\n"));
     }
 
-    /** First after the parser's test: no stream of an earlier test may still count. */
-    public function testAnEleventhOpenStreamOfOneCallerIsA429(): void
-    {
-        $client = new Client(
-            accountUrl: Env::get('ACCOUNT_URL'),
-            conversationsUrl: Env::get('CONVERSATIONS_URL'),
-            username: Env::get('USERNAME'),
-            password: Env::get('PASSWORD'),
-            accountName: Env::get('ACCOUNT_NAME'),
-            maxRetries: 0,
-        );
-        $start = self::currentPosition($client);
-        $client->createConversation(subject: 'an event for every stream');
-        // Streams end with their token (a few seconds here), so on a slow
-        // machine more than ten may open before ten are open at once.
-        $open = [];
-        $refused = null;
-        while ($refused === null && count($open) < 50) {
-            $stream = $client->streamEvents(after: $start)->getIterator();
-            try {
-                $stream->current(); // connected: the event after start came
-                $open[] = $stream;
-            } catch (ApiError $e) {
-                $refused = $e;
-            }
-        }
-        $opened = count($open);
-        $open = []; // each generator closes its connection as it goes
-        $this->assertNotNull($refused, 'no stream was refused');
-        $this->assertSame([429, ApiError::TOO_MANY_REQUESTS], [$refused->status, $refused->code()]);
-        $this->assertGreaterThan(0, $refused->retryAfter);
-        $this->assertGreaterThanOrEqual(10, $opened);
-    }
-
     public function testCreatePostCloseThroughTheFeedResumedFromAStoredPosition(): void
     {
         $client = Env::userClient();
@@ -139,10 +105,12 @@ final class EventsTest extends ServiceTestCase
             $stream = Env::userClient(conversationsUrl: $proxy->url)->streamEvents(after: $start);
             $conv = $client->createConversation(subject: 'events through the stream');
             $received = [];
+            $onFirstConnection = 0; // events that came before the cut
             $mine = [];
             $message = null;
             foreach ($stream as $event) {
                 $received[] = $event;
+                $onFirstConnection += $stream->connections() === 1 ? 1 : 0;
                 if ($event->conversation['id'] !== $conv['id']) {
                     continue;
                 }
@@ -163,7 +131,11 @@ final class EventsTest extends ServiceTestCase
             $this->assertTrue($forwarded[0]['dropped']);
             $this->assertGreaterThanOrEqual(2, $stream->connections());
             $this->assertArrayNotHasKey('Last-Event-Id', $forwarded[0]['headers']);
-            $this->assertSame((string) $received[0]->sequence, $forwarded[1]['headers']['Last-Event-Id'] ?? null);
+            // Cut after its first event (or, on a machine slow enough, ended
+            // by its token before any): resumed after the last event received.
+            $this->assertLessThanOrEqual(1, $onFirstConnection);
+            $resumedAfter = $onFirstConnection === 1 ? (string) $received[0]->sequence : null;
+            $this->assertSame($resumedAfter, $forwarded[1]['headers']['Last-Event-Id'] ?? null);
             $this->assertSame($mine[2]->sequence, $stream->position());
 
             // No gap, no duplicate: the stream gave exactly what the feed has.
