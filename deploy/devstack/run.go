@@ -37,7 +37,7 @@ type stackConfig struct {
 const (
 	demoAccount  = "demo"
 	demoUser     = "demo"
-	demoPassword = "demo-password"
+	demoPassword = "plum-orbit-canvas-ladder"
 	emptyAccount = "empty"
 )
 

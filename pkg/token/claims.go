@@ -219,12 +219,17 @@ const (
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
+	// ScopeUsersRead and ScopeUsersWrite let a backend read and manage
+	// the users of its account (CONTRACT.md section 12).
+	ScopeUsersRead  = "users:read"
+	ScopeUsersWrite = "users:write"
 )
 
 // Scopes lists every scope a service client may hold, in the order
 // discovery documents them.
 func Scopes() []string {
-	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite}
+	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite,
+		ScopeUsersRead, ScopeUsersWrite}
 }
 
 // ParseScope splits a scope parameter or claim (RFC 6749 section 3.3:

@@ -10,6 +10,7 @@ export type {
   ListMessagesOptions,
   EventsOptions,
   StreamEventsOptions,
+  ListUsersOptions,
   Page,
 } from "./client.js";
 export { ApiError, ErrorCodes, isApiError, parseRetryAfter } from "./errors.js";

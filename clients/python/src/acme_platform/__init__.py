@@ -19,6 +19,9 @@ from ._errors import (
     CODE_CURSOR_EXPIRED,
     CODE_IDEMPOTENCY_KEY_REUSED,
     CODE_INSUFFICIENT_SCOPE,
+    CODE_INVALID_CURRENT_PASSWORD,
+    CODE_USERNAME_TAKEN,
+    CODE_WEAK_PASSWORD,
     CODE_INTERNAL_ERROR,
     CODE_INVALID_CLIENT,
     CODE_INVALID_CREDENTIALS,
@@ -80,6 +83,8 @@ from ._types import (
     Definition,
     Message,
     Page,
+    User,
+    UserInfo,
 )
 
 __version__ = "0.1.0"
@@ -94,6 +99,9 @@ __all__ = [
     "CODE_CURSOR_EXPIRED",
     "CODE_IDEMPOTENCY_KEY_REUSED",
     "CODE_INSUFFICIENT_SCOPE",
+    "CODE_INVALID_CURRENT_PASSWORD",
+    "CODE_USERNAME_TAKEN",
+    "CODE_WEAK_PASSWORD",
     "CODE_INTERNAL_ERROR",
     "CODE_INVALID_CLIENT",
     "CODE_INVALID_CREDENTIALS",
@@ -152,4 +160,6 @@ __all__ = [
     "STATUS_SNOOZED",
     "TokenStore",
     "TransportError",
+    "User",
+    "UserInfo",
 ]
