@@ -8,6 +8,8 @@ export type {
   UpdateOptions,
   ListConversationsOptions,
   ListMessagesOptions,
+  EventsOptions,
+  StreamEventsOptions,
   ListUsersOptions,
   Page,
 } from "./client.js";
@@ -16,3 +18,7 @@ export type { ApiErrorInit, ErrorCode } from "./errors.js";
 export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind } from "./session.js";
 export type * from "./types.js";
 export { nextLink } from "./link.js";
+export { EventFeed, EventStream } from "./events.js";
+export type { EventPage } from "./events.js";
+export { SseParser } from "./sse.js";
+export type { SseMessage } from "./sse.js";
