@@ -116,7 +116,10 @@ final class ReadmeTest extends ServiceTestCase
         $this->assertStringContainsString(Env::get('DEFINITION_NAME'), $output);  // listDefinitions, printed
         $this->assertStringContainsString('Hello again', $output);                // the listing after the update
         $this->assertStringContainsString('subject: ', $output);                  // the field errors of the 400
-        $this->assertMatchesRegularExpression('/\d+ conversation\.created\n/', $output); // the feed
+        // The feed ran and gave a position to store; which events it shows
+        // depends on how soon the relay ordered the script's changes (the
+        // events suite waits for them: tests/EventsTest.php).
+        $this->assertMatchesRegularExpression('/store \d+\n/', $output); // the feed
         $this->assertStringContainsString("live: Seen live\n", $output);          // the stream
         $this->assertSame($before, self::filesUnder($checkout), 'the install wrote into the checkout');
     }
