@@ -320,6 +320,10 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL,
 		"CONVERSATIONS_CORS_ORIGINS=" + browserOrigin,
+		// One replica: its own changes wake its relay and streams at once;
+		// the poll, which looks for other replicas' changes, would only
+		// load the shared embedded store.
+		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s",
 	}
 	s.definitionFile = filepath.Join(t.TempDir(), "definition.json")
 	def := fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp)

@@ -113,6 +113,10 @@ func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL,
 		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
+		// One replica: its own changes wake its relay at once; the poll,
+		// which looks for other replicas' changes, would only load the
+		// shared embedded store (TestEventsOrderedAcrossReplicas sets it back).
+		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s",
 	}
 	for _, args := range [][]string{
 		{"create-account", "acme"},

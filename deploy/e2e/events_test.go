@@ -22,6 +22,8 @@ import (
 func TestEventsOrderedAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
+	// Each replica orders the other's events, which only the poll finds.
+	s.convEnv = append(s.convEnv, "CONVERSATIONS_EVENTS_POLL_INTERVAL=200ms")
 	s.startAccount(t)
 	survivor := s.startConversations(t)
 	victimAddr, victimOps := freeAddr(t), freeAddr(t)

@@ -202,6 +202,7 @@ func newStackOnServer(t *testing.T, uri string) *stack {
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL,
 		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
+		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s", // one replica: see newStack
 	}
 	provisionUsers(t, bin, s.accountEnv, "alice")
 	return s
