@@ -219,12 +219,15 @@ const (
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
+	// ScopeWebhooksManage manages the account's webhook endpoints
+	// (CONTRACT.md section 11.3), together with conversations:read.
+	ScopeWebhooksManage = "webhooks:manage"
 )
 
 // Scopes lists every scope a service client may hold, in the order
 // discovery documents them.
 func Scopes() []string {
-	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite}
+	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite, ScopeWebhooksManage}
 }
 
 // ParseScope splits a scope parameter or claim (RFC 6749 section 3.3:

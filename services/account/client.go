@@ -57,6 +57,7 @@ const (
 	ScopeDefinitionsWrite   = token.ScopeDefinitionsWrite
 	ScopeConversationsRead  = token.ScopeConversationsRead
 	ScopeConversationsWrite = token.ScopeConversationsWrite
+	ScopeWebhooksManage     = token.ScopeWebhooksManage
 )
 
 // Scopes lists every scope, in the order discovery documents them.

@@ -77,9 +77,15 @@ type Store struct {
 	messages      *mongo.Collection
 	idempotency   *mongo.Collection
 	settings      *mongo.Collection
+	webhooks      *mongo.Collection
+	deliveries    *mongo.Collection
+	quotas        *mongo.Collection
 }
 
-var _ conversations.Store = (*Store)(nil)
+var (
+	_ conversations.Store        = (*Store)(nil)
+	_ conversations.WebhookStore = (*Store)(nil)
+)
 
 // New returns a Store on db. Call EnsureIndexes once at start.
 func New(db *mongo.Database) *Store {
@@ -88,6 +94,9 @@ func New(db *mongo.Database) *Store {
 		messages:      db.Collection("messages"),
 		idempotency:   db.Collection("idempotency_keys"),
 		settings:      db.Collection("settings"),
+		webhooks:      db.Collection("webhooks"),
+		deliveries:    db.Collection("webhook_deliveries"),
+		quotas:        db.Collection("webhook_quotas"),
 	}
 }
 
@@ -131,6 +140,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			Options: options.Index().SetName("by_created_at"),
 		}},
 	}
+	indexes = append(indexes, s.webhookIndexes()...)
 	// One at a time: the embedded server drops the connection when
 	// createIndexes with several indexes meets existing ones.
 	for _, ix := range indexes {

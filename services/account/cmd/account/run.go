@@ -29,7 +29,8 @@ Usage:
                                   create a service client (OAuth client_credentials); prints
                                   its client_id and client_secret, the secret only this once;
                                   scopes: definitions:read, definitions:write,
-                                  conversations:read, conversations:write
+                                  conversations:read, conversations:write,
+                                  webhooks:manage (with conversations:read)
   account create-client --account NAME --name CLIENT_NAME --public
                                   create a public client (an app that cannot keep a secret:
                                   single-page, mobile); it has no secret and sends its
