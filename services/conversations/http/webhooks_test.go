@@ -253,7 +253,7 @@ func testWebhookBadInput(t *testing.T, a *api) {
 	}
 	a.do(exchange{method: "PATCH", path: "/v1/webhooks/" + w.ID, bearer: mgr, body: `{"enabled":false}`, invalid: true}).
 		problem(t, 415, "unsupported_media_type", "")
-	patch(`{"description":"` + strings.Repeat("x", 70<<10) + `"}`).problem(t, 413, "body_too_large", "")
+	patch(`{"description":"`+strings.Repeat("x", 70<<10)+`"}`).problem(t, 413, "body_too_large", "")
 
 	rotate := func(body string) response {
 		return a.do(exchange{method: "POST", path: "/v1/webhooks/" + w.ID + "/rotate-secret", bearer: mgr, body: body, invalid: true})
@@ -261,7 +261,7 @@ func testWebhookBadInput(t *testing.T, a *api) {
 	rotate(`{"overlap":-1}`).problem(t, 400, "validation_failed", "overlap")
 	rotate(`{"overlap":604801}`).problem(t, 400, "validation_failed", "overlap")
 	rotate(`{"overlap":"1h"}`).problem(t, 400, "validation_failed", "overlap")
-	rotate(`{"overlap":` + strings.Repeat(" ", 70<<10) + `1}`).problem(t, 413, "body_too_large", "")
+	rotate(`{"overlap":`+strings.Repeat(" ", 70<<10)+`1}`).problem(t, 413, "body_too_large", "")
 	a.do(exchange{method: "POST", path: "/v1/webhooks/" + w.ID + "/rotate-secret", bearer: mgr, body: `{}`, contentType: "text/plain", invalid: true}).
 		problem(t, 415, "unsupported_media_type", "")
 
