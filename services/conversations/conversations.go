@@ -119,6 +119,7 @@ type Store interface {
 	ConversationStore
 	MessageStore
 	IdempotencyStore
+	EventStore
 }
 
 // ErrDuplicateID: an insert found a document with the same id already
@@ -142,25 +143,29 @@ type ConversationQuery struct {
 // state to store. The store writes To only while the stored document is
 // still at From.Version (one single-document conditional update), so a
 // change is stored whole or not at all; whatever must be recorded with a
-// change (an event, say) belongs in that same update.
+// change belongs in that same update: its Events, recorded pending on the
+// conversation for the Relay to copy into the account's log.
 type Change struct {
-	From Conversation
-	To   Conversation
+	From   Conversation
+	To     Conversation
+	Events []Event
 }
 
 // ConversationStore persists conversations.
 type ConversationStore interface {
-	// InsertConversation stores c as it is (every field set);
-	// ErrDuplicateID when a conversation with c.ID is stored already.
-	InsertConversation(ctx context.Context, c Conversation) error
+	// InsertConversation stores c as it is (every field set) with
+	// events pending on it, in one insert; ErrDuplicateID when a
+	// conversation with c.ID is stored already (and nothing is recorded).
+	InsertConversation(ctx context.Context, c Conversation, events ...Event) error
 	// FindConversation returns the conversation id of accountID;
 	// ErrNotFound when there is none.
 	FindConversation(ctx context.Context, accountID, id string) (Conversation, error)
 	// ListConversations returns one page in the order updatedAt
 	// descending, then id descending, strictly after q.After.
 	ListConversations(ctx context.Context, q ConversationQuery) (Page, error)
-	// SaveConversation stores ch.To if the stored conversation is still
-	// at ch.From.Version, and reports whether it was.
+	// SaveConversation stores ch.To, and records ch.Events pending on
+	// it, if the stored conversation is still at ch.From.Version (one
+	// update), and reports whether it was.
 	SaveConversation(ctx context.Context, ch Change) (bool, error)
 }
 

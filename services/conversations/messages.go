@@ -50,9 +50,10 @@ type MessageRange struct {
 // MessageStore persists messages. Posting is two single-document writes,
 // in the order Service.PostMessage gives (see there).
 type MessageStore interface {
-	// InsertMessage stores m as it is (every field set); ErrDuplicateID
-	// when a message with m.ID is stored already.
-	InsertMessage(ctx context.Context, m Message) error
+	// InsertMessage stores m as it is (every field set) with events
+	// pending on it, in one insert; ErrDuplicateID when a message with
+	// m.ID is stored already (and nothing is recorded).
+	InsertMessage(ctx context.Context, m Message, events ...Event) error
 	// FindMessage returns one message of a conversation of accountID;
 	// ErrMessageNotFound when there is none.
 	FindMessage(ctx context.Context, accountID, conversationID, messageID string) (Message, error)

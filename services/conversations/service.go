@@ -20,9 +20,11 @@ import (
 // one of its methods; the Store below it only persists and queries.
 //
 // Every change of a conversation goes through change, which hands the
-// Store one Change (the state read and the state to store) for one
-// single-document conditional update: the place where whatever must be
-// recorded with a change is added.
+// Store one Change (the state read, the state to store and the events it
+// records) for one single-document conditional update, so that a change
+// and its events are stored together or not at all. A new conversation
+// and a new message carry their event in their own insert. The Relay
+// copies those pending events into the account's ordered log.
 type Service struct {
 	Store Store
 	// Logger receives what fails after a response is decided (nil: none).
@@ -30,6 +32,16 @@ type Service struct {
 	// Now is the clock of changes and idempotency keys; nil means
 	// time.Now.
 	Now func() time.Time
+	// Recorded, when set, is told how many events each stored change
+	// recorded (pending, for the Relay): the metric of events recorded,
+	// and the Relay's wake-up so that it copies them at once.
+	Recorded func(n int)
+}
+
+func (s *Service) recorded(n int) {
+	if n > 0 && s.Recorded != nil {
+		s.Recorded(n)
+	}
 }
 
 // now is the current time at the stored precision (milliseconds, UTC).
@@ -53,13 +65,14 @@ func (s *Service) CreateConversation(ctx context.Context, who Caller, c Conversa
 	}
 	c.AccountID = who.AccountID
 	c.CreatedAt, c.UpdatedAt, c.Version = now, now, 1
-	err := s.Store.InsertConversation(ctx, c)
+	err := s.Store.InsertConversation(ctx, c, createdEvent(c))
 	if errors.Is(err, ErrDuplicateID) {
 		return s.GetConversation(ctx, who, c.ID)
 	}
 	if err != nil {
 		return Conversation{}, err
 	}
+	s.recorded(1)
 	return c, nil
 }
 
@@ -146,11 +159,13 @@ func (s *Service) change(ctx context.Context, who Caller, id string, cond Precon
 			return cur, nil
 		}
 		next.Version = cur.Version + 1
-		won, err := s.Store.SaveConversation(ctx, Change{From: cur, To: next})
+		events := eventsOfChange(cur, next)
+		won, err := s.Store.SaveConversation(ctx, Change{From: cur, To: next, Events: events})
 		if err != nil {
 			return Conversation{}, err
 		}
 		if won {
+			s.recorded(len(events))
 			return next, nil
 		}
 		if cond.Given && !cond.Any {
@@ -194,10 +209,13 @@ func (s *Service) PostMessage(ctx context.Context, who Caller, m Message) (Messa
 	if len(m.Metadata) == 0 {
 		m.Metadata = []byte(`{}`)
 	}
-	err = s.Store.InsertMessage(ctx, m)
+	err = s.Store.InsertMessage(ctx, m, messageEvent(conv, m))
 	if errors.Is(err, ErrDuplicateID) {
-		// An idempotent retry whose first attempt stored it.
+		// An idempotent retry whose first attempt stored it (and its
+		// event).
 		m, err = s.Store.FindMessage(ctx, who.AccountID, m.ConversationID, m.ID)
+	} else if err == nil {
+		s.recorded(1)
 	}
 	if err != nil {
 		return Message{}, err

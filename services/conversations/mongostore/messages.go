@@ -22,18 +22,26 @@ type messageDoc struct {
 	Body           string    `bson:"body"`
 	Metadata       string    `bson:"metadata"` // JSON text: round-trips keys with $ or . and big numbers exactly
 	CreatedAt      time.Time `bson:"created_at"`
+	// The message.created event until the relay copies it (see events.go).
+	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
+	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
 }
 
 // InsertMessage implements conversations.MessageStore.
-func (s *Store) InsertMessage(ctx context.Context, m conversations.Message) error {
+func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, events ...conversations.Event) error {
 	metadata := string(m.Metadata)
 	if metadata == "" {
 		metadata = "{}"
 	}
-	_, err := s.messages.InsertOne(ctx, messageDoc{
+	d := messageDoc{
 		ID: m.ID, AccountID: m.AccountID, ConversationID: m.ConversationID, Author: m.Author,
 		Body: m.Body, Metadata: metadata, CreatedAt: m.CreatedAt.UTC().Truncate(time.Millisecond),
-	})
+	}
+	var err error
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+		return err
+	}
+	_, err = s.messages.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("message %q: %w", m.ID, conversations.ErrDuplicateID)
 	}

@@ -77,6 +77,9 @@ type Store struct {
 	messages      *mongo.Collection
 	idempotency   *mongo.Collection
 	settings      *mongo.Collection
+	events        *mongo.Collection
+	eventFloors   *mongo.Collection
+	leases        *mongo.Collection
 	webhooks      *mongo.Collection
 	deliveries    *mongo.Collection
 	quotas        *mongo.Collection
@@ -94,6 +97,9 @@ func New(db *mongo.Database) *Store {
 		messages:      db.Collection("messages"),
 		idempotency:   db.Collection("idempotency_keys"),
 		settings:      db.Collection("settings"),
+		events:        db.Collection("events"),
+		eventFloors:   db.Collection("event_floors"),
+		leases:        db.Collection("leases"),
 		webhooks:      db.Collection("webhooks"),
 		deliveries:    db.Collection("webhook_deliveries"),
 		quotas:        db.Collection("webhook_quotas"),
@@ -139,6 +145,35 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			Keys:    bson.D{{Key: "created_at", Value: 1}},
 			Options: options.Index().SetName("by_created_at"),
 		}},
+		{s.conversations, mongo.IndexModel{
+			Keys:    bson.D{{Key: "pending_since", Value: 1}},
+			Options: options.Index().SetName("by_pending"),
+		}},
+		{s.messages, mongo.IndexModel{
+			Keys:    bson.D{{Key: "pending_since", Value: 1}},
+			Options: options.Index().SetName("by_pending"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_sequence").SetUnique(true),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "type", Value: 1}, {Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_type"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "audience", Value: 1}, {Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_audience"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "audience", Value: 1}, {Key: "type", Value: 1},
+				{Key: "sequence", Value: 1}},
+			Options: options.Index().SetName("by_audience_type"),
+		}},
+		{s.events, mongo.IndexModel{
+			Keys:    bson.D{{Key: "timestamp", Value: 1}},
+			Options: options.Index().SetName("by_timestamp"),
+		}},
 	}
 	indexes = append(indexes, s.webhookIndexes()...)
 	// One at a time: the embedded server drops the connection when
@@ -168,6 +203,11 @@ type conversationDoc struct {
 	LastMessageAt *time.Time `bson:"last_message_at"`
 	// Version is absent (0) in documents written before versions existed.
 	Version int64 `bson:"version"`
+	// PendingEvents are the events of its changes the relay has not
+	// copied into the log yet; PendingSince is the time of the oldest
+	// (absent when none).
+	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
+	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
 }
 
 // listFilter and listIndex are a ConversationQuery as a filter and the
@@ -193,8 +233,13 @@ func listFilter(q conversations.ConversationQuery) (bson.D, string) {
 }
 
 // InsertConversation implements conversations.ConversationStore.
-func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation) error {
-	_, err := s.conversations.InsertOne(ctx, toDoc(c))
+func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation, events ...conversations.Event) error {
+	d := toDoc(c)
+	var err error
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+		return err
+	}
+	_, err = s.conversations.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("conversation %q: %w", c.ID, conversations.ErrDuplicateID)
 	}
@@ -280,14 +325,25 @@ func (s *Store) SaveConversation(ctx context.Context, ch conversations.Change) (
 		filter = append(filter, bson.E{Key: "version", Value: ch.From.Version})
 	}
 	d := toDoc(ch.To)
-	res, err := s.conversations.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "subject", Value: d.Subject},
 		{Key: "status", Value: d.Status},
 		{Key: "participants", Value: d.Participants},
 		{Key: "updated_at", Value: d.UpdatedAt},
 		{Key: "last_message_at", Value: d.LastMessageAt},
 		{Key: "version", Value: d.Version},
-	}}})
+	}}}
+	pending, since, err := pendingDocs(ch.Events)
+	if err != nil {
+		return false, err
+	}
+	if len(pending) > 0 {
+		// Recorded by the same update: stored with the change or not at all.
+		update = append(update,
+			bson.E{Key: "$push", Value: bson.D{{Key: "pending_events", Value: bson.D{{Key: "$each", Value: pending}}}}},
+			bson.E{Key: "$min", Value: bson.D{{Key: "pending_since", Value: *since}}})
+	}
+	res, err := s.conversations.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return false, mongoconn.Wrap(err, "update conversation")
 	}

@@ -53,6 +53,12 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ServiceClientListsEveryConversationOfItsAccount", testClientListsItsAccount},
 		{"ServiceClientCreatesWithoutTakingPart", testClientCreates},
 		{"ServiceClientChangesAndPostsAcrossItsAccount", testClientChangesItsAccount},
+		{"EventsOfEveryChange", testEventsOfEveryChange},
+		{"FailedChangesRecordNothing", testFailedChangesRecordNothing},
+		{"EventsSurviveAStopAtEachStep", testEventsSurviveAStopAtEachStep},
+		{"ConcurrentRelaysKeepOneOrder", testConcurrentRelaysKeepOneOrder},
+		{"EventVisibility", testEventVisibility},
+		{"EventPurge", testEventPurge},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, &conversations.Service{Store: newStore(t)}) })

@@ -1,0 +1,259 @@
+package conversations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// EventType names what changed (contract section 11.1).
+type EventType string
+
+// The event types of the contract.
+const (
+	EventConversationCreated = EventType("conversation.created")
+	EventConversationUpdated = EventType("conversation.updated")
+	EventParticipantAdded    = EventType("conversation.participant_added")
+	EventParticipantRemoved  = EventType("conversation.participant_removed")
+	EventMessageCreated      = EventType("message.created")
+)
+
+// EventTypes are every type, in the contract's order.
+var EventTypes = []EventType{
+	EventConversationCreated, EventConversationUpdated,
+	EventParticipantAdded, EventParticipantRemoved, EventMessageCreated,
+}
+
+// Valid reports whether t is one of the contract's types.
+func (t EventType) Valid() bool { return slices.Contains(EventTypes, t) }
+
+// Event is one change of a conversation, as the feed, the stream and the
+// webhooks serve it (contract 11.1). It is recorded, pending, by the
+// change's own single-document write (on the conversation, or on the
+// message for message.created) and copied by the Relay into its account's
+// log, where it gets its Sequence.
+type Event struct {
+	ID        string    `json:"id"` // evt_…, unique
+	AccountID string    `json:"-"`
+	Type      EventType `json:"type"`
+	// Sequence orders the events of one account: it increases in the
+	// order the log serves them (gaps allowed). 0 while pending.
+	Sequence int64 `json:"sequence"`
+	// Timestamp is when the change happened (ms, UTC).
+	Timestamp      time.Time `json:"timestamp"`
+	ConversationID string    `json:"-"`
+	// Audience are the users who may see the event: the conversation's
+	// participants at the time of the change, and a removed participant
+	// its own removal. A service client with conversations:read sees
+	// every event of its account.
+	Audience []string  `json:"-"`
+	Data     EventData `json:"data"`
+	// RawData is Data as the log stores it (JSON), set on the events a
+	// store reads: served as it is, without decoding. Data is then zero;
+	// DecodeData returns it.
+	RawData json.RawMessage `json:"-"`
+}
+
+// MarshalJSON encodes e as the feed serves it, with RawData when set.
+func (e Event) MarshalJSON() ([]byte, error) {
+	data := e.RawData
+	if data == nil {
+		var err error
+		if data, err = json.Marshal(e.Data); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(struct {
+		ID        string          `json:"id"`
+		Type      EventType       `json:"type"`
+		Sequence  int64           `json:"sequence"`
+		Timestamp time.Time       `json:"timestamp"`
+		Data      json.RawMessage `json:"data"`
+	}{e.ID, e.Type, e.Sequence, e.Timestamp.UTC(), data})
+}
+
+// DecodeData returns e's data, decoding RawData when a store read e.
+func (e Event) DecodeData() (EventData, error) {
+	if e.RawData == nil {
+		return e.Data, nil
+	}
+	var d EventData
+	if err := json.Unmarshal(e.RawData, &d); err != nil {
+		return EventData{}, fmt.Errorf("event %s: decode data: %w", e.ID, err)
+	}
+	return d, nil
+}
+
+// EventData is an event's data: the conversation after the change, and
+// what the type adds.
+type EventData struct {
+	Conversation Conversation `json:"conversation"`
+	// Changes (conversation.updated) names each changed field with its
+	// previous value.
+	Changes map[string]any `json:"changes,omitempty"`
+	// UserID (participant_added, participant_removed) is whom the change
+	// concerns.
+	UserID string `json:"userId,omitempty"`
+	// Message (message.created) is the message posted.
+	Message *Message `json:"message,omitempty"`
+}
+
+// VisibleTo reports whether who may see e (contract 11.1): a service
+// client every event of its account, a user the events of the
+// conversations it took part in at the time.
+func (e Event) VisibleTo(who Caller) bool {
+	return e.AccountID == who.AccountID && (who.Client || slices.Contains(e.Audience, who.ID))
+}
+
+// NewEventID returns a fresh event id: "evt_" and 96 random bits.
+func NewEventID() string { return newID("evt_") }
+
+// Limits of the feed (contract 11.2).
+const (
+	DefaultEventPageSize = 100
+	MaxEventPageSize     = 1000
+	// DefaultEventRetention is how long events are kept.
+	DefaultEventRetention = 30 * 24 * time.Hour
+)
+
+// ErrCursorExpired: a feed position below what the purge deleted; the
+// consumer resynchronises with updatedAfter.
+var ErrCursorExpired = errors.New("position below the purged events")
+
+// ErrSequenceTaken: the log already holds an event of the account with
+// that sequence (another relay took the number): take the next one.
+var ErrSequenceTaken = errors.New("sequence already taken")
+
+// EventRange selects events of one account from its log: the events after
+// sequence After, up to and including Through (0: no bound), oldest
+// first, at most Limit.
+type EventRange struct {
+	AccountID string
+	// Audience keeps only the events this user may see; "" keeps all.
+	Audience string
+	// Types keeps only these types; empty keeps all.
+	Types   []EventType
+	After   int64
+	Through int64
+	Limit   int
+}
+
+// Pending is a document's events not yet copied into the log: Source
+// names the document (and the state it was read in) for ClearPending.
+type Pending struct {
+	Source PendingSource
+	Events []Event
+	// Since is when the oldest of them was recorded.
+	Since time.Time
+}
+
+// PendingSource is a document carrying pending events, as read.
+type PendingSource struct {
+	Collection string
+	ID         string
+	// Version is the conversation's version when read (messages: 0);
+	// ClearPending clears only while it holds, so an event recorded by a
+	// later change stays.
+	Version int64
+}
+
+// EventStore is the account's event log and the pending events of the
+// change documents. It decides no rule: the Relay, the Service and the
+// Purge above it do.
+//
+// Events of an account after a position (for webhooks, the feed and the
+// stream): ListEvents with EventRange{AccountID, After: n, Limit}; the
+// events come oldest first, in increasing Sequence, and a consumer that
+// repeats it with After = the last Sequence seen gets every event exactly
+// once (see docs/decisions.md).
+type EventStore interface {
+	// FindPending returns up to limit documents that carry pending
+	// events, oldest first.
+	FindPending(ctx context.Context, limit int) ([]Pending, error)
+	// AppendEvent stores e (Sequence set) in its account's log:
+	// ErrDuplicateID when the log holds e.ID already (copied before),
+	// ErrSequenceTaken when it holds another event with e.Sequence.
+	AppendEvent(ctx context.Context, e Event) error
+	// ClearPending removes the events read in p from their document, if
+	// the document is still in the state read; false when it was not
+	// (the relay reads it again).
+	ClearPending(ctx context.Context, p PendingSource) (bool, error)
+	// NewestSequence is the highest sequence in the account's log (0:
+	// none yet).
+	NewestSequence(ctx context.Context, accountID string) (int64, error)
+	// ListEvents returns the events r selects, in increasing Sequence.
+	ListEvents(ctx context.Context, r EventRange) ([]Event, error)
+	// PurgedThrough is the highest sequence the purge of the account
+	// deleted through (0: nothing purged).
+	PurgedThrough(ctx context.Context, accountID string) (int64, error)
+	// OldEvents returns up to limit events recorded before t, oldest
+	// first: what the purge considers.
+	OldEvents(ctx context.Context, before time.Time, limit int) ([]Event, error)
+	// RecordPurge raises the account's purge position to through (never
+	// lowers it); DeleteEventsThrough then deletes the account's events
+	// with sequences up to it.
+	RecordPurge(ctx context.Context, accountID string, through int64) error
+	DeleteEventsThrough(ctx context.Context, accountID string, through int64) (int64, error)
+}
+
+// eventsOfChange are the events a change of a conversation records
+// (besides message.created, which the message records): a changed subject
+// or status is conversation.updated with the previous values, each added
+// or removed participant its own event. Moving lastMessageAt or updatedAt
+// alone records nothing.
+func eventsOfChange(from, to Conversation) []Event {
+	var events []Event
+	add := func(t EventType, audience []string, data EventData) {
+		data.Conversation = to
+		events = append(events, Event{
+			ID: NewEventID(), AccountID: to.AccountID, Type: t, Timestamp: to.UpdatedAt,
+			ConversationID: to.ID, Audience: audience, Data: data,
+		})
+	}
+	changes := map[string]any{}
+	if from.Subject != to.Subject {
+		changes["subject"] = from.Subject
+	}
+	if from.Status != to.Status {
+		changes["status"] = from.Status
+	}
+	if len(changes) > 0 {
+		add(EventConversationUpdated, to.Participants, EventData{Changes: changes})
+	}
+	for _, u := range to.Participants {
+		if !slices.Contains(from.Participants, u) {
+			add(EventParticipantAdded, to.Participants, EventData{UserID: u})
+		}
+	}
+	for _, u := range from.Participants {
+		if !slices.Contains(to.Participants, u) {
+			add(EventParticipantRemoved, append(slices.Clone(to.Participants), u), EventData{UserID: u})
+		}
+	}
+	return events
+}
+
+// createdEvent is the event of a conversation's creation.
+func createdEvent(c Conversation) Event {
+	return Event{
+		ID: NewEventID(), AccountID: c.AccountID, Type: EventConversationCreated, Timestamp: c.CreatedAt,
+		ConversationID: c.ID, Audience: c.Participants, Data: EventData{Conversation: c},
+	}
+}
+
+// messageEvent is the event of a message posted to conv (the conversation
+// as the post reads it; its data shows it as the post records it).
+func messageEvent(conv Conversation, m Message) Event {
+	after := conv
+	if after.RecordMessage(m.CreatedAt) {
+		after.Version++
+	}
+	msg := m
+	return Event{
+		ID: NewEventID(), AccountID: m.AccountID, Type: EventMessageCreated, Timestamp: m.CreatedAt,
+		ConversationID: conv.ID, Audience: conv.Participants, Data: EventData{Conversation: after, Message: &msg},
+	}
+}
