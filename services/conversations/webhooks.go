@@ -47,11 +47,11 @@ const (
 
 // SubscribableEventTypes are the event types of section 11.1.
 func SubscribableEventTypes() []string {
-	return []string{
-		"conversation.created", "conversation.updated",
-		"conversation.participant_added", "conversation.participant_removed",
-		"message.created",
+	out := make([]string, len(EventTypes))
+	for i, t := range EventTypes {
+		out[i] = string(t)
 	}
+	return out
 }
 
 // Limits of webhook endpoints.

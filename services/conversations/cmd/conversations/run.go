@@ -219,7 +219,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
 	}
 	webhooks := &conversations.Webhooks{
-		Store: store, Events: nil, Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP},
+		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP},
 		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake, Logger: logger,
 	}
