@@ -49,6 +49,7 @@ const (
 	CodeTooManyParticipants  = "too_many_participants"  // 409: a 101st participant
 	CodeLastParticipant      = "last_participant"       // 409: removing the only participant
 	CodeIdempotencyKeyReused = "idempotency_key_reused" // 422: one key, another body
+	CodeTooManyEndpoints     = "too_many_endpoints"     // 409: a 21st webhook endpoint of the account
 	// CodeInsufficientScope is the 403 to a service client whose token
 	// lacks the scope the call needs.
 	CodeInsufficientScope = "insufficient_scope"
@@ -89,6 +90,7 @@ var (
 	ErrTooManyParticipants  error = codeError(CodeTooManyParticipants)
 	ErrLastParticipant      error = codeError(CodeLastParticipant)
 	ErrIdempotencyKeyReused error = codeError(CodeIdempotencyKeyReused)
+	ErrTooManyEndpoints     error = codeError(CodeTooManyEndpoints)
 	ErrInsufficientScope    error = codeError(CodeInsufficientScope)
 	ErrInvalidClient        error = codeError(CodeInvalidClient)
 	ErrInvalidScope         error = codeError(CodeInvalidScope)
