@@ -18,6 +18,9 @@ const (
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
+	// ScopeWebhooksManage manages the account's webhook endpoints, together
+	// with ScopeConversationsRead.
+	ScopeWebhooksManage = "webhooks:manage"
 )
 
 // tokenPath is the OAuth 2.0 token endpoint of the account service.

@@ -305,10 +305,12 @@ func (e *WebhookError) Unwrap() error { return e.Reason }
 // or a *WebhookError. Pass the body exactly as received, before any JSON
 // parsing.
 func VerifyWebhook(secrets []string, header http.Header, body []byte) (WebhookEvent, error) {
-	return verifyWebhookAt(secrets, header, body, time.Now())
+	return VerifyWebhookAt(secrets, header, body, time.Now())
 }
 
-func verifyWebhookAt(secrets []string, header http.Header, body []byte, now time.Time) (WebhookEvent, error) {
+// VerifyWebhookAt is VerifyWebhook with the receiver's clock at now (a
+// replay of a stored delivery, or a test).
+func VerifyWebhookAt(secrets []string, header http.Header, body []byte, now time.Time) (WebhookEvent, error) {
 	id, ts, sigs := header.Get("webhook-id"), header.Get("webhook-timestamp"), header.Get("webhook-signature")
 	if id == "" || ts == "" || sigs == "" {
 		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookHeaders}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -264,6 +265,13 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL,
 		"CONVERSATIONS_CORS_ORIGINS=" + browserOrigin,
+		// Webhooks to the suites' receivers on loopback, plain http,
+		// looked for every 100 ms.
+		"CONVERSATIONS_WEBHOOK_SECRET_KEY=" + base64.StdEncoding.EncodeToString([]byte(randomSecret(t)[3:35])),
+		"CONVERSATIONS_WEBHOOK_ALLOW_HTTP=true",
+		"CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8,::1/128",
+		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=100ms",
+		"CONVERSATIONS_WEBHOOK_RETRY_SCHEDULE=200ms,400ms",
 	}
 	s.definitionFile = filepath.Join(t.TempDir(), "definition.json")
 	def := fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp)
@@ -321,7 +329,7 @@ func (s *stack) seed(t *testing.T, name string) []string {
 		env = append(env, u.prefix+"USERNAME="+u.username, u.prefix+"PASSWORD="+pw, u.prefix+"USER_ID="+m[1])
 	}
 	out := s.admin(t, "", "create-client", "--account", name, "--name", name+"-tests",
-		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write,webhooks:manage")
 	id, secret := clientIDPattern.FindStringSubmatch(out), clientSecretPattern.FindStringSubmatch(out)
 	if id == nil || secret == nil {
 		t.Fatalf("create-client printed no client_id and client_secret (%d bytes of output)", len(out))

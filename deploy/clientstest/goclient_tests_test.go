@@ -46,5 +46,6 @@ func goTests(g *goSuite) []namedTest {
 		{"RenewalOutlivesAnImpatientCaller", g.testRenewalOutlivesAnImpatientCaller},
 		{"RefusedRefreshTokenIsNotOfferedAgain", g.testRefusedRefreshTokenIsNotOfferedAgain},
 		{"TokenResponseWithoutIDToken", g.testTokenResponseWithoutIDToken},
+		{"Webhooks", g.testWebhooks},
 	}
 }
