@@ -294,4 +294,3 @@ func TestWebhookVectorsAreTheOfficialLibrarys(t *testing.T) {
 		t.Fatalf("signed now: %+v %v", ev, err)
 	}
 }
-

@@ -22,7 +22,8 @@ const (
 	corsAllowMethods = "GET, HEAD, POST, PUT, PATCH, DELETE"
 	// corsAllowHeaders are the request headers the API reads beyond the
 	// CORS-safelisted ones.
-	corsAllowHeaders = "Authorization, Content-Type, If-Match, Idempotency-Key"
+	// Last-Event-ID is how a reconnecting event stream resumes.
+	corsAllowHeaders = "Authorization, Content-Type, If-Match, Idempotency-Key, Last-Event-ID"
 	// corsExposeHeaders are the response headers a client must read: paging,
 	// optimistic concurrency, created resources (and whether the answer is
 	// a replay of an idempotent request), back-off and support.

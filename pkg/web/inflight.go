@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/labstack/echo/v5"
@@ -51,6 +53,21 @@ func (l *inFlightLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.shed.ServeHTTP(w, r)
 		return
 	}
-	defer l.inFlight.Add(-1)
-	l.next.ServeHTTP(w, r)
+	var once sync.Once
+	leave := func() { once.Do(func() { l.inFlight.Add(-1) }) }
+	defer leave()
+	l.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), leaveKey{}, leave)))
+}
+
+type leaveKey struct{}
+
+// LeaveInFlight takes the request of ctx out of the in-flight count of
+// LimitInFlight: a long-lived response (a live event stream) that waits
+// for events, not for the database, and is bounded otherwise (streams per
+// caller), so that open streams never shed ordinary requests. A no-op
+// for a request that was not counted.
+func LeaveInFlight(ctx context.Context) {
+	if leave, ok := ctx.Value(leaveKey{}).(func()); ok {
+		leave()
+	}
 }

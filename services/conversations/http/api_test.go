@@ -22,6 +22,7 @@ import (
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
+	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
@@ -44,11 +45,19 @@ type api struct {
 	tokens *tokentest.Fixture
 	store  *mongostore.Store
 	db     *mongo.Database // the store's database, for documents an older version wrote
+	hub    *conversations.Hub
 }
 
 // newAPI starts the service on a fresh database; corsOrigins, when given,
 // are the origins whose web pages may call it.
 func newAPI(t *testing.T, corsOrigins ...string) *api {
+	return newAPIWith(t, func(d *conversationshttp.Deps) { d.CORSOrigins = corsOrigins })
+}
+
+// newAPIWith starts the service with the dependencies configure sets
+// beyond the defaults of newAPI. Its event streams are fed by a Hub that
+// reads every 20 ms; events reach the log when the test calls relay.
+func newAPIWith(t *testing.T, configure func(*conversationshttp.Deps)) *api {
 	t.Helper()
 	db := mongotest.New(t)
 	store := mongostore.New(db)
@@ -57,11 +66,22 @@ func newAPI(t *testing.T, corsOrigins ...string) *api {
 	}
 	tokens := tokentest.New(t, tokentest.Options{Alg: token.AlgES256, Issuer: issuerURL, Audience: []string{audience}})
 	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
-	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
-		Store: store, Cursors: cursors, Verifier: tokens.Verifier, CORSOrigins: corsOrigins,
-	}))
+	hub := &conversations.Hub{Store: store, Interval: 20 * time.Millisecond, MaxPerCaller: conversationshttp.DefaultMaxStreamsPerCaller}
+	deps := conversationshttp.Deps{Store: store, Cursors: cursors, Verifier: tokens.Verifier, Hub: hub}
+	configure(&deps)
+	srv := httptest.NewServer(conversationshttp.NewHandler(deps))
 	t.Cleanup(srv.Close)
-	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), tokens: tokens, store: store, db: db}
+	t.Cleanup(hub.Close)
+	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), tokens: tokens, store: store, db: db, hub: hub}
+}
+
+// relay copies the events pending now into the log, as the relay of a
+// replica does in the background.
+func (a *api) relay() {
+	a.t.Helper()
+	if _, err := (&conversations.Relay{Store: a.store}).RelayOnce(context.Background()); err != nil {
+		a.t.Fatal(err)
+	}
 }
 
 // uid is the user id of the test user called name: the form the account
@@ -190,6 +210,14 @@ func listed[T any](a *api, path string, r response, next *regexp.Regexp) ([]T, s
 func TestAPI(t *testing.T) {
 	t.Parallel()
 	a := newAPI(t)
+	// The event tests first: each relays every event pending in the
+	// database, so they are cheapest before the others made many.
+	t.Run("EventFeed", func(t *testing.T) { testEventFeed(t, a) })
+	t.Run("BadEventParameters", func(t *testing.T) { testBadEventParameters(t, a) })
+	t.Run("EventStream", func(t *testing.T) { testEventStream(t, a) })
+	t.Run("TooManyStreams", func(t *testing.T) { testTooManyStreams(t, a) })
+	// Last of the event tests: it purges every account's older events.
+	t.Run("EventsBelowThePurge", func(t *testing.T) { testEventsBelowThePurge(t, a) })
 	t.Run("Paging", func(t *testing.T) { testPaging(t, a) })
 	t.Run("InsertsBetweenPages", func(t *testing.T) { testInsertsBetweenPages(t, a) })
 	t.Run("StatusFilterKeepsItsCursor", func(t *testing.T) { testStatusFilter(t, a) })

@@ -227,6 +227,8 @@ func testClientScopes(t *testing.T, a *api) {
 		{exchange{method: "GET", path: base}, token.ScopeConversationsRead},
 		{exchange{method: "GET", path: base + "/messages"}, token.ScopeConversationsRead},
 		{exchange{method: "GET", path: base + "/messages/" + m.ID}, token.ScopeConversationsRead},
+		{exchange{method: "GET", path: "/v1/events"}, token.ScopeConversationsRead},
+		{exchange{method: "GET", path: "/v1/events/stream"}, token.ScopeConversationsRead},
 		{exchange{method: "POST", path: "/v1/conversations", body: `{"participants":["` + uid("alice") + `"]}`}, token.ScopeConversationsWrite},
 		{exchange{method: "PATCH", path: base, body: `{"subject":"changed"}`, contentType: "application/merge-patch+json"}, token.ScopeConversationsWrite},
 		{exchange{method: "PUT", path: base + "/participants/" + uid("bob")}, token.ScopeConversationsWrite},

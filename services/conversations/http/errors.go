@@ -3,6 +3,7 @@ package http
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
@@ -16,8 +17,13 @@ const (
 	codeLastParticipant      = "last_participant"
 	codePreconditionFailed   = "precondition_failed"
 	codeIdempotencyKeyReused = "idempotency_key_reused"
+	codeCursorExpired        = "cursor_expired"
 	codeTooManyEndpoints     = "too_many_endpoints"
 )
+
+// retryAfterStream is when a caller with too many streams, or one that
+// met a stopping replica, should try again.
+const retryAfterStream = 2 * time.Second
 
 // problemFor is the one function that decides the status and code of
 // every failed request of this service: the domain's errors get theirs
@@ -54,6 +60,15 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, conversations.ErrContended):
 		return problem.New(http.StatusConflict, problem.CodeConflict,
 			"The conversation is being changed by many requests at once; retry.")
+	case errors.Is(err, conversations.ErrCursorExpired):
+		return problem.New(http.StatusGone, codeCursorExpired,
+			"Events after this position were purged: resynchronise with GET /v1/conversations?updatedAfter=, then follow the feed from its oldest kept event.")
+	case errors.Is(err, conversations.ErrTooManyStreams):
+		return problem.TooManyRequests("You have the largest number of open event streams (10): close one first.", retryAfterStream)
+	case errors.Is(err, conversations.ErrShuttingDown):
+		p := problem.New(http.StatusServiceUnavailable, problem.CodeUnavailable, "This replica is stopping; reconnect.")
+		p.RetryAfter = retryAfterStream
+		return p
 	case errors.Is(err, conversations.ErrIdempotencyKeyReused):
 		return problem.New(http.StatusUnprocessableEntity, codeIdempotencyKeyReused,
 			"This Idempotency-Key was used with another request in the last 24 hours; use a new key.")

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,6 +37,9 @@ func TestHostileRequests(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(conversationshttp.NewHandler(conversationshttp.Deps{
 		Logger: log.Logger(), Metrics: reg, Store: store, Cursors: cursors, Verifier: tokens.Verifier,
+		// A stream that a hostile request opens ends at once, so that its
+		// answer can be read whole.
+		Stream: conversationshttp.StreamConfig{MaxDuration: time.Millisecond},
 	}))
 	t.Cleanup(srv.Close)
 	a := &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), tokens: tokens, store: store}

@@ -851,6 +851,8 @@ func testBearerOnNewRoutes(t *testing.T, a *api) {
 		{method: "POST", path: base + "/messages", body: `{"body":"x"}`},
 		{method: "GET", path: base + "/messages"},
 		{method: "GET", path: base + "/messages/" + m.ID},
+		{method: "GET", path: "/v1/events"},
+		{method: "GET", path: "/v1/events/stream"},
 	} {
 		x.invalid = true
 		r := a.do(x)

@@ -12,7 +12,7 @@ import (
 // scope a service client's token needs for it (contract section 9); a
 // user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
-func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, wh *conversations.Webhooks) {
+func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub, wh *conversations.Webhooks) {
 	bearer := token.Middleware(d.Verifier)
 	read := token.RequireScope(token.ScopeConversationsRead)
 	write := token.RequireScope(token.ScopeConversationsWrite)
@@ -26,6 +26,9 @@ func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, wh *conversatio
 	e.POST("/v1/conversations/:id/messages", handlePostMessage(svc), bearer, write)
 	e.GET("/v1/conversations/:id/messages", handleListMessages(svc, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, read)
 	e.GET("/v1/conversations/:id/messages/:messageId", handleGetMessage(svc), bearer, read)
+
+	e.GET("/v1/events", handleEvents(svc), bearer, read)
+	e.GET("/v1/events/stream", handleStream(svc, hub, d.Stream), bearer, read)
 
 	// Webhook endpoints belong to the account: a service client's token
 	// with both scopes, never a user's (contract section 11.3).

@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,7 +43,20 @@ type Deps struct {
 	// CORSOrigins are the origins whose web pages may call the API
 	// (web.ParseCORSOrigins); empty: none.
 	CORSOrigins []string
+	// Hub fans the event logs out to this replica's live streams; nil: one
+	// of the handler's own, on Store, with at most 10 streams per caller.
+	Hub *conversations.Hub
+	// Recorded is told of the events each change records (the relay's
+	// wake-up and the metric); nil: nobody.
+	Recorded func(n int)
+	// Stream tunes the live streams; zero values: a comment every 15 s,
+	// retry: 2 s.
+	Stream StreamConfig
 }
+
+// DefaultMaxStreamsPerCaller is the contract's bound of open streams per
+// caller (11.2).
+const DefaultMaxStreamsPerCaller = 10
 
 // NewHandler returns the API handler.
 func NewHandler(d Deps) http.Handler {
@@ -56,14 +70,23 @@ func NewHandler(d Deps) http.Handler {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := web.New(web.Config{Logger: d.Logger, Metrics: d.Metrics, CORSOrigins: d.CORSOrigins, ProblemFor: problemFor})
-	svc := &conversations.Service{Store: d.Store, Logger: d.Logger}
+	if d.Hub == nil {
+		d.Hub = &conversations.Hub{Store: d.Store, MaxPerCaller: DefaultMaxStreamsPerCaller, Logger: d.Logger}
+	}
+	if d.Stream.KeepAlive <= 0 {
+		d.Stream.KeepAlive = 15 * time.Second
+	}
+	if d.Stream.Retry <= 0 {
+		d.Stream.Retry = 2 * time.Second
+	}
+	svc := &conversations.Service{Store: d.Store, Logger: d.Logger, Recorded: d.Recorded}
 	wh := d.Webhooks
 	if wh == nil {
 		store, _ := d.Store.(conversations.WebhookStore)
 		box, _ := conversations.NewSecretBox(randomKey())
 		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box, Logger: d.Logger}
 	}
-	addRoutes(e, d, svc, wh)
+	addRoutes(e, d, svc, d.Hub, wh)
 	return e
 }
 

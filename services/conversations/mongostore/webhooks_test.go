@@ -180,7 +180,9 @@ func TestWebhookRules(t *testing.T) {
 	}
 	page, _ = wh.ListDeliveries(ctx, client, e.ID, 10, nil)
 	for _, d := range page.Deliveries {
-		var p struct{ Data struct{ Message struct{ Body string } } }
+		var p struct {
+			Data struct{ Message struct{ Body string } }
+		}
 		json.Unmarshal(d.Payload, &p)
 		if p.Data.Message.Body == "while disabled" {
 			t.Fatal("an event recorded while the endpoint was disabled was delivered")

@@ -38,6 +38,11 @@ type config struct {
 	LogLevel               string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	ShutdownTimeout        time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
 	CORSOrigins            []string      `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
+	EventsPollInterval     time.Duration `envconfig:"EVENTS_POLL_INTERVAL" default:"200ms" desc:"how often a replica looks for events to order (relay) and for new events of its open streams (one read per account with streams); changes on this replica wake both at once"`
+	EventsRetention        time.Duration `envconfig:"EVENTS_RETENTION" default:"720h" desc:"how long events are kept (30 days); a feed position below what was purged is 410 cursor_expired"`
+	EventsPurgeInterval    time.Duration `envconfig:"EVENTS_PURGE_INTERVAL" default:"1h" desc:"how often one replica (holding a lease in MongoDB) purges events older than the retention"`
+	EventsKeepAlive        time.Duration `envconfig:"EVENTS_KEEPALIVE" default:"15s" desc:"longest silence of an event stream: a comment line is sent when nothing else was"`
+	EventsMaxStreams       int           `envconfig:"EVENTS_MAX_STREAMS_PER_CALLER" default:"10" desc:"open event streams one caller may have on a replica; beyond it 429"`
 
 	WebhookSecretKey       string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
 	WebhookAllowedCIDRs    []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`
@@ -79,6 +84,7 @@ func (c config) webhookKey() ([]byte, error) {
 		return nil, errors.New("configuration: CONVERSATIONS_WEBHOOK_SECRET_KEY must be the standard base64 of 32 bytes (openssl rand -base64 32)")
 	}
 	return key, nil
+
 }
 
 func loadConfig() (config, error) {
@@ -100,6 +106,12 @@ func (c config) validate() error {
 	}
 	if c.DefaultPageSize < 1 || c.MaxPageSize < c.DefaultPageSize {
 		return errors.New("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")
+	}
+	if c.EventsPollInterval <= 0 || c.EventsRetention <= 0 || c.EventsPurgeInterval <= 0 || c.EventsKeepAlive <= 0 || c.EventsKeepAlive > 15*time.Second {
+		return errors.New("configuration: CONVERSATIONS_EVENTS_POLL_INTERVAL, _RETENTION and _PURGE_INTERVAL must be positive, CONVERSATIONS_EVENTS_KEEPALIVE from above 0 to 15s")
+	}
+	if c.EventsMaxStreams < 1 {
+		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")
 	}
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_CORS_ORIGINS: %w", err)

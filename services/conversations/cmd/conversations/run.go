@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -123,10 +124,48 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer background.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	service := &conversations.Service{Store: store, Logger: logger}
 	background.Go(func() {
-		service := &conversations.Service{Store: store, Logger: logger}
 		servicecmd.PurgeEvery(ctx, logger, time.Hour, "idempotency keys", service.PurgeIdempotencyKeys)
 	})
+
+	// Events: every change records its events pending on its document;
+	// this replica's relay orders them into the account logs (woken at
+	// once by a change made here), and its hub feeds its open streams,
+	// which end, with retry:, at SIGTERM before the drain waits for them.
+	events := newEventMetrics(registry)
+	hub := &conversations.Hub{
+		Store: store, Interval: cfg.EventsPollInterval, MaxPerCaller: cfg.EventsMaxStreams, Logger: logger,
+		Opened: events.open.Inc, Dropped: events.streamClosed,
+	}
+	background.Go(func() {
+		<-ctx.Done()
+		hub.Close()
+	})
+	wakeRelay := make(chan struct{}, 1)
+	recorded := func(n int) {
+		events.recorded.Add(float64(n))
+		select {
+		case wakeRelay <- struct{}{}:
+		default:
+		}
+	}
+	relay := &conversations.Relay{
+		Store: store, Logger: logger,
+		Lag:    func(d time.Duration) { events.lag.Set(d.Seconds()) },
+		Copied: func(int) { hub.Wake() },
+	}
+	holder := newHolderID()
+	purgeEvents := func(ctx context.Context, now time.Time) (int64, error) {
+		// One replica at a time; one that stalls past the lease loses it
+		// to the next that asks, and a purge repeated is harmless.
+		held, err := store.AcquireLease(ctx, "events_purge", holder, now, cfg.EventsPurgeInterval)
+		if err != nil || !held {
+			return 0, err
+		}
+		return service.PurgeEvents(ctx, now, cfg.EventsRetention)
+	}
+	var startEvents sync.Once
 
 	return servicecmd.Service{
 		Name:        "conversations",
@@ -151,6 +190,13 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			if err := store.EnsureIndexes(ctx); err != nil {
 				return nil, err
 			}
+			// The relay and the purge query by the indexes just made.
+			startEvents.Do(func() {
+				background.Go(func() { relay.Run(ctx, cfg.EventsPollInterval, wakeRelay) })
+				background.Go(func() {
+					servicecmd.PurgeEvery(ctx, logger, cfg.EventsPurgeInterval, "events", purgeEvents)
+				})
+			})
 			cursors := configuredCursors
 			if cursors == nil {
 				// No secret configured: the one stored in MongoDB, made by
@@ -177,9 +223,20 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 				DefaultPageSize: cfg.DefaultPageSize,
 				MaxPageSize:     cfg.MaxPageSize,
 				CORSOrigins:     cfg.CORSOrigins,
+				Hub:             hub,
+				Recorded:        recorded,
+				Stream:          conversationshttp.StreamConfig{KeepAlive: cfg.EventsKeepAlive},
 			}), nil
 		},
 	}.Run(ctx)
+}
+
+// newHolderID names this process in leases: its host and a random part.
+func newHolderID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return host + "/" + base64.RawURLEncoding.EncodeToString(b)
 }
 
 func newCursorSecret() (string, error) {

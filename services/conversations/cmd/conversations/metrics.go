@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// eventMetrics are what operators watch of the events (issue 22): how
+// many changes record, how far the relay is behind, how many streams are
+// open and how many were dropped for reading too slowly.
+type eventMetrics struct {
+	recorded prometheus.Counter
+	lag      prometheus.Gauge
+	open     prometheus.Gauge
+	dropped  prometheus.Counter
+}
+
+func newEventMetrics(reg prometheus.Registerer) *eventMetrics {
+	m := &eventMetrics{
+		recorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "conversations_events_recorded_total",
+			Help: "Events recorded with the changes of conversations (pending, until the relay orders them).",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "conversations_events_relay_lag_seconds",
+			Help: "Age of the oldest event not yet ordered into its account's log, when this replica's relay last looked (0: none).",
+		}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "conversations_event_streams_open",
+			Help: "Event streams open on this replica.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "conversations_event_streams_dropped_total",
+			Help: "Event streams this replica ended because their reader did not keep up.",
+		}),
+	}
+	reg.MustRegister(m.recorded, m.lag, m.open, m.dropped)
+	return m
+}
+
+func (m *eventMetrics) streamClosed(slow bool) {
+	m.open.Dec()
+	if slow {
+		m.dropped.Inc()
+	}
+}

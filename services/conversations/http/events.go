@@ -1,0 +1,244 @@
+package http
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations"
+)
+
+// The feed and the live stream of events (contract 11.2).
+
+// eventParams are the validated parameters of GET /v1/events and
+// /v1/events/stream.
+type eventParams struct {
+	after *int64
+	types []conversations.EventType
+	limit int
+}
+
+// parseEventParams checks after, types and (for the feed) limit strictly:
+// each at most once; after a non-negative integer; types a comma-separated
+// list of the contract's types; limit an integer in 1..maxLimit. A
+// Last-Event-ID header (the stream's) must be a sequence, and wins over
+// after.
+func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (eventParams, error) {
+	p := eventParams{limit: conversations.DefaultEventPageSize}
+	var fields []problem.FieldError
+	single := func(name string) (string, bool) {
+		v, ok := q[name]
+		if !ok {
+			return "", false
+		}
+		if len(v) != 1 {
+			fields = append(fields, problem.FieldError{Field: name, Reason: "must be given at most once"})
+			return "", false
+		}
+		return v[0], true
+	}
+	sequence := func(field, v string) *int64 {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || strings.HasPrefix(v, "+") {
+			fields = append(fields, problem.FieldError{Field: field, Reason: "must be an event sequence: an integer of at least 0"})
+			return nil
+		}
+		return &n
+	}
+	if v, ok := single("after"); ok {
+		p.after = sequence("after", v)
+	}
+	if v, ok := single("types"); ok {
+		for t := range strings.SplitSeq(v, ",") {
+			et := conversations.EventType(strings.TrimSpace(t))
+			if !et.Valid() {
+				fields = append(fields, problem.FieldError{Field: "types", Reason: "must be a comma-separated list of event types: " + typeList()})
+				break
+			}
+			p.types = append(p.types, et)
+		}
+	}
+	if withLimit {
+		if v, ok := single("limit"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > conversations.MaxEventPageSize {
+				fields = append(fields, problem.FieldError{Field: "limit", Reason: fmt.Sprintf("must be an integer from 1 to %d", conversations.MaxEventPageSize)})
+			} else {
+				p.limit = n
+			}
+		}
+	}
+	switch len(lastEventID) {
+	case 0:
+	case 1:
+		if s := sequence("Last-Event-ID", lastEventID[0]); s != nil {
+			p.after = s
+		}
+	default:
+		fields = append(fields, problem.FieldError{Field: "Last-Event-ID", Reason: "must be given at most once"})
+	}
+	if len(fields) > 0 {
+		return eventParams{}, problem.Validation(fields...)
+	}
+	return p, nil
+}
+
+func typeList() string {
+	names := make([]string, len(conversations.EventTypes))
+	for i, t := range conversations.EventTypes {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}
+
+// eventsLink is the position to continue from, with the request's filters.
+func eventsLink(path string, p eventParams, next int64, withLimit bool) string {
+	params := url.Values{}
+	params.Set("after", strconv.FormatInt(next, 10))
+	if withLimit {
+		params.Set("limit", strconv.Itoa(p.limit))
+	}
+	if len(p.types) > 0 {
+		names := make([]string, len(p.types))
+		for i, t := range p.types {
+			names[i] = string(t)
+		}
+		params.Set("types", strings.Join(names, ","))
+	}
+	return `<` + path + `?` + params.Encode() + `>; rel="next"`
+}
+
+// handleEvents serves GET /v1/events: one page of the caller's feed, and
+// on every page, empty or not, the Link to continue from.
+func handleEvents(svc *conversations.Service) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		p, err := parseEventParams(c.Request().URL.Query(), nil, true)
+		if err != nil {
+			return err
+		}
+		page, err := svc.ListEvents(c.Request().Context(), conversations.EventQuery{
+			Caller: caller(c), After: p.after, Types: p.types, Limit: p.limit,
+		})
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Link", eventsLink("/v1/events", p, page.Next, true))
+		return c.JSON(http.StatusOK, page.Events)
+	}
+}
+
+// StreamConfig tunes the live streams.
+type StreamConfig struct {
+	// KeepAlive is the longest silence of a stream: a comment line is
+	// written when nothing else was (contract: at most 15 s).
+	KeepAlive time.Duration
+	// MaxDuration, when set, ends every stream after it (the client
+	// reconnects), besides the end at the token's expiry.
+	MaxDuration time.Duration
+	// Retry is the reconnection delay a stream that ends announces.
+	Retry time.Duration
+}
+
+// handleStream serves GET /v1/events/stream: Server-Sent Events from the
+// position of Last-Event-ID (or after), fed by the replica's Hub. A
+// position below the purge is refused before the stream starts. The
+// stream ends when the bearer token expires, when the Hub closes
+// (SIGTERM) or drops it as slow, and when the client goes; every end the
+// server chooses announces retry:.
+func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg StreamConfig) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		r := c.Request()
+		p, err := parseEventParams(r.URL.Query(), r.Header.Values("Last-Event-ID"), false)
+		if err != nil {
+			return err
+		}
+		who := caller(c)
+		after, err := svc.EventFloor(r.Context(), who.AccountID, p.after)
+		if err != nil {
+			return err
+		}
+		sub, err := hub.Subscribe(who, p.types, after)
+		if err != nil {
+			return err
+		}
+		defer hub.Unsubscribe(sub)
+		// The stream waits for events, not for the database: it must not
+		// hold a slot of the replica's in-flight bound.
+		web.LeaveInFlight(r.Context())
+
+		h := c.Response().Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Accel-Buffering", "no") // proxies must not buffer a stream
+		c.Response().WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(c.Response())
+		write := func(b []byte) error {
+			// Each write gets its own deadline: the server's write timeout
+			// would otherwise cut every stream after 30 s.
+			_ = rc.SetWriteDeadline(time.Now().Add(cfg.KeepAlive + 10*time.Second))
+			if _, err := c.Response().Write(b); err != nil {
+				return err
+			}
+			return rc.Flush()
+		}
+		retry := fmt.Appendf(nil, "retry: %d\n\n", cfg.Retry.Milliseconds())
+		if err := write([]byte(": stream of events\n\n")); err != nil {
+			return nil
+		}
+
+		end := time.Duration(1<<63 - 1)
+		if claims, ok := token.ClaimsFromContext(r.Context()); ok && !claims.Expiry.IsZero() {
+			end = time.Until(claims.Expiry)
+		}
+		if cfg.MaxDuration > 0 {
+			end = min(end, cfg.MaxDuration)
+		}
+		expired := time.NewTimer(end)
+		defer expired.Stop()
+		keepAlive := time.NewTicker(cfg.KeepAlive)
+		defer keepAlive.Stop()
+		var buf bytes.Buffer
+		for {
+			select {
+			case <-r.Context().Done():
+				return nil
+			case <-expired.C:
+				_ = write(retry)
+				return nil
+			case <-keepAlive.C:
+				if write([]byte(": keep-alive\n\n")) != nil {
+					return nil
+				}
+			case batch, ok := <-sub.Events:
+				if !ok {
+					// Closed by the hub: the replica stops, or this reader
+					// was too slow; either way the client reconnects.
+					_ = write(retry)
+					return nil
+				}
+				buf.Reset()
+				for _, e := range batch {
+					data, err := json.Marshal(e)
+					if err != nil {
+						return fmt.Errorf("encode event %s: %w", e.ID, err)
+					}
+					fmt.Fprintf(&buf, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Type, data)
+				}
+				if write(buf.Bytes()) != nil {
+					return nil
+				}
+				keepAlive.Reset(cfg.KeepAlive)
+			}
+		}
+	}
+}
