@@ -1529,7 +1529,8 @@ export interface operations {
                      *         "definitions:read",
                      *         "definitions:write",
                      *         "conversations:read",
-                     *         "conversations:write"
+                     *         "conversations:write",
+                     *         "webhooks:manage"
                      *       ],
                      *       "id_token_signing_alg_values_supported": [
                      *         "RS256"
