@@ -39,6 +39,7 @@ from ._errors import (
     CODE_SERVER_ERROR,
     CODE_PRECONDITION_FAILED,
     CODE_SERVICE_UNAVAILABLE,
+    CODE_TOO_MANY_ENDPOINTS,
     CODE_TOO_MANY_PARTICIPANTS,
     CODE_TOO_MANY_REQUESTS,
     CODE_UNAUTHORIZED_CLIENT,
@@ -52,6 +53,12 @@ from ._errors import (
     TransportError,
 )
 from ._secret import Secret
+from ._webhooks import (
+    WEBHOOK_TOLERANCE_SECONDS,
+    WebhookEvent,
+    WebhookVerificationError,
+    verify_webhook,
+)
 from ._types import (
     STATUS_CLOSED,
     STATUS_OPEN,
@@ -94,6 +101,7 @@ __all__ = [
     "CODE_SERVER_ERROR",
     "CODE_PRECONDITION_FAILED",
     "CODE_SERVICE_UNAVAILABLE",
+    "CODE_TOO_MANY_ENDPOINTS",
     "CODE_TOO_MANY_PARTICIPANTS",
     "CODE_TOO_MANY_REQUESTS",
     "CODE_UNAUTHORIZED_CLIENT",
@@ -114,4 +122,8 @@ __all__ = [
     "STATUS_SNOOZED",
     "TokenStore",
     "TransportError",
+    "verify_webhook",
+    "WEBHOOK_TOLERANCE_SECONDS",
+    "WebhookEvent",
+    "WebhookVerificationError",
 ]
