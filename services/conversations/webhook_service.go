@@ -505,7 +505,8 @@ func (w *Webhooks) retryDelay(done int, retryAfter time.Duration) time.Duration 
 	return delay
 }
 
-// OldestPending is the creation time of the oldest pending delivery.
+// OldestPending is the due time of the pending delivery due longest ago
+// (nil: none pending): how long deliveries wait for a replica.
 func (w *Webhooks) OldestPending(ctx context.Context) (*time.Time, error) {
 	return w.Store.OldestPending(ctx)
 }

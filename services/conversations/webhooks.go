@@ -442,7 +442,8 @@ type WebhookStore interface {
 	// FinishAttempt records an attempt's outcome, only while claim still
 	// holds the delivery; it reports whether it did.
 	FinishAttempt(ctx context.Context, id, claim string, o AttemptOutcome) (bool, error)
-	// OldestPending is the creation time of the oldest pending delivery.
+	// OldestPending is the due time of the pending delivery due longest
+	// ago (nil: none pending).
 	OldestPending(ctx context.Context) (*time.Time, error)
 
 	// ClaimFanout claims the enabled endpoint whose events were looked at

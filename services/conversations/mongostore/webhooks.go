@@ -40,7 +40,7 @@ import (
 //	by_due            {state:1, next_attempt_at:1}
 //	    the pending delivery due longest ago (a lease: a claimed
 //	    delivery's next_attempt_at is its lease's end, so a crashed
-//	    replica's claim falls due again); the oldest pending one.
+//	    replica's claim falls due again); how overdue it is (a metric).
 //
 // webhook_quotas: {_id: endpoint id + kind, window_start, count}: the
 // test and retry budget of an endpoint, one conditional update per request.
@@ -406,23 +406,21 @@ func (s *Store) FinishAttempt(ctx context.Context, id, claim string, o conversat
 	return res.MatchedCount == 1, nil
 }
 
-// OldestPending implements conversations.WebhookStore: the first entry
-// of by_due's pending range, by created_at among those due first. The
-// creation time of the delivery due longest ago is what the alert needs
-// (how long a delivery waits), read from the index's first entry.
+// OldestPending implements conversations.WebhookStore: the due time of
+// the pending delivery due longest ago, the first entry of by_due's
+// pending range (a claimed one's due time is its lease's end).
 func (s *Store) OldestPending(ctx context.Context) (*time.Time, error) {
 	var d deliveryDoc
 	err := s.deliveries.FindOne(ctx, bson.D{{Key: "state", Value: string(conversations.DeliveryPending)}},
 		options.FindOne().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").
-			SetProjection(bson.D{{Key: "created_at", Value: 1}})).Decode(&d)
+			SetProjection(bson.D{{Key: "next_attempt_at", Value: 1}})).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, mongoconn.Wrap(err, "oldest pending webhook delivery")
 	}
-	t := d.CreatedAt.UTC()
-	return &t, nil
+	return utcPtr(d.NextAttemptAt), nil
 }
 
 // ClaimFanout implements conversations.WebhookStore.

@@ -257,20 +257,20 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "webhook_delivery_attempts_total",
+			Name: "conversations_webhook_attempts_total",
 			Help: "Webhook delivery attempts by outcome (succeeded, failed) and response status class (2xx..5xx, none when no response).",
 		}, []string{"outcome", "status_class"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "webhook_delivery_latency_seconds",
+			Name:    "conversations_webhook_delivery_latency_seconds",
 			Help:    "Time from an event's change to the 2xx of its delivery.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 7200},
 		}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "webhook_oldest_pending_delivery_age_seconds",
-			Help: "Age of the oldest pending webhook delivery (0 when none), as this replica last read it.",
+			Name: "conversations_webhook_oldest_pending_seconds",
+			Help: "How long the pending webhook delivery due longest ago has waited past its due time (0 when none waits), as this replica last read it.",
 		}),
 		disabled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "webhook_endpoints_disabled_total",
+			Name: "conversations_webhook_endpoints_disabled_total",
 			Help: "Webhook endpoints the service disabled (410 Gone, or failing for the configured time).",
 		}),
 	}
