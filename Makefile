@@ -71,6 +71,10 @@ CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
 # the embedded store or on a service process, so more than the two cores.
 TEST_PARALLEL ?= 4
+# Parallel tests at once within one test binary of OTHER_PACKAGES (go test
+# runs GOMAXPROCS at a time by default): the end-to-end tests mostly wait
+# on the processes they start (key rotations, outages, drains).
+BINARY_TEST_PARALLEL ?= 6
 # The service binaries are built once for every test that runs them
 # (SERVICE_BINARIES, see deploy/internal/svcproc): on a cold cache each
 # would otherwise compile them, at the same time. So is the embedded store
@@ -92,7 +96,7 @@ test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and ev
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
 	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./pkg/testkit/cmd/embeddedmongo ) || exit; export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo; \
 	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
-	  SERVICE_BINARIES=$$tmp/bin $(GO) test $(TEST_LDFLAGS) -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
+	  SERVICE_BINARIES=$$tmp/bin $(GO) test $(TEST_LDFLAGS) -count=1 -vet=off -p $(TEST_PARALLEL) -parallel $(BINARY_TEST_PARALLEL) -timeout 15m $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
 	( set -x && $(GO) test $(TEST_LDFLAGS) -race -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(RACE_PACKAGES) ); race=$$?; \
 	wait $$other; rc=$$?; cat $$tmp/other.log; \
 	[ $$race -eq 0 ] && [ $$rc -eq 0 ] || exit 1; \

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,8 +37,15 @@ type suite struct {
 	// prepare runs before the suite, in dir, one command after another
 	// (installing locked dependencies, building).
 	prepare [][]string
-	// run is the command of the suite, in dir; it passes when it exits 0.
-	run []string
+	// files is the glob, relative to dir, of the suite's test files. Each
+	// file runs in a process of its own against an account of its own,
+	// side by side with the suite's other files: most of a suite's time is
+	// spent waiting (token lifetimes, a browser, a venv), and no file sees
+	// another's conversations in its listings.
+	files string
+	// run is the command that runs one test file (its path relative to
+	// dir), in dir; the file passes when it exits 0.
+	run func(file string) []string
 	// inProcess, when set, is the suite itself, run in this test process
 	// with the suite's environment (the Go client's: no toolchain beyond
 	// the one running this test).
@@ -69,9 +77,10 @@ var suites = []suite{
 			{"npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error"},
 			{"npm", "run", "--silent", "build"},
 		},
-		// node finds the suite's files itself (test/*.test.js); one file
-		// at a time, since the browser test and the renewal tests wait.
-		run: []string{"node", "--test", "--test-reporter=spec", "--test-concurrency=1"},
+		files: "test/*.test.js",
+		run: func(file string) []string {
+			return []string{"node", "--test", "--test-reporter=spec", file}
+		},
 	},
 	{
 		name:  "python",
@@ -83,8 +92,12 @@ var suites = []suite{
 			// (tests/test_readme.py), makes a venv with pip.
 			{"python3", "-c", `import sys, importlib.util; sys.exit(importlib.util.find_spec("ensurepip") is None and "python3 has no venv with pip: apt-get install python3-venv")`},
 		},
+		files: "tests/test_*.py",
 		// The package from its source folder: the suite needs no install.
-		run: []string{"env", "PYTHONPATH=src", "python3", "-m", "unittest", "discover", "-s", "tests", "-v"},
+		run: func(file string) []string {
+			module := strings.TrimSuffix(filepath.Base(file), ".py")
+			return []string{"env", "PYTHONPATH=src:tests", "python3", "-m", "unittest", "-v", module}
+		},
 	},
 	{
 		name: "php",
@@ -98,8 +111,9 @@ var suites = []suite{
 		prepare: [][]string{
 			{"php", "-r", `if (PHP_VERSION_ID < 80100 || !extension_loaded("curl")) { fwrite(STDERR, "the client needs PHP 8.1 or later with curl: apt-get install php-cli php-curl\n"); exit(1); }`},
 		},
+		files: "tests/*Test.php",
 		// phpunit.xml.dist bootstraps a PSR-4 autoloader: no composer install.
-		run: []string{"phpunit", "--testdox"},
+		run: func(file string) []string { return []string{"phpunit", "--testdox", file} },
 	},
 }
 
@@ -157,23 +171,62 @@ func TestClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = faults.Close() })
+	// The suites, and the files of each, mostly wait (token lifetimes, a
+	// browser, a venv): side by side they take the time of the longest.
+	// They run as goroutines rather than parallel subtests, which go test
+	// would run only GOMAXPROCS at a time (-parallel).
+	var suitesDone sync.WaitGroup
 	for _, s := range suites {
-		t.Run(s.name, func(t *testing.T) {
-			if skipped[s.name] {
-				t.Skipf("left out by %s", skipEnv)
-			}
-			// Each suite has an account of its own, and they mostly wait
-			// (token lifetimes, a browser): side by side they take the
-			// time of the longest.
-			t.Parallel()
-			if s.inProcess != nil {
-				s.inProcess(t, goStack, goStack.seed(t, s.name))
-				return
-			}
-			env := append(st.seed(t, s.name), "ACME_TEST_BROWSER_ORIGIN="+browserOrigin, "ACME_TEST_FAULT_PROXY_URL="+faults.URL)
-			runSuite(t, filepath.Join(root, s.dir), s, env)
+		suitesDone.Go(func() {
+			t.Run(s.name, func(t *testing.T) {
+				if skipped[s.name] {
+					t.Skipf("left out by %s", skipEnv)
+				}
+				if s.inProcess != nil {
+					s.inProcess(t, goStack, goStack.seed(t, s.name))
+					return
+				}
+				dir := filepath.Join(root, s.dir)
+				files, err := filepath.Glob(filepath.Join(dir, s.files))
+				if err != nil || len(files) == 0 {
+					t.Fatalf("%s suite: no test files match %s in %s (%v)", s.name, s.files, s.dir, err)
+				}
+				ctx, cancel := suiteContext(t)
+				defer cancel()
+				for _, args := range s.prepare {
+					runCommand(t, ctx, dir, args, nil)
+				}
+				var filesDone sync.WaitGroup
+				for _, file := range files {
+					rel, _ := filepath.Rel(dir, file)
+					filesDone.Go(func() {
+						t.Run(rel, func(t *testing.T) {
+							env := append(st.seed(t, accountName(s.name, rel)),
+								"ACME_TEST_BROWSER_ORIGIN="+browserOrigin, "ACME_TEST_FAULT_PROXY_URL="+faults.URL)
+							ctx, cancel := suiteContext(t)
+							defer cancel()
+							runCommand(t, ctx, dir, s.run(rel), env)
+						})
+					})
+				}
+				filesDone.Wait()
+			})
 		})
 	}
+	suitesDone.Wait()
+}
+
+// accountName is the account of one test file of a suite: the suite's
+// name and the file's, e.g. "python-test-session" for tests/test_session.py.
+func accountName(suite, file string) string {
+	base := strings.ToLower(filepath.Base(file))
+	base = base[:strings.IndexByte(base+".", '.')]
+	return suite + "-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, base)
 }
 
 // skippedSuites parses SKIP_CLIENTS; an unknown name is an error.
@@ -196,27 +249,30 @@ func skippedSuites(v string) (map[string]bool, error) {
 	return skipped, nil
 }
 
-// runSuite prepares and runs one suite in dir with env added.
-func runSuite(t *testing.T, dir string, s suite, env []string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
+// suiteContext ends suiteDeadlineMargin before the test's own deadline, so
+// that a command still running then fails the test with its output.
+func suiteContext(t *testing.T) (context.Context, context.CancelFunc) {
 	if d, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(t.Context(), d.Add(-suiteDeadlineMargin))
+		return context.WithDeadline(t.Context(), d.Add(-suiteDeadlineMargin))
 	}
-	defer cancel()
-	for _, args := range append(slices.Clone(s.prepare), s.run) {
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), env...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.WaitDelay = 10 * time.Second
-		start := time.Now()
-		err := cmd.Run()
-		t.Logf("%s (in %s, %s):\n%s", strings.Join(args, " "), s.dir, time.Since(start).Round(time.Millisecond), out.String())
-		if err != nil {
-			t.Fatalf("%s: %v", strings.Join(args, " "), err)
-		}
+	return context.WithCancel(t.Context())
+}
+
+// runCommand runs args in dir with env added, logs its output and fails
+// the test when it does not exit 0.
+func runCommand(t *testing.T, ctx context.Context, dir string, args, env []string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("%s (in %s, %s):\n%s", strings.Join(args, " "), dir, time.Since(start).Round(time.Millisecond), out.String())
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(args, " "), err)
 	}
 }
 

@@ -1,8 +1,8 @@
 // Package clientstest proves the client libraries under clients/ against
 // the real services: it starts the account and conversations binaries on a
-// fresh database (the embedded store, or MONGODB_URI), seeds one account per
-// library, and runs each library's own test suite as a subprocess with the
-// endpoints and credentials in environment variables. No mock of our API is
+// fresh database (the embedded store, or MONGODB_URI) and runs each library's
+// own test files as subprocesses, each file against an account of its own
+// with the endpoints and credentials in environment variables. No mock of our API is
 // involved anywhere.
 //
 // The Go client's suite (goclient_*_test.go) runs in this process instead,
@@ -25,11 +25,12 @@
 // SKIP_CLIENTS), its folder, the programs it needs with the Debian or npm
 // package that provides each (a missing program fails the run with that
 // package, it never skips), the commands that prepare it (e.g. npm ci) and
-// the command that runs its suite, in its folder. The suite passes when the
-// command exits 0.
+// the glob of its test files and the command that runs one of them, in its
+// folder. A file passes when its command exits 0.
 //
-// The suites run side by side, each in its own account; the output of each
-// is shown when it fails (and with -v).
+// The suites, and every test file of each, run side by side (most of their
+// time is spent waiting on token lifetimes, a browser or a venv); the
+// output of each file is shown when it fails (and with -v).
 //
 // # Leaving a client out
 //
@@ -40,14 +41,14 @@
 //
 // # The environment of a suite
 //
-// Every suite gets these variables (and the harness's own environment).
-// Each suite has an account of its own, so suites never see each other's
-// data, and a suite may rely on the account being empty of conversations
+// Every test file gets these variables (and the harness's own environment).
+// Each file has an account of its own, so files never see each other's
+// data, and a file may rely on the account being empty of conversations
 // when it starts.
 //
 //	ACME_TEST_ACCOUNT_URL        base URL of the account service, e.g. http://127.0.0.1:40123 (no trailing slash)
 //	ACME_TEST_CONVERSATIONS_URL  base URL of the conversations service
-//	ACME_TEST_ACCOUNT_NAME       the suite's account (its name: "js", "python", "php")
+//	ACME_TEST_ACCOUNT_NAME       the file's account (suite and file, e.g. "python-test-session")
 //	ACME_TEST_USERNAME           a user of that account …
 //	ACME_TEST_PASSWORD           … and its password
 //	ACME_TEST_USER_ID            … and its user id (the sub of its tokens, a conversation participant)

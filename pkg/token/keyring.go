@@ -165,9 +165,37 @@ func (s staticKeyring) Keyring() *Keyring { return s.k }
 // StaticKeyring is a KeyringProvider that always returns k.
 func StaticKeyring(k *Keyring) KeyringProvider { return staticKeyring{k: k} }
 
+// KeyringReloader is a KeyringProvider that can reload its keyring on
+// demand, e.g. from the database that other replicas add keys to. The
+// implementation decides how often a reload actually happens.
+type KeyringReloader interface {
+	KeyringProvider
+	ReloadKeyring(ctx context.Context) error
+}
+
 // KeyringKeySet is the KeySetProvider of a service that verifies the
-// tokens it minted itself: the public set of p's current keyring.
-func KeyringKeySet(p KeyringProvider) KeySetProvider { return keyringKeySet{p: p} }
+// tokens it minted itself: the public set of p's current keyring. When p
+// is a KeyringReloader, the set is a KeySetRefresher: a token signed by a
+// key another replica added, before this replica's next scheduled reload,
+// makes the Verifier reload rather than refuse it.
+func KeyringKeySet(p KeyringProvider) KeySetProvider {
+	if r, ok := p.(KeyringReloader); ok {
+		return reloadingKeySet{keyringKeySet{p: p}, r}
+	}
+	return keyringKeySet{p: p}
+}
+
+type reloadingKeySet struct {
+	keyringKeySet
+	r KeyringReloader
+}
+
+func (s reloadingKeySet) RefreshKeySet(ctx context.Context) (jwk.Set, error) {
+	if err := s.r.ReloadKeyring(ctx); err != nil {
+		return nil, fmt.Errorf("reload keyring: %w", err)
+	}
+	return s.KeySet(ctx)
+}
 
 type keyringKeySet struct{ p KeyringProvider }
 

@@ -113,9 +113,16 @@ var forgedTokens = map[string]string{
 
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
+// everyRouteTokens are the forged tokens sent to every secured operation;
+// the others go to the first one only. Every route authenticates through
+// the same verifier, so the whole set on one route proves the verifier and
+// these prove that each route is behind it (none, forged, tampered with).
+var everyRouteTokens = map[string]bool{"alg none": true, "garbage": true, "scheme only": true}
+
 // Cases generates the hostile requests for every operation of tg.Doc.
 func Cases(tg Target) []Case {
 	var out []Case
+	firstSecured := true
 	for _, op := range tg.Doc.Operations() {
 		add := func(family, what string, build func(tg Target) (*http.Request, error)) {
 			out = append(out, Case{Name: fmt.Sprintf("%s %s %s: %s", family, op.Method, op.Path, what), Family: family, Op: op, build: build})
@@ -229,6 +236,9 @@ func Cases(tg Target) []Case {
 		}
 		if op.Secured {
 			for what, v := range forgedTokens {
+				if !firstSecured && !everyRouteTokens[what] {
+					continue
+				}
 				add(ForgedToken, what, func(tg Target) (*http.Request, error) {
 					r, err := newRequest(tg, op, nil, nil, validBody(op), op.BodyType)
 					if err == nil {
@@ -258,6 +268,7 @@ func Cases(tg Target) []Case {
 				}
 				return r, err
 			})
+			firstSecured = false
 		}
 		add(Headers, "60 KiB header", func(tg Target) (*http.Request, error) {
 			r, err := newRequest(tg, op, nil, nil, validBody(op), op.BodyType)

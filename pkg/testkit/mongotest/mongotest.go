@@ -80,9 +80,14 @@ const (
 	// embeddedStartTimeout bounds obtaining the embedded server, which
 	// includes building its command: minutes on a cold build cache.
 	embeddedStartTimeout = 10 * time.Minute
-	// serverSelectionTimeout makes operations fail in seconds, not the
-	// driver's default 30s, when the server has gone away.
-	serverSelectionTimeout = 10 * time.Second
+	// serverSelectionTimeout is also how long an operation waits for a
+	// pooled connection (the driver bounds both by it). The shared server
+	// never goes away while tests run, but on a loaded machine (two make
+	// test side by side) the embedded store, which answers one command at
+	// a time, can keep a burst of parallel subtests waiting for a
+	// connection for many seconds: a short bound would turn a slow machine
+	// into failed tests.
+	serverSelectionTimeout = 2 * time.Minute
 	// cleanupTimeout bounds dropping a database and stopping the server.
 	cleanupTimeout = 30 * time.Second
 )

@@ -91,8 +91,9 @@ type Options struct {
 // token.KeyringProvider whose keyring is swapped atomically as keys are
 // added, take over and expire. Run keeps it up to date.
 type Manager struct {
-	opts    Options
-	current atomic.Pointer[token.Keyring]
+	opts       Options
+	current    atomic.Pointer[token.Keyring]
+	lastReload atomic.Int64 // unix nanoseconds of the last ReloadKeyring
 
 	mu      sync.Mutex // serialises Sync
 	stored  account.SigningKeys
@@ -106,7 +107,7 @@ type Manager struct {
 	failing    bool
 }
 
-var _ token.KeyringProvider = (*Manager)(nil)
+var _ token.KeyringReloader = (*Manager)(nil)
 
 // New checks opts and returns a Manager without a keyring: call Sync once
 // (until it succeeds) before serving, then Run in the background.
@@ -152,6 +153,30 @@ func New(opts Options) (*Manager, error) {
 // Keyring returns the current keyring: the active key and every published
 // key. It is nil until the first Sync succeeded.
 func (m *Manager) Keyring() *token.Keyring { return m.current.Load() }
+
+// reloadEvery is the least time between two on-demand reloads: a token
+// naming an unknown kid (a forged one, or one signed by a key another
+// replica added moments ago) costs the database at most one read per
+// reloadEvery, however many such tokens arrive.
+const reloadEvery = time.Second
+
+// ReloadKeyring syncs now, unless an on-demand reload ran less than
+// reloadEvery ago. It makes the Manager a token.KeyringReloader: a replica
+// that has not yet seen a key another replica published (its scheduled
+// reload delayed by load) verifies that key's tokens all the same.
+func (m *Manager) ReloadKeyring(ctx context.Context) error {
+	now := m.now()
+	last := m.lastReload.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < reloadEvery {
+		return nil
+	}
+	if !m.lastReload.CompareAndSwap(last, now.UnixNano()) {
+		return nil // another request is reloading
+	}
+	err := m.Sync(ctx)
+	m.report(err)
+	return err
+}
 
 // Sync loads the stored keys (creating the first one when there is none),
 // adds a successor when one is due, drops expired keys, and installs the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/signing"
@@ -538,5 +539,79 @@ func TestRunRotatesOnTime(t *testing.T) {
 	wg.Wait()
 	if ks := stored(t, store); len(ks.Keys) < 2 {
 		t.Fatalf("stored %v", kids(ks.Keys))
+	}
+}
+
+// countingStore counts the loads of the keyring document.
+type countingStore struct {
+	account.SigningKeyStore
+	loads atomic.Int64
+}
+
+func (s *countingStore) SigningKeys(ctx context.Context, alg string) (account.SigningKeys, error) {
+	s.loads.Add(1)
+	return s.SigningKeyStore.SigningKeys(ctx, alg)
+}
+
+// A replica whose scheduled reload lags (a loaded machine) still verifies
+// a token signed by a key another replica added: the unknown kid makes it
+// reload at once. Unknown kids that stay unknown (forged tokens) reload at
+// most once a second.
+func TestUnknownKidReloadsTheKeyringOnce(t *testing.T) {
+	store, clk := newStore(t), newClock()
+	counting := &countingStore{SigningKeyStore: store}
+	lagging, rotating := newManager(t, counting, clk), newManager(t, store, clk)
+	mustSync(t, lagging)
+	mustSync(t, rotating)
+	t0 := clk.Now()
+
+	// The successor is added and takes over on the rotating replica; the
+	// lagging one has not synced since.
+	clk.Set(t0.Add(period - publishAhead))
+	mustSync(t, rotating)
+	clk.Set(t0.Add(period))
+	mustSync(t, rotating)
+	if rotating.Keyring().KeyID() == lagging.Keyring().KeyID() {
+		t.Fatal("the rotating replica did not take the successor")
+	}
+	const issuer = "https://account.example"
+	aud := []string{"acme-platform"}
+	minter, err := token.NewIssuer(token.IssuerConfig{Issuer: issuer, Audience: aud, Keys: rotating, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := minter.Mint(context.Background(), token.Subject{UserID: "u1", AccountID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := token.NewVerifier(token.KeyringKeySet(lagging), token.VerifierConfig{Issuer: issuer, Audience: aud, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := counting.loads.Load()
+	if _, err := verifier.Verify(context.Background(), set.AccessToken); err != nil {
+		t.Fatalf("a token of the key another replica added: %v", err)
+	}
+	if got := counting.loads.Load() - before; got != 1 {
+		t.Fatalf("the unknown kid caused %d loads of the keyring, want 1", got)
+	}
+
+	// A forged kid: still refused, and within the second no more loads.
+	forged := tokentest.StrangerOf(t, alg, issuer, aud, token.Subject{UserID: "u1", AccountID: "a1"}, lagging.Keyring())
+	before = counting.loads.Load()
+	for range 3 {
+		if _, err := verifier.Verify(context.Background(), forged.AccessToken); !errors.Is(err, token.ErrInvalidToken) {
+			t.Fatalf("forged token: %v, want invalid", err)
+		}
+	}
+	if got := counting.loads.Load() - before; got != 0 {
+		t.Fatalf("forged kids within a second of the last reload caused %d loads, want 0", got)
+	}
+	clk.Set(clk.Now().Add(time.Second))
+	if _, err := verifier.Verify(context.Background(), forged.AccessToken); !errors.Is(err, token.ErrInvalidToken) {
+		t.Fatalf("forged token: %v, want invalid", err)
+	}
+	if got := counting.loads.Load() - before; got != 1 {
+		t.Fatalf("a forged kid a second later caused %d loads, want 1", got)
 	}
 }

@@ -160,6 +160,11 @@ func testBoundaryValuesThroughEveryWritePath(t *testing.T, a *api) {
 			{exchange{method: "POST", path: base + "/messages", body: `{"body":"x","metadata":` + deep(validation.MaxJSONDepth+1) + `}`}, 400, "metadata"},
 			{exchange{method: "POST", path: base + "/messages", body: `{"body":"x","metadata":{"k":[[[` + strings.Repeat(`"[{",`, 50) + `"x"]]]}}`}, 201, ""},
 		} {
+			if edit.status >= 400 && i > 1 {
+				// A refusal depends on the value, not on the
+				// conversation: two of them show it.
+				continue
+			}
 			x := edit.x
 			x.bearer, x.invalid = u, edit.status >= 400
 			r := a.do(x)
@@ -181,7 +186,9 @@ func testBoundaryValuesThroughEveryWritePath(t *testing.T, a *api) {
 			t.Fatalf("listing shows %d conversations, want at least %d", n, len(created))
 		}
 		for _, v := range boundaryTimes(now) {
-			path := "/v1/conversations?limit=5&updatedAfter=" + url.QueryEscape(v)
+			// Pages of 12: the bound is carried into a next link or two,
+			// each followed; limit=1 above binds every stored time.
+			path := "/v1/conversations?limit=12&updatedAfter=" + url.QueryEscape(v)
 			if _, ok := inRange(v, rfc3339First, rfc3339Last); !ok {
 				a.do(exchange{method: "GET", path: path, bearer: bearer, invalid: true}).problem(t, 400, "validation_failed", "updatedAfter")
 				continue
@@ -191,8 +198,8 @@ func testBoundaryValuesThroughEveryWritePath(t *testing.T, a *api) {
 		}
 	}
 	for _, id := range created {
-		for _, bearer := range []string{u, reader} {
-			if n := a.walk(t, bearer, "/v1/conversations/"+id+"/messages?limit=1"); n != 2 {
+		for bearer, limit := range map[string]int{u: 1, reader: 2} {
+			if n := a.walk(t, bearer, fmt.Sprintf("/v1/conversations/%s/messages?limit=%d", id, limit)); n != 2 {
 				t.Fatalf("conversation %s lists %d messages, want 2", id, n)
 			}
 		}
