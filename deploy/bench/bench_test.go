@@ -36,6 +36,8 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Listing: GET /v1/conversations vs driver find", "Listing: cost of page 3 vs page 1",
 		"CPU per page of the conversations process",
 		"Messages: POST /v1/conversations/{id}/messages vs the same writes", "Messages: GET /v1/conversations/{id}/messages vs driver find",
+		"Webhooks: deliveries to a local receiver vs a bare loop of signed POSTs", "Webhooks: change → 2xx at the receiver",
+		"Webhooks: POST /v1/conversations/{id}/messages with 3 endpoints subscribed",
 		"Start-up: account", "Start-up: conversations",
 	} {
 		line := lineWith(out, want)

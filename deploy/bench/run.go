@@ -38,7 +38,7 @@ type benchOptions struct {
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "messages", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "messages", "webhooks", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("listing") || want("messages") || want("startup") {
+	if want("login") || want("client-credentials") || want("listing") || want("messages") || want("webhooks") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -137,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"login", loginRows},
 			{"client-credentials", clientCredentialsRows},
 			{"messages", messagesRows},
+			{"webhooks", webhooksRows},
 			{"listing", listingRows},
 			{"startup", startupRows},
 		} {

@@ -114,6 +114,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL, "CONVERSATIONS_LOG_LEVEL=warn", "CONVERSATIONS_OPS_PPROF=" + pprof,
 	}
+	s.convEnv = append(s.convEnv, webhookEnv()...)
 	if err := s.provision(ctx); err != nil {
 		return nil, err
 	}
