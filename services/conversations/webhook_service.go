@@ -364,6 +364,8 @@ type Attempt struct {
 	// endpoint was deleted or disabled.
 	Refusal string
 	claim   string
+	// failing: the endpoint had failed since its last success when read.
+	failing bool
 }
 
 // ClaimAttempt claims the delivery due longest ago of an endpoint not in
@@ -386,7 +388,7 @@ func (w *Webhooks) ClaimAttempt(ctx context.Context, claim string, lease time.Du
 		a.Refusal = "the endpoint is disabled"
 		return a, true, nil
 	}
-	a.URL = e.URL
+	a.URL, a.failing = e.URL, e.FailingSince != nil
 	if a.Secrets, err = w.Box.SigningSecrets(e, now); err != nil {
 		return a, true, err
 	}
@@ -460,6 +462,9 @@ func (w *Webhooks) FinishAttempt(ctx context.Context, a Attempt, r AttemptResult
 		return out, nil
 	}
 	if r.Succeeded() {
+		if !a.failing {
+			return out, nil // healthy already: no write
+		}
 		return out, w.Store.MarkEndpointHealthy(ctx, d.EndpointID)
 	}
 	if gone {
