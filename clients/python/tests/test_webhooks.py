@@ -29,7 +29,9 @@ class VectorsTest(unittest.TestCase):
         for v in VECTORS:
             with self.subTest(v["name"]):
                 if v["expect"] == "ok":
-                    event = verify_webhook(v["secrets"], v["headers"], v["body"].encode(), now=v["now"])
+                    event = verify_webhook(
+                        v["secrets"], v["headers"], v["body"].encode(), now=v["now"]
+                    )
                     self.assertEqual(event["id"], v["headers"]["webhook-id"])
                 else:
                     with self.assertRaises(WebhookVerificationError) as caught:
@@ -42,7 +44,9 @@ class VectorsTest(unittest.TestCase):
         event = verify_webhook(v["secrets"][0], headers, v["body"], now=v["now"])
         self.assertEqual(event["data"]["message"]["body"], "héllo")
         with self.assertRaises(WebhookVerificationError) as caught:
-            verify_webhook("whsec_" + base64.b64encode(b"x" * 32).decode(), headers, v["body"], now=v["now"])
+            verify_webhook(
+                "whsec_" + base64.b64encode(b"x" * 32).decode(), headers, v["body"], now=v["now"]
+            )
         self.assertEqual(caught.exception.reason, "signature")
 
 
@@ -74,7 +78,9 @@ class LiveDeliveryTest(unittest.TestCase):
         self.assertTrue(created["secret"].startswith("whsec_"))
         self.assertNotIn("secret", client.get_webhook(created["id"]))
         self.assertIn(created["id"], [w["id"] for w in client.webhooks(limit=1)])
-        self.assertEqual(client.update_webhook(created["id"], description="renamed")["description"], "renamed")
+        self.assertEqual(
+            client.update_webhook(created["id"], description="renamed")["description"], "renamed"
+        )
 
         delivery = client.test_webhook(created["id"])
         self.assertEqual(delivery["state"], "pending")

@@ -765,7 +765,9 @@ class Client:
         if enabled is not None:
             payload["enabled"] = enabled
         target = self._conversations("/v1/webhooks")
-        return cast(Dict[str, Any], self._json(self._call("POST", target, payload=payload), "POST", target))
+        return cast(
+            Dict[str, Any], self._json(self._call("POST", target, payload=payload), "POST", target)
+        )
 
     def webhook_pages(self, *, limit: Optional[int] = None) -> Iterator[Page[Dict[str, Any]]]:
         """The account's endpoints page by page, newest first."""
@@ -796,12 +798,16 @@ class Client:
         """Deletes an endpoint."""
         self._call("DELETE", self._webhook_url(webhook_id))
 
-    def rotate_webhook_secret(self, webhook_id: str, *, overlap_seconds: Optional[int] = None) -> str:
+    def rotate_webhook_secret(
+        self, webhook_id: str, *, overlap_seconds: Optional[int] = None
+    ) -> str:
         """A new secret; the previous one keeps signing beside it for
         ``overlap_seconds`` (default: the service's, 24 h; 0 stops it)."""
         payload: Dict[str, Any] = {} if overlap_seconds is None else {"overlap": overlap_seconds}
         url = self._webhook_url(webhook_id, "/rotate-secret")
-        return cast(str, self._json(self._call("POST", url, payload=payload), "POST", url)["secret"])
+        return cast(
+            str, self._json(self._call("POST", url, payload=payload), "POST", url)["secret"]
+        )
 
     def test_webhook(self, webhook_id: str) -> Dict[str, Any]:
         """Sends a ``webhook.test`` event to this endpoint only; returns its
@@ -809,7 +815,9 @@ class Client:
         url = self._webhook_url(webhook_id, "/test")
         return cast(Dict[str, Any], self._json(self._call("POST", url), "POST", url))
 
-    def webhook_deliveries(self, webhook_id: str, *, limit: Optional[int] = None) -> Iterator[Dict[str, Any]]:
+    def webhook_deliveries(
+        self, webhook_id: str, *, limit: Optional[int] = None
+    ) -> Iterator[Dict[str, Any]]:
         """Every delivery of the endpoint, newest first."""
         query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
         for page in self._walk(self._webhook_url(webhook_id, "/deliveries" + query)):

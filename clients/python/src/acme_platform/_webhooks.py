@@ -97,8 +97,10 @@ def verify_webhook(
         event = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise WebhookVerificationError("payload", "the body is not JSON") from None
-    if not isinstance(event, dict) or not isinstance(event.get("id"), str) or not isinstance(
-        event.get("type"), str
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("id"), str)
+        or not isinstance(event.get("type"), str)
     ):
         raise WebhookVerificationError("payload", "the body is not an event")
     if event["id"] != msg_id:
