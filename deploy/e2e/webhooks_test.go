@@ -377,8 +377,7 @@ func TestWebhooks(t *testing.T) {
 		}
 
 		// A 302 to an allowed address is a failure, not followed.
-		var target *hookReceiver
-		target = newHookReceiver(t, "127.0.0.2", nil)
+		target := newHookReceiver(t, "127.0.0.2", nil)
 		redirecting := newHookReceiver(t, "127.0.0.2", func(_ int, w http.ResponseWriter) {
 			w.Header().Set("Location", target.URL+"/elsewhere")
 			w.WriteHeader(302)
