@@ -77,6 +77,21 @@
 // would send the bearer token there). ListOptions.UpdatedAfter lists only the
 // conversations changed since an instant, for clients that sync.
 //
+// # Events
+//
+// Every change of a conversation is an [Event] (its Type one of the
+// Event… constants), ordered per account by Sequence. [Client.Events]
+// iterates over the events after a stored sequence (or [FromOldest]) until
+// it has caught up; store the Sequence of each event handled and start
+// there next time to get every later event exactly once.
+// [Client.ListEventsPage] returns one page and the position to continue
+// from, which moves past events the caller may not see. [Client.FollowEvents]
+// follows the live stream (Server-Sent Events) and reconnects with
+// Last-Event-ID and a fresh token whenever the stream ends, so no event is
+// skipped or repeated. A position older than the service keeps events (30
+// days) is refused with [ErrCursorExpired]: resynchronise with
+// ListOptions.UpdatedAfter.
+//
 // # Messages and the lifecycle of a conversation
 //
 // [Client.PostMessage] posts a message (which reopens a snoozed conversation,

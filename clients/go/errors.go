@@ -49,7 +49,11 @@ const (
 	CodeTooManyParticipants  = "too_many_participants"  // 409: a 101st participant
 	CodeLastParticipant      = "last_participant"       // 409: removing the only participant
 	CodeIdempotencyKeyReused = "idempotency_key_reused" // 422: one key, another body
-	CodeTooManyEndpoints     = "too_many_endpoints"     // 409: a 21st webhook endpoint of the account
+	// CodeCursorExpired is the 410 to a feed or stream position below what
+	// the service purged (events are kept 30 days): resynchronise with
+	// ListOptions.UpdatedAfter, then read the events FromOldest.
+	CodeCursorExpired    = "cursor_expired"
+	CodeTooManyEndpoints = "too_many_endpoints" // 409: a 21st webhook endpoint of the account
 	// CodeInsufficientScope is the 403 to a service client whose token
 	// lacks the scope the call needs.
 	CodeInsufficientScope = "insufficient_scope"
@@ -90,6 +94,7 @@ var (
 	ErrTooManyParticipants  error = codeError(CodeTooManyParticipants)
 	ErrLastParticipant      error = codeError(CodeLastParticipant)
 	ErrIdempotencyKeyReused error = codeError(CodeIdempotencyKeyReused)
+	ErrCursorExpired        error = codeError(CodeCursorExpired)
 	ErrTooManyEndpoints     error = codeError(CodeTooManyEndpoints)
 	ErrInsufficientScope    error = codeError(CodeInsufficientScope)
 	ErrInvalidClient        error = codeError(CodeInvalidClient)

@@ -23,7 +23,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	args := []string{"-rounds", "2", "-cpu-run", "20ms", "-service-run", "80ms", "-workers", "2",
-		"-conversations", "31", "-depth", "3", "-messages", "21", "-out", doc}
+		"-conversations", "31", "-depth", "3", "-messages", "21", "-idle-streams", "12", "-changes", "3", "-out", doc}
 	if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -36,6 +36,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Listing: GET /v1/conversations vs driver find", "Listing: cost of page 3 vs page 1",
 		"CPU per page of the conversations process",
 		"Messages: POST /v1/conversations/{id}/messages vs the same writes", "Messages: GET /v1/conversations/{id}/messages vs driver find",
+		"Events: GET /v1/events, a page of 100", "idle streams open on the replica", "its event in the feed", "its event in an open stream",
 		"Webhooks: deliveries to a local receiver vs a bare loop of signed POSTs", "Webhooks: change → 2xx at the receiver",
 		"Webhooks: POST /v1/conversations/{id}/messages with 3 endpoints subscribed",
 		"Start-up: account", "Start-up: conversations",

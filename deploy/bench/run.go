@@ -34,11 +34,13 @@ type benchOptions struct {
 	conversations int    // the caller's conversations in the listing measure
 	depth         int    // the deep page of the listing measure
 	messages      int    // the messages of the listed conversation in the messages measure
+	idleStreams   int    // idle event streams open in the events measure
+	changes       int    // changes timed to the feed and the stream in the events measure
 	wrk           string // the wrk binary, found at start when a measure sends with it
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "messages", "webhooks", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "messages", "events", "webhooks", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.conversations, "conversations", 1000, "conversations of the caller in the listing measure")
 	fs.IntVar(&o.depth, "depth", 50, "the deep page compared with the first in the listing measure")
 	fs.IntVar(&o.messages, "messages", 1000, "messages of the listed conversation in the messages measure")
+	fs.IntVar(&o.idleStreams, "idle-streams", 1000, "idle event streams open on the replica in the events measure")
+	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +79,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if o.depth < 2 || o.conversations < 10*o.depth+1 {
 		return errors.New("-depth must be at least 2, with more than 10 × depth -conversations")
+	}
+	if o.idleStreams < 10 || o.changes < 1 {
+		return errors.New("-idle-streams must be at least 10 and -changes at least 1")
 	}
 	if o.messages < 11 {
 		return errors.New("-messages must be at least 11: a page of 10 and one more")
@@ -110,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("listing") || want("messages") || want("webhooks") || want("startup") {
+	if want("login") || want("client-credentials") || want("listing") || want("messages") || want("events") || want("webhooks") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -137,6 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"login", loginRows},
 			{"client-credentials", clientCredentialsRows},
 			{"messages", messagesRows},
+			{"events", eventsRows},
 			{"webhooks", webhooksRows},
 			{"listing", listingRows},
 			{"startup", startupRows},

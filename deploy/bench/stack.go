@@ -113,6 +113,8 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		"CONVERSATIONS_HTTP_ADDR=" + addrs[2], "CONVERSATIONS_OPS_ADDR=" + addrs[3],
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL, "CONVERSATIONS_LOG_LEVEL=warn", "CONVERSATIONS_OPS_PPROF=" + pprof,
+		// The events measure opens its idle streams as one service client.
+		fmt.Sprintf("CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER=%d", o.idleStreams+10),
 	}
 	s.convEnv = append(s.convEnv, webhookEnv()...)
 	if err := s.provision(ctx); err != nil {

@@ -35,6 +35,7 @@ func goTests(g *goSuite) []namedTest {
 		{"PostAndGetMessage", g.testPostAndGetMessage},
 		{"MessagesFollowsLinkAcrossPages", g.testMessagesFollowsLinkAcrossPages},
 		{"PostMessageFollowsTheLifecycle", g.testPostMessageFollowsTheLifecycle},
+		{"EventsThroughFeedAndStream", g.testEventsThroughFeedAndStream},
 		{"LoginSendsCredentialsAndUsesTheIDToken", g.testLoginSendsCredentialsAndUsesTheIDToken},
 		{"LoginInvalidCredentials", g.testLoginInvalidCredentials},
 		{"FirstCallLogsIn", g.testFirstCallLogsIn},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -57,8 +58,15 @@ type Event struct {
 	RawData json.RawMessage `json:"-"`
 }
 
-// MarshalJSON encodes e as the feed serves it, with RawData when set.
-func (e Event) MarshalJSON() ([]byte, error) {
+// MarshalJSON encodes e as the feed serves it: id, type, sequence,
+// timestamp and data.
+func (e Event) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil) }
+
+// AppendJSON appends e's JSON to b. RawData, when set (an event read from
+// the log), is written as it is: it was encoded by this package when the
+// event was recorded, so it is not decoded and validated again for every
+// reader.
+func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	data := e.RawData
 	if data == nil {
 		var err error
@@ -66,13 +74,25 @@ func (e Event) MarshalJSON() ([]byte, error) {
 			return nil, err
 		}
 	}
-	return json.Marshal(struct {
-		ID        string          `json:"id"`
-		Type      EventType       `json:"type"`
-		Sequence  int64           `json:"sequence"`
-		Timestamp time.Time       `json:"timestamp"`
-		Data      json.RawMessage `json:"data"`
-	}{e.ID, e.Type, e.Sequence, e.Timestamp.UTC(), data})
+	id, err := json.Marshal(e.ID)
+	if err != nil {
+		return nil, err
+	}
+	typ, err := json.Marshal(e.Type)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `{"id":`...)
+	b = append(b, id...)
+	b = append(b, `,"type":`...)
+	b = append(b, typ...)
+	b = append(b, `,"sequence":`...)
+	b = strconv.AppendInt(b, e.Sequence, 10)
+	b = append(b, `,"timestamp":"`...)
+	b = e.Timestamp.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","data":`...)
+	b = append(b, data...)
+	return append(b, '}'), nil
 }
 
 // DecodeData returns e's data, decoding RawData when a store read e.
@@ -189,9 +209,10 @@ type EventStore interface {
 	// PurgedThrough is the highest sequence the purge of the account
 	// deleted through (0: nothing purged).
 	PurgedThrough(ctx context.Context, accountID string) (int64, error)
-	// OldEvents returns up to limit events recorded before t, oldest
-	// first: what the purge considers.
-	OldEvents(ctx context.Context, before time.Time, limit int) ([]Event, error)
+	// OldEvents returns up to limit events with a timestamp from since
+	// (inclusive) to before (exclusive), oldest first: what the purge
+	// considers.
+	OldEvents(ctx context.Context, since, before time.Time, limit int) ([]Event, error)
 	// RecordPurge raises the account's purge position to through (never
 	// lowers it); DeleteEventsThrough then deletes the account's events
 	// with sequences up to it.

@@ -31,6 +31,9 @@ type Hub struct {
 	// stream dropped for slowness: slow).
 	Opened  func()
 	Dropped func(slow bool)
+	// Read, when set, counts the hub's reads of the log: what its streams
+	// cost the database.
+	Read func()
 
 	mu      sync.Mutex
 	subs    map[string][]*Subscription // by account
@@ -205,6 +208,9 @@ func (h *Hub) Poll(ctx context.Context) {
 	}
 	h.mu.Unlock()
 	for account, after := range from {
+		if h.Read != nil {
+			h.Read()
+		}
 		events, err := h.Store.ListEvents(ctx, EventRange{AccountID: account, After: after, Limit: hubBatch})
 		if err != nil {
 			if ctx.Err() == nil && h.Logger != nil {

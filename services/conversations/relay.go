@@ -161,25 +161,57 @@ func (r *Relay) copy(ctx context.Context, e Event) (int, error) {
 // ListEvents returns one page of the feed of q.Caller (contract 11.2):
 // the events after q.After it may see, oldest first, and the position to
 // continue from.
+//
+// The account's purge position is taken from a cache (it changes once an
+// hour at most): a position that the cache lets pass but the purge
+// deleted after shows itself as a page that does not begin right after
+// the position (sequences have no gaps but the purge's), and such a page,
+// or an empty one, is checked against the stored position.
 func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, error) {
 	account := q.Caller.AccountID
-	floor, err := s.Store.PurgedThrough(ctx, account)
+	floor, err := s.purgedThrough(ctx, account, false)
 	if err != nil {
 		return EventPage{}, err
 	}
-	after := floor
-	if q.After != nil {
-		if *q.After < floor {
-			return EventPage{}, fmt.Errorf("after %d, purged through %d: %w", *q.After, floor, ErrCursorExpired)
+	for {
+		after := floor
+		if q.After != nil {
+			if *q.After < floor {
+				return EventPage{}, fmt.Errorf("after %d, purged through %d: %w", *q.After, floor, ErrCursorExpired)
+			}
+			after = *q.After
 		}
-		after = *q.After
+		page, err := s.eventPage(ctx, q, after)
+		if err != nil {
+			return EventPage{}, err
+		}
+		if len(page.Events) > 0 && page.Events[0].Sequence == after+1 {
+			return page, nil
+		}
+		stored, err := s.purgedThrough(ctx, account, true)
+		if err != nil {
+			return EventPage{}, err
+		}
+		if after >= stored {
+			return page, nil
+		}
+		if q.After != nil {
+			return EventPage{}, fmt.Errorf("after %d, purged through %d: %w", after, stored, ErrCursorExpired)
+		}
+		floor = stored // from the oldest kept, which has moved
 	}
+}
+
+// eventPage reads one page of the feed after the position after.
+func (s *Service) eventPage(ctx context.Context, q EventQuery, after int64) (EventPage, error) {
+	account := q.Caller.AccountID
 	r := EventRange{AccountID: account, Types: q.Types, After: after, Limit: q.Limit}
 	narrow := !q.Caller.Client || len(q.Types) > 0
 	if narrow {
 		// A narrow view continues from the newest event examined, seen or
 		// not: read before the page, so that nothing appended meanwhile is
 		// passed over.
+		var err error
 		if r.Through, err = s.Store.NewestSequence(ctx, account); err != nil {
 			return EventPage{}, err
 		}
@@ -203,17 +235,34 @@ func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, erro
 	case len(events) > 0:
 		page.Next = events[len(events)-1].Sequence
 	}
-	// A purge that ran since the position was checked may have deleted
-	// events after it: a page that does not start right after it says so.
-	if len(events) == 0 || events[0].Sequence != after+1 {
-		if floor, err = s.Store.PurgedThrough(ctx, account); err != nil {
-			return EventPage{}, err
-		}
-		if after < floor {
-			return EventPage{}, fmt.Errorf("after %d, purged through %d: %w", after, floor, ErrCursorExpired)
+	return page, nil
+}
+
+// floorCacheTTL is how long a purge position read is used before it is
+// read again (see ListEvents for why a stale one is safe).
+const floorCacheTTL = 10 * time.Second
+
+type cachedFloor struct {
+	sequence int64
+	read     time.Time
+}
+
+// purgedThrough is the account's purge position, from the cache unless
+// fresh is set or the cached one is older than floorCacheTTL.
+func (s *Service) purgedThrough(ctx context.Context, accountID string, fresh bool) (int64, error) {
+	if !fresh {
+		if v, ok := s.floors.Load(accountID); ok {
+			if c := v.(cachedFloor); time.Since(c.read) < floorCacheTTL {
+				return c.sequence, nil
+			}
 		}
 	}
-	return page, nil
+	floor, err := s.Store.PurgedThrough(ctx, accountID)
+	if err != nil {
+		return 0, err
+	}
+	s.floors.Store(accountID, cachedFloor{sequence: floor, read: time.Now()})
+	return floor, nil
 }
 
 // EventQuery selects a page of the feed.
@@ -257,8 +306,11 @@ func (s *Service) EventFloor(ctx context.Context, accountID string, after *int64
 func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
 	var deleted int64
 	before := now.UTC().Add(-retention)
-	for range 1000 {
-		old, err := s.Store.OldEvents(ctx, before, 1000)
+	// since moves forward past the old events that stay (each account's
+	// newest), so that many of them never hide older ones behind them.
+	since := time.Time{}
+	for {
+		old, err := s.Store.OldEvents(ctx, since, before, purgeBatch)
 		if err != nil || len(old) == 0 {
 			return deleted, err
 		}
@@ -266,7 +318,6 @@ func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time
 		for _, e := range old {
 			through[e.AccountID] = max(through[e.AccountID], e.Sequence)
 		}
-		progress := false
 		for account, seq := range through {
 			newest, err := s.Store.NewestSequence(ctx, account)
 			if err != nil {
@@ -284,15 +335,21 @@ func (s *Service) PurgeEvents(ctx context.Context, now time.Time, retention time
 				return deleted, err
 			}
 			deleted += n
-			progress = progress || n > 0
 		}
-		if !progress {
-			// Only each account's newest event is old: kept.
+		if len(old) < purgeBatch {
 			return deleted, nil
 		}
+		last := old[len(old)-1].Timestamp
+		if !last.After(since) {
+			// A whole batch of one instant: the next starts after it.
+			last = last.Add(time.Millisecond)
+		}
+		since = last
 	}
-	return deleted, nil
 }
+
+// purgeBatch is how many old events one read of the purge returns.
+const purgeBatch = 1000
 
 // typeRank orders events of one time: a message before the change of
 // status it caused.

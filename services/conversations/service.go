@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/acme/platform/pkg/validation"
@@ -36,6 +37,9 @@ type Service struct {
 	// recorded (pending, for the Relay): the metric of events recorded,
 	// and the Relay's wake-up so that it copies them at once.
 	Recorded func(n int)
+
+	// floors caches the accounts' purge positions (ListEvents).
+	floors sync.Map
 }
 
 func (s *Service) recorded(n int) {

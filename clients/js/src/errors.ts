@@ -20,6 +20,7 @@ export const ErrorCodes = {
   TooManyParticipants: "too_many_participants",
   LastParticipant: "last_participant",
   IdempotencyKeyReused: "idempotency_key_reused",
+  CursorExpired: "cursor_expired",
   TooManyEndpoints: "too_many_endpoints",
   BodyTooLarge: "body_too_large",
   UnsupportedMediaType: "unsupported_media_type",

@@ -31,6 +31,7 @@ final class ApiError extends ClientException
     public const TOO_MANY_ENDPOINTS = 'too_many_endpoints';
     public const LAST_PARTICIPANT = 'last_participant';
     public const IDEMPOTENCY_KEY_REUSED = 'idempotency_key_reused';
+    public const CURSOR_EXPIRED = 'cursor_expired';
     public const BODY_TOO_LARGE = 'body_too_large';
     public const UNSUPPORTED_MEDIA_TYPE = 'unsupported_media_type';
     public const TOO_MANY_REQUESTS = 'too_many_requests';

@@ -1,8 +1,6 @@
 package http
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -133,7 +131,17 @@ func handleEvents(svc *conversations.Service) echo.HandlerFunc {
 			return err
 		}
 		c.Response().Header().Set("Link", eventsLink("/v1/events", p, page.Next, true))
-		return c.JSON(http.StatusOK, page.Events)
+		// The events' data is written as the log holds it (Event.AppendJSON).
+		body := append(make([]byte, 0, 512*len(page.Events)+2), '[')
+		for i, e := range page.Events {
+			if i > 0 {
+				body = append(body, ',')
+			}
+			if body, err = e.AppendJSON(body); err != nil {
+				return fmt.Errorf("encode event %s: %w", e.ID, err)
+			}
+		}
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, append(body, ']'))
 	}
 }
 
@@ -207,7 +215,7 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 		defer expired.Stop()
 		keepAlive := time.NewTicker(cfg.KeepAlive)
 		defer keepAlive.Stop()
-		var buf bytes.Buffer
+		var buf []byte
 		for {
 			select {
 			case <-r.Context().Done():
@@ -226,15 +234,15 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 					_ = write(retry)
 					return nil
 				}
-				buf.Reset()
+				buf = buf[:0]
 				for _, e := range batch {
-					data, err := json.Marshal(e)
-					if err != nil {
+					buf = fmt.Appendf(buf, "id: %d\nevent: %s\ndata: ", e.Sequence, e.Type)
+					if buf, err = e.AppendJSON(buf); err != nil {
 						return fmt.Errorf("encode event %s: %w", e.ID, err)
 					}
-					fmt.Fprintf(&buf, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Type, data)
+					buf = append(buf, "\n\n"...)
 				}
-				if write(buf.Bytes()) != nil {
+				if write(buf) != nil {
 					return nil
 				}
 				keepAlive.Reset(cfg.KeepAlive)

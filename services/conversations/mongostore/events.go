@@ -250,8 +250,8 @@ func (s *Store) PurgedThrough(ctx context.Context, accountID string) (int64, err
 }
 
 // OldEvents implements conversations.EventStore (by_timestamp).
-func (s *Store) OldEvents(ctx context.Context, before time.Time, limit int) ([]conversations.Event, error) {
-	cur, err := s.events.Find(ctx, bson.D{{Key: "timestamp", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}},
+func (s *Store) OldEvents(ctx context.Context, since, before time.Time, limit int) ([]conversations.Event, error) {
+	cur, err := s.events.Find(ctx, bson.D{{Key: "timestamp", Value: bson.D{{Key: "$gte", Value: since.UTC()}, {Key: "$lt", Value: before.UTC()}}}},
 		options.Find().SetSort(bson.D{{Key: "timestamp", Value: 1}}).SetLimit(int64(limit)).SetHint("by_timestamp").
 			SetProjection(bson.D{{Key: "account_id", Value: 1}, {Key: "sequence", Value: 1}, {Key: "timestamp", Value: 1}}))
 	if err != nil {

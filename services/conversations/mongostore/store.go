@@ -45,6 +45,29 @@
 //	    the purge of keys older than 24 hours (no TTL index on the embedded
 //	    store).
 //
+// conversations and messages also carry the events of their changes not
+// yet ordered (pending_events, pending_since; see events.go):
+//
+//	by_pending             {pending_since:1} (on both)
+//	    the relay's read of the documents with pending events, oldest
+//	    first: pending_since > epoch is a range (absent when none).
+//
+// events: {_id (evt_…), account_id, sequence, type, timestamp,
+// conversation_id, audience[], data (JSON text)}
+//
+//	by_sequence (unique)   {account_id:1, sequence:1}
+//	    ordering (a taken number is refused), the newest sequence (read
+//	    backwards), the feed and the streams of a service client.
+//	by_audience            {account_id:1, audience:1, sequence:1}
+//	    a user's feed: the events of conversations it took part in.
+//	by_type, by_audience_type  {account_id:1, [audience:1,] type:1, sequence:1}
+//	    the feed filtered by types.
+//	by_timestamp           {timestamp:1}
+//	    the leased purge of events older than the retention.
+//
+// event_floors: {_id (account), sequence}: the position purged through.
+// leases: {_id (name), holder, expires_at}: the purge's lease.
+//
 // Paging is keyset, never skip: the cost of a page does not grow with its
 // depth. A large deployment shards conversations and messages on
 // {account_id: 1, _id: 1}: every query carries account_id, so it is routed
@@ -66,6 +89,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
@@ -90,6 +115,8 @@ var (
 	_ conversations.WebhookStore = (*Store)(nil)
 )
 
+var majority = options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority())
+
 // New returns a Store on db. Call EnsureIndexes once at start.
 func New(db *mongo.Database) *Store {
 	return &Store{
@@ -97,12 +124,15 @@ func New(db *mongo.Database) *Store {
 		messages:      db.Collection("messages"),
 		idempotency:   db.Collection("idempotency_keys"),
 		settings:      db.Collection("settings"),
-		events:        db.Collection("events"),
-		eventFloors:   db.Collection("event_floors"),
-		leases:        db.Collection("leases"),
-		webhooks:      db.Collection("webhooks"),
-		deliveries:    db.Collection("webhook_deliveries"),
-		quotas:        db.Collection("webhook_quotas"),
+		// The log is written and read with majority concern on a replica
+		// set: an event a consumer saw never rolls back, and a relay never
+		// reads a newest sequence that a failover takes away.
+		events:      db.Collection("events", majority),
+		eventFloors: db.Collection("event_floors", majority),
+		leases:      db.Collection("leases"),
+		webhooks:    db.Collection("webhooks"),
+		deliveries:  db.Collection("webhook_deliveries"),
+		quotas:      db.Collection("webhook_quotas"),
 	}
 }
 

@@ -12,6 +12,7 @@ type eventMetrics struct {
 	lag      prometheus.Gauge
 	open     prometheus.Gauge
 	dropped  prometheus.Counter
+	reads    prometheus.Counter
 }
 
 func newEventMetrics(reg prometheus.Registerer) *eventMetrics {
@@ -32,8 +33,12 @@ func newEventMetrics(reg prometheus.Registerer) *eventMetrics {
 			Name: "conversations_event_streams_dropped_total",
 			Help: "Event streams this replica ended because their reader did not keep up.",
 		}),
+		reads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "conversations_event_stream_reads_total",
+			Help: "Reads of the event log for this replica's streams: one per poll interval per account with streams open, whatever their number.",
+		}),
 	}
-	reg.MustRegister(m.recorded, m.lag, m.open, m.dropped)
+	reg.MustRegister(m.recorded, m.lag, m.open, m.dropped, m.reads)
 	return m
 }
 
