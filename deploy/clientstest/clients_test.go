@@ -47,9 +47,9 @@ type suite struct {
 	// dir), in dir; the file passes when it exits 0.
 	run func(file string) []string
 	// inProcess, when set, is the suite itself, run in this test process
-	// with the suite's environment (the Go client's: no toolchain beyond
-	// the one running this test).
-	inProcess func(t *testing.T, st *stack, env []string)
+	// on the services given, seeding its own accounts (the Go client's: no
+	// toolchain beyond the one running this test).
+	inProcess func(t *testing.T, st *stack)
 }
 
 // tool is a program a suite needs and where it comes from.
@@ -183,7 +183,7 @@ func TestClients(t *testing.T) {
 					t.Skipf("left out by %s", skipEnv)
 				}
 				if s.inProcess != nil {
-					s.inProcess(t, goStack, goStack.seed(t, s.name))
+					s.inProcess(t, goStack)
 					return
 				}
 				dir := filepath.Join(root, s.dir)

@@ -50,14 +50,28 @@ func newGoSuite(t *testing.T, st *stack, env []string) *goSuite {
 	return g
 }
 
-// runGoSuite runs the Go client's tests one after another: they share the
-// suite's account, and most of their time is spent waiting on the
-// services, which the other suites use meanwhile.
-func runGoSuite(t *testing.T, st *stack, env []string) {
-	g := newGoSuite(t, st, env)
-	for _, tc := range goTests(g) {
-		t.Run(tc.name, tc.run)
+// goShards is how many accounts the Go client's tests are spread over.
+const goShards = 3
+
+// runGoSuite runs the Go client's tests in goShards groups side by side,
+// each group one test after another in an account of its own (tests of one
+// account share its conversations); most of their time is spent waiting
+// on the services.
+func runGoSuite(t *testing.T, st *stack) {
+	var shards sync.WaitGroup
+	for shard := range goShards {
+		shards.Go(func() {
+			t.Run(fmt.Sprintf("shard%d", shard+1), func(t *testing.T) {
+				g := newGoSuite(t, st, st.seed(t, fmt.Sprintf("go-%d", shard+1)))
+				for i, tc := range goTests(g) {
+					if i%goShards == shard {
+						t.Run(tc.name, tc.run)
+					}
+				}
+			})
+		})
 	}
+	shards.Wait()
 }
 
 // namedTest is one test of the Go suite.

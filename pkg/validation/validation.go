@@ -24,6 +24,11 @@ func (e *Error) Error() string {
 	return "invalid input: " + strings.Join(parts, "; ")
 }
 
+// Invalid is the *Error of one invalid field.
+func Invalid(field, reason string) error {
+	return &Error{Fields: []Field{{Name: field, Reason: reason}}}
+}
+
 // Collector gathers field errors while an input is checked.
 type Collector struct {
 	fields []Field

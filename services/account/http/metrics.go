@@ -1,14 +1,11 @@
 package http
 
 import (
-	"errors"
 	"net/http"
 
-	"github.com/labstack/echo/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/platform/pkg/web"
-	"github.com/acme/platform/services/account"
 )
 
 // Outcomes of a login or a token refresh, the values of the outcome label.
@@ -61,71 +58,6 @@ func registerCounterVec(reg prometheus.Registerer, opts prometheus.CounterOpts, 
 		c.WithLabelValues(o)
 	}
 	return c
-}
-
-// countLogins is the route middleware of POST /login.
-func (m *authMetrics) countLogins(next echo.HandlerFunc) echo.HandlerFunc {
-	if m == nil {
-		return next
-	}
-	return func(c *echo.Context) error {
-		err := next(c)
-		m.logins.WithLabelValues(outcome(err, outcomeInvalidCredentials)).Inc()
-		return err
-	}
-}
-
-// countRefreshes is the route middleware of POST /token/refresh.
-func (m *authMetrics) countRefreshes(next echo.HandlerFunc) echo.HandlerFunc {
-	if m == nil {
-		return next
-	}
-	return func(c *echo.Context) error {
-		err := next(c)
-		m.refreshes.WithLabelValues(outcome(err, outcomeRejected)).Inc()
-		return err
-	}
-}
-
-// grantKey is where handleToken puts the grant type of a request whose
-// grant_type is one it serves, for countGrants.
-const grantKey = "oauth2.grant_type"
-
-// countGrants is the route middleware of POST /oauth2/token: a password
-// grant is a login and a refresh_token grant a refresh, so they count in
-// the same counters as POST /login and POST /token/refresh and the
-// brute-force signal (and its alerts) sees both doors. Client credentials
-// grants are not logins; the HTTP metric counts them.
-func (m *authMetrics) countGrants(next echo.HandlerFunc) echo.HandlerFunc {
-	if m == nil {
-		return next
-	}
-	return func(c *echo.Context) error {
-		err := next(c)
-		switch c.Get(grantKey) {
-		case grantPassword:
-			m.logins.WithLabelValues(grantOutcome(c, err, account.ErrInvalidCredentials, outcomeInvalidCredentials)).Inc()
-		case grantRefreshToken:
-			m.refreshes.WithLabelValues(grantOutcome(c, err, account.ErrInvalidRefreshToken, outcomeRejected)).Inc()
-		}
-		return err
-	}
-}
-
-// grantOutcome names the answer of a grant: the token endpoint answers a
-// refused credential with 400 invalid_grant (not a 401), so the refusal is
-// told by its cause, and the rest by the status written (oauthEndpoint has
-// written it by then).
-func grantOutcome(c *echo.Context, err, refused error, name string) string {
-	if err == nil {
-		return outcomeSuccess
-	}
-	if errors.Is(err, refused) {
-		return name
-	}
-	// A 401 there is the client's authentication, not the user's.
-	resp, _ := echo.UnwrapResponse(c.Response())
-	return statusOutcome(resp.Status, outcomeInvalidRequest)
 }
 
 // outcome names the answer a handler's error becomes; unauthorized is the

@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
@@ -50,14 +50,14 @@ func parseListParams(q url.Values, defaultLimit, maxLimit int) (listParams, erro
 // like any other unknown parameter (messages).
 func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listParams, error) {
 	p := listParams{limit: defaultLimit}
-	var fields []problem.FieldError
+	var invalid validation.Collector
 	single := func(name string) (string, bool) {
 		v, ok := q[name]
 		if !ok {
 			return "", false
 		}
 		if len(v) != 1 {
-			fields = append(fields, problem.FieldError{Field: name, Reason: "must be given at most once"})
+			invalid.Add(name, "must be given at most once")
 			return "", false
 		}
 		return v[0], true
@@ -65,7 +65,7 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 	if v, ok := single("limit"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxLimit {
-			fields = append(fields, problem.FieldError{Field: "limit", Reason: fmt.Sprintf("must be an integer from 1 to %d", maxLimit)})
+			invalid.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", maxLimit))
 		} else {
 			p.limit = n
 		}
@@ -75,26 +75,26 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 			if s := conversations.Status(v); s.Valid() {
 				p.status = s
 			} else {
-				fields = append(fields, problem.FieldError{Field: "status", Reason: "must be open, snoozed or closed"})
+				invalid.Add("status", "must be open, snoozed or closed")
 			}
 		}
 		if v, ok := single("updatedAfter"); ok {
 			if t, err := conversations.ParseTime(v); err == nil {
 				p.updatedAfter = &t
 			} else {
-				fields = append(fields, problem.FieldError{Field: "updatedAfter",
-					Reason: "must be an RFC 3339 date-time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z once in UTC, such as 2024-05-01T12:00:00Z (a + in the offset written %2B)"})
+				invalid.Add("updatedAfter",
+					"must be an RFC 3339 date-time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z once in UTC, such as 2024-05-01T12:00:00Z (a + in the offset written %2B)")
 			}
 		}
 	}
 	if v, ok := single("cursor"); ok {
 		p.cursor = v
 		if v == "" {
-			fields = append(fields, problem.FieldError{Field: "cursor", Reason: "must be a cursor from a next link"})
+			invalid.Add("cursor", "must be a cursor from a next link")
 		}
 	}
-	if len(fields) > 0 {
-		return listParams{}, problem.Validation(fields...)
+	if err := invalid.Err(); err != nil {
+		return listParams{}, err
 	}
 	return p, nil
 }

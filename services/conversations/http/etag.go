@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -25,8 +25,7 @@ func parseIfMatch(values []string) (conversations.Precondition, error) {
 		return conversations.Precondition{}, nil
 	}
 	p := conversations.Precondition{Given: true}
-	invalid := problem.Validation(problem.FieldError{Field: "If-Match",
-		Reason: `must be * or a list of entity tags such as "3", as sent in ETag`})
+	invalid := validation.Invalid("If-Match", `must be * or a list of entity tags such as "3", as sent in ETag`)
 	s := strings.Join(values, ",")
 	if strings.TrimSpace(s) == "*" {
 		p.Any = true

@@ -5,7 +5,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 )
@@ -13,7 +13,7 @@ import (
 // Both listings (conversations, a conversation's messages) page the same
 // way: a cursor bound to the listing's scope, and a Link to the next page.
 
-var badCursor = problem.FieldError{Field: "cursor", Reason: "is not a cursor of this listing: use the next link of the previous page"}
+const badCursor = "is not a cursor of this listing: use the next link of the previous page"
 
 // pageAfter decodes a listing request's cursor, if any: the position the
 // page continues after.
@@ -23,7 +23,7 @@ func pageAfter(cursors *cursor.Codec, scope cursor.Scope, raw string) (*conversa
 	}
 	pos, err := cursors.Decode(scope, raw)
 	if err != nil {
-		return nil, problem.Validation(badCursor)
+		return nil, validation.Invalid("cursor", badCursor)
 	}
 	return &pos, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -40,10 +41,11 @@ func FuzzListParams(f *testing.F) {
 		q, _ := url.ParseQuery(raw) // a malformed pair is dropped, as by echo
 		p, err := parseListParams(q, defaultLimit, maxLimit)
 		if err != nil {
-			var pr *problem.Problem
-			if !errors.As(err, &pr) || error(pr) != err {
-				t.Fatalf("query %q: error %v (%T) is not a *problem.Problem", raw, err, err)
+			var invalid *validation.Error
+			if !errors.As(err, &invalid) {
+				t.Fatalf("query %q: error %v (%T) is not a *validation.Error", raw, err, err)
 			}
+			pr := problemFor(err)
 			if pr.Status != http.StatusBadRequest || pr.Code != problem.CodeValidationFailed || len(pr.Errors) == 0 {
 				t.Fatalf("query %q: problem %+v, want a 400 validation_failed with fields", raw, pr)
 			}
@@ -94,8 +96,8 @@ func FuzzIfMatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, value string) {
 		p, err := parseIfMatch([]string{value})
 		if err != nil {
-			var pr *problem.Problem
-			if !errors.As(err, &pr) || pr.Status != http.StatusBadRequest || len(pr.Errors) != 1 || pr.Errors[0].Field != "If-Match" {
+			pr := problemFor(err)
+			if pr.Status != http.StatusBadRequest || len(pr.Errors) != 1 || pr.Errors[0].Field != "If-Match" {
 				t.Fatalf("%q: error %v", value, err)
 			}
 			return

@@ -5,7 +5,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -40,7 +40,7 @@ func pathMessageID(c *echo.Context) (string, error) {
 func pathUserID(c *echo.Context) (string, error) {
 	id := c.Param("userId")
 	if !conversations.ValidUserID(id) {
-		return "", problem.Validation(problem.FieldError{Field: "userId", Reason: conversations.UserIDForm})
+		return "", validation.Invalid("userId", conversations.UserIDForm)
 	}
 	return id, nil
 }
