@@ -295,6 +295,12 @@ func (c *Client) listPage(ctx context.Context, list *url.URL, query url.Values, 
 	if err != nil {
 		return "", err
 	}
+	return c.listPageOf(ctx, base, list, query, cursorURL, out)
+}
+
+// listPageOf is listPage for a listing of the service whose root is base.
+func (c *Client) listPageOf(ctx context.Context, base, list *url.URL, query url.Values, cursorURL string, out any) (string, error) {
+	var err error
 	u := list
 	if cursorURL == "" {
 		u.RawQuery = query.Encode()

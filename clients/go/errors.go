@@ -57,6 +57,10 @@ const (
 	// CodeInsufficientScope is the 403 to a service client whose token
 	// lacks the scope the call needs.
 	CodeInsufficientScope = "insufficient_scope"
+	// Codes of user management and self-service.
+	CodeWeakPassword           = "weak_password"            // 400: the password policy refuses a new password
+	CodeUsernameTaken          = "username_taken"           // 409: the account has a user of this name
+	CodeInvalidCurrentPassword = "invalid_current_password" // 403: ChangePassword with a wrong current password
 )
 
 // Error codes of the OAuth 2.0 token endpoint (RFC 6749 section 5.2), the

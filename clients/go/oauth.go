@@ -18,6 +18,10 @@ const (
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
+	// ScopeUsersRead and ScopeUsersWrite let a backend read and manage
+	// the users of its account (ListUsers, CreateUser, ...).
+	ScopeUsersRead  = "users:read"
+	ScopeUsersWrite = "users:write"
 	// ScopeWebhooksManage manages the account's webhook endpoints, together
 	// with ScopeConversationsRead.
 	ScopeWebhooksManage = "webhooks:manage"

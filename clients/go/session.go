@@ -191,11 +191,15 @@ func (c *Client) login(ctx context.Context) (*tokenSet, error) {
 	if c.client.ClientID != "" {
 		return c.clientCredentialsToken(ctx)
 	}
+	// ChangePassword replaces the password under mu.
+	c.mu.Lock()
+	creds := c.creds
+	c.mu.Unlock()
 	body, err := json.Marshal(struct {
 		Username    string `json:"username"`
 		Password    string `json:"password"`
 		AccountName string `json:"accountName"`
-	}{c.creds.Username, c.creds.Password, c.creds.AccountName})
+	}{creds.Username, creds.Password, creds.AccountName})
 	if err != nil {
 		return nil, fmt.Errorf("client: POST /login: encode request: %w", err)
 	}

@@ -34,7 +34,7 @@ const benchClientScope = account.ScopeConversationsRead
 // floor has workers.
 func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
-	id, secret, err := s.createClient(ctx)
+	id, secret, err := s.createClient(ctx, benchClientScope)
 	if err != nil {
 		return nil, err
 	}
@@ -125,11 +125,12 @@ func checkTokenResponse(req *http.Request) error {
 	return nil
 }
 
-// createClient creates the bench's service client with the account
-// binary's operator command and returns its id and secret.
-func (s *stack) createClient(ctx context.Context) (id, secret string, err error) {
+// createClient creates a service client of the bench account with scopes
+// (comma-separated) with the account binary's operator command and returns
+// its id and secret.
+func (s *stack) createClient(ctx context.Context, scopes string) (id, secret string, err error) {
 	out, err := runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "",
-		"create-client", "--account", benchAccount, "--name", fmt.Sprintf("bench-%d", time.Now().UnixNano()), "--scopes", benchClientScope)
+		"create-client", "--account", benchAccount, "--name", fmt.Sprintf("bench-%d", time.Now().UnixNano()), "--scopes", scopes)
 	if err != nil {
 		return "", "", err
 	}

@@ -17,6 +17,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/acme/platform/services/account"
 )
 
 // eventDoc mirrors an event of the log, as a Go client reading the
@@ -301,7 +303,7 @@ func eventsRows(ctx context.Context, s *stack) ([]row, error) {
 // clientToken creates a service client with conversations:read and
 // returns an access token of it.
 func (s *stack) clientToken(ctx context.Context, client *http.Client) (string, error) {
-	id, secret, err := s.createClient(ctx)
+	id, secret, err := s.createClient(ctx, account.ScopeConversationsRead)
 	if err != nil {
 		return "", err
 	}

@@ -9,6 +9,8 @@
 //     with the stored parameters, at the same concurrency;
 //   - client credentials: POST /oauth2/token against the secret's hash
 //     check plus one signature, and the account process's CPU per token;
+//   - users: POST /users against one argon2id hash plus one insert, and
+//     GET /users (100 per page) against the driver find of the same page;
 //   - listing: GET /v1/conversations against the same find through the
 //     driver, the 50th page against the first, and the conversations
 //     process's CPU per page;

@@ -385,7 +385,7 @@ func (s *stack) seed(t *testing.T, name string) []string {
 		env = append(env, u.prefix+"USERNAME="+u.username, u.prefix+"PASSWORD="+pw, u.prefix+"USER_ID="+m[1])
 	}
 	out := s.admin(t, "", "create-client", "--account", name, "--name", name+"-tests",
-		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write,webhooks:manage")
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write,users:read,users:write,webhooks:manage")
 	id, secret := clientIDPattern.FindStringSubmatch(out), clientSecretPattern.FindStringSubmatch(out)
 	if id == nil || secret == nil {
 		t.Fatalf("create-client printed no client_id and client_secret (%d bytes of output)", len(out))

@@ -224,6 +224,7 @@ func TestGoClientPolicies(t *testing.T) {
 			client.CodeInvalidGrant, client.CodeInvalidScope, client.CodeUnauthorizedClient, client.CodeUnsupportedGrantType,
 			client.CodeSlowDown, client.CodeTemporarilyUnavailable, client.CodeServerError,
 			client.CodeMalformedRequest, client.CodeUnsupportedTransferEncoding, client.CodeHeadersTooLarge, client.CodeRequestTimeout,
+			client.CodeWeakPassword, client.CodeUsernameTaken, client.CodeInvalidCurrentPassword,
 		} {
 			known[c] = true
 		}

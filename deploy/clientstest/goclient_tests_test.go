@@ -9,6 +9,7 @@ func goTests(g *goSuite) []namedTest {
 		{"ClientCredentialsErrors", g.testClientCredentialsErrors},
 		{"ClientSecretNeverShows", g.testClientSecretNeverShows},
 		{"NewChecksTheClientCredentials", g.testNewChecksTheClientCredentials},
+		{"UsersByAPI", g.testUsersByAPI},
 		{"ConversationsFollowsLinkAcrossPages", g.testConversationsFollowsLinkAcrossPages},
 		{"ConversationsBehindAPathPrefix", g.testConversationsBehindAPathPrefix},
 		{"ConversationsStopsOnBreak", g.testConversationsStopsOnBreak},

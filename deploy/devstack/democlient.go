@@ -16,7 +16,7 @@ import (
 // with the client-credentials grant (contract section 9).
 const (
 	demoClientName   = "demo-backend"
-	demoClientScopes = "conversations:read,conversations:write,definitions:read,webhooks:manage"
+	demoClientScopes = "conversations:read,conversations:write,definitions:read,users:read,users:write,webhooks:manage"
 	// demoClientFile keeps its id and secret in the data folder, as shell
 	// variables: the service stores only the secret's hash, so this is
 	// where later starts (and the README's ". .data/demo-client.env") read

@@ -39,7 +39,7 @@ type stackConfig struct {
 const (
 	demoAccount  = "demo"
 	demoUser     = "demo"
-	demoPassword = "demo-password"
+	demoPassword = "plum-orbit-canvas-ladder"
 	emptyAccount = "empty"
 )
 

@@ -121,7 +121,7 @@ func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 	} {
 		cmd := exec.Command(filepath.Join(bin, "account"), args...)
 		cmd.Env = append(os.Environ(), s.accountEnv...)
-		cmd.Stdin = strings.NewReader("pw-" + args[len(args)-1] + "\n")
+		cmd.Stdin = strings.NewReader(userPassword(args[len(args)-1]) + "\n")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("account %v: %v\n%s", args, err, out)
 		}
@@ -139,7 +139,7 @@ func (s *stack) startConversations(t *testing.T) *process {
 
 func (s *stack) login(t *testing.T, user string) token.Set {
 	t.Helper()
-	body := fmt.Sprintf(`{"username":%q,"password":"pw-%s","accountName":"acme"}`, user, user)
+	body := fmt.Sprintf(`{"username":%q,"password":%q,"accountName":"acme"}`, user, userPassword(user))
 	resp, err := http.Post(s.accountURL+"/login", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func (s *stack) client(t *testing.T, user string, rt http.RoundTripper) *client.
 		// No timeout of its own: on a loaded machine a request can take
 		// any time; a hang is bounded by the test's -timeout.
 		HTTPClient:  &http.Client{Transport: rt},
-		Credentials: client.Credentials{AccountName: "acme", Username: user, Password: "pw-" + user},
+		Credentials: client.Credentials{AccountName: "acme", Username: user, Password: userPassword(user)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -362,4 +362,11 @@ func TestNewSigningKeyIsAcceptedWithoutRestart(t *testing.T) {
 	}
 	conv.stop(t)
 	account.stop(t)
+}
+
+// userPassword is the password of an e2e user: one of its own that meets
+// the account service's password policy (15 or more characters, not
+// containing the username: its letters are separated by dots).
+func userPassword(user string) string {
+	return "correct-horse-" + strings.Join(strings.Split(user, ""), ".")
 }

@@ -23,7 +23,7 @@ func TestEventsOrderedAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	s.startAccount(t)
-	s.startConversations(t) // the survivor
+	survivor := s.startConversations(t)
 	victimAddr, victimOps := freeAddr(t), freeAddr(t)
 	victimEnv := append(append([]string{}, s.convEnv...),
 		"CONVERSATIONS_HTTP_ADDR="+victimAddr, "CONVERSATIONS_OPS_ADDR="+victimOps)
@@ -176,6 +176,25 @@ func TestEventsOrderedAcrossReplicas(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, %d messages, sequences %d..%d", len(seen), len(messages), seen[0].Sequence, seen[len(seen)-1].Sequence)
+
+	// SIGTERM ends an open stream with a retry: hint, and the process
+	// exits cleanly without waiting for the stream.
+	req, _ := http.NewRequest("GET", s.convURL+"/v1/events/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+alice)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 1)
+	if _, err := resp.Body.Read(first); err != nil { // the stream is open
+		t.Fatal(err)
+	}
+	survivor.stop(t)
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.HasSuffix(string(rest), "retry: 2000\n\n") {
+		t.Fatalf("the stream ended with %q", rest)
+	}
 }
 
 type feedEvent struct {

@@ -131,7 +131,7 @@ func assertRunning(t *testing.T, name string, p *process) {
 }
 
 // provisionUsers creates account acme and users in it (password
-// "pw-"+user) through the account binary's subcommands, under env.
+// userPassword(user)) through the account binary's subcommands, under env.
 func provisionUsers(t *testing.T, bin string, env []string, users ...string) {
 	t.Helper()
 	cmds := [][]string{{"create-account", "acme"}}
@@ -141,14 +141,14 @@ func provisionUsers(t *testing.T, bin string, env []string, users ...string) {
 	for _, args := range cmds {
 		cmd := exec.Command(filepath.Join(bin, "account"), args...)
 		cmd.Env = append(os.Environ(), env...)
-		cmd.Stdin = strings.NewReader("pw-" + args[len(args)-1] + "\n")
+		cmd.Stdin = strings.NewReader(userPassword(args[len(args)-1]) + "\n")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("account %v: %v\n%s", args, err, out)
 		}
 	}
 }
 
-// provisionFileUsers creates users (password "pw-"+user) in the existing
+// provisionFileUsers creates users (password userPassword(user)) in the existing
 // account acme with one "account provision" run, under env.
 func provisionFileUsers(t *testing.T, bin string, env []string, users []string) {
 	t.Helper()
@@ -160,7 +160,7 @@ func provisionFileUsers(t *testing.T, bin string, env []string, users []string) 
 	var list []user
 	for _, u := range users {
 		file := filepath.Join(dir, u+".txt")
-		if err := os.WriteFile(file, []byte("pw-"+u), 0o600); err != nil {
+		if err := os.WriteFile(file, []byte(userPassword(u)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		list = append(list, user{u, file})
@@ -247,7 +247,7 @@ func TestDatabaseOutage(t *testing.T) {
 	_ = json.Unmarshal(def.body, &defOut)
 	_ = json.Unmarshal(created.body, &convOut)
 
-	loginBody := `{"username":"alice","password":"pw-alice","accountName":"acme"}`
+	loginBody := `{"username":"alice","password":"` + userPassword("alice") + `","accountName":"acme"}`
 	type route struct {
 		name, method, url, body string
 		ok                      int // status when the database is up
@@ -490,7 +490,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	apiAddr := strings.TrimPrefix(s.accountURL, "http://")
 
 	loginBody := func(user string) string {
-		return fmt.Sprintf(`{"username":%q,"password":"pw-%s","accountName":"acme"}`, user, user)
+		return fmt.Sprintf(`{"username":%q,"password":%q,"accountName":"acme"}`, user, userPassword(user))
 	}
 	// No client timeout: a hang is bounded by the test's -timeout. The
 	// body waits for the server's 100 Continue, however long it takes.

@@ -45,8 +45,8 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	conv := s.startConversations(t)
 
 	secrets := map[string]string{
-		"alice's password": "pw-alice",
-		"bob's password":   "pw-bob",
+		"alice's password": userPassword("alice"),
+		"bob's password":   userPassword("bob"),
 		"a wrong password": "Tr0ub4dor&3-wrong",
 		"private key":      private.D,
 	}
@@ -59,7 +59,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	// Failures first: a wrong password, an unknown user, bad bearers.
 	for _, body := range []string{
 		`{"username":"alice","password":"Tr0ub4dor&3-wrong","accountName":"acme"}`,
-		`{"username":"mallory","password":"pw-alice","accountName":"acme"}`,
+		`{"username":"mallory","password":"` + userPassword("alice") + `","accountName":"acme"}`,
 	} {
 		resp, err := http.Post(s.accountURL+"/login", "application/json", strings.NewReader(body))
 		if err != nil {

@@ -167,7 +167,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 	login := func(replica int, user string) (idToken, accessToken string, ok bool) {
 		rec.count()
 		status, body := rotDo(httpc, "POST", replicas[replica]+"/login", "",
-			fmt.Sprintf(`{"username":%q,"password":"pw-%s","accountName":"acme"}`, user, user))
+			fmt.Sprintf(`{"username":%q,"password":%q,"accountName":"acme"}`, user, userPassword(user)))
 		var out struct {
 			Tokens struct {
 				IDToken     string `json:"id_token"`

@@ -104,7 +104,7 @@ func startStack(t *testing.T) *stack {
 	} {
 		cmd := exec.CommandContext(t.Context(), filepath.Join(bin, "account"), args...)
 		cmd.Env = append(os.Environ(), accountEnv...)
-		cmd.Stdin = strings.NewReader("alice-password\n")
+		cmd.Stdin = strings.NewReader("plum-orbit-canvas-ladder\n")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("account %v: %v\n%s", args, err, out)
 		}
@@ -136,7 +136,7 @@ func (s *stack) traffic(t *testing.T) {
 	if status, body := login("wrong-password"); status != http.StatusUnauthorized {
 		t.Fatalf("login with a wrong password: %d %s", status, body)
 	}
-	status, body := login("alice-password")
+	status, body := login("plum-orbit-canvas-ladder")
 	if status != http.StatusOK {
 		t.Fatalf("login: %d %s", status, body)
 	}

@@ -222,12 +222,17 @@ const (
 	// ScopeWebhooksManage manages the account's webhook endpoints
 	// (CONTRACT.md section 11.3), together with conversations:read.
 	ScopeWebhooksManage = "webhooks:manage"
+	// ScopeUsersRead and ScopeUsersWrite let a backend read and manage
+	// the users of its account (CONTRACT.md section 12).
+	ScopeUsersRead  = "users:read"
+	ScopeUsersWrite = "users:write"
 )
 
 // Scopes lists every scope a service client may hold, in the order
 // discovery documents them.
 func Scopes() []string {
-	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite, ScopeWebhooksManage}
+	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite,
+		ScopeUsersRead, ScopeUsersWrite, ScopeWebhooksManage}
 }
 
 // ParseScope splits a scope parameter or claim (RFC 6749 section 3.3:

@@ -26,9 +26,13 @@ const (
 	ClaimAccountName       = "account_name"
 	ClaimSessionID         = "sid"
 	ClaimPreferredUsername = "preferred_username"
-	ClaimAuthTime          = "auth_time"
-	ClaimClientID          = "client_id"
-	ClaimScope             = "scope"
+	// ClaimName and ClaimEmail are the id token's standard claims of
+	// OpenID Connect Core 1.0 section 5.1, present when the user has them.
+	ClaimName     = "name"
+	ClaimEmail    = "email"
+	ClaimAuthTime = "auth_time"
+	ClaimClientID = "client_id"
+	ClaimScope    = "scope"
 	// ClaimAuthorizedParty is the azp of an id token issued to a client
 	// (OpenID Connect Core 1.0 section 2): its client id.
 	ClaimAuthorizedParty = "azp"
@@ -97,7 +101,10 @@ type Subject struct {
 	UserID      string // sub; required
 	AccountID   string // required
 	AccountName string
-	Username    string    // preferred_username of the id token
+	Username    string // preferred_username of the id token
+	// Name and Email are the id token's name and email claims, left out
+	// when empty.
+	Name, Email string
 	AuthTime    time.Time // when the user authenticated; default: now
 	// SessionID is the sid of the login session; it identifies the
 	// refresh-token family. A new one is generated when empty (a login);
@@ -174,6 +181,12 @@ func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
 	idb := i.base(UseID, s, sid, now, now.Add(i.cfg.TokenTTL)).
 		Claim(ClaimPreferredUsername, s.Username).
 		Claim(ClaimAuthTime, authTime.Unix())
+	if s.Name != "" {
+		idb = idb.Claim(ClaimName, s.Name)
+	}
+	if s.Email != "" {
+		idb = idb.Claim(ClaimEmail, s.Email)
+	}
 	if s.ClientID != "" {
 		aud := i.cfg.Audience
 		if !slices.Contains(aud, s.ClientID) {

@@ -133,6 +133,46 @@ func RequireClientScopes(scopes ...string) echo.MiddlewareFunc {
 	}
 }
 
+// RequireClientScope lets only a service client's token that grants scope
+// through: a user's token is refused with a *ScopeError too (a 403
+// insufficient_scope), for routes that act on the account's behalf, not
+// on a user's own (the users management of CONTRACT.md section 12). It
+// runs after Middleware.
+func RequireClientScope(scope string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			claims, ok := ClaimsFromContext(c.Request().Context())
+			if !ok {
+				return &BearerError{Reason: "missing bearer token"}
+			}
+			if !claims.IsClient() || !claims.HasScope(scope) {
+				return &ScopeError{Scope: scope}
+			}
+			return next(c)
+		}
+	}
+}
+
+// ErrUserTokenRequired refuses a service client's token on a route that
+// acts for the user of the token (userinfo, a password change): a client
+// has no user.
+var ErrUserTokenRequired = errors.New("the route needs a user's token, not a service client's")
+
+// RequireUser lets only a user's token through (else
+// ErrUserTokenRequired). It runs after Middleware.
+func RequireUser(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		claims, ok := ClaimsFromContext(c.Request().Context())
+		if !ok {
+			return &BearerError{Reason: "missing bearer token"}
+		}
+		if claims.IsClient() {
+			return ErrUserTokenRequired
+		}
+		return next(c)
+	}
+}
+
 // RequireScope lets a service client's token through only when it grants
 // scope (else a *ScopeError: a 403 insufficient_scope); a user's token passes, since a user acts
 // as themself within their account (CONTRACT.md section 9). It runs after

@@ -103,7 +103,7 @@ func TestCORSAllowedOrigin(t *testing.T) {
 				t.Errorf("Allow-Methods %q lacks %s", h.Get("Access-Control-Allow-Methods"), m)
 			}
 		}
-		for _, name := range []string{"Authorization", "Content-Type", "If-Match", "Idempotency-Key"} {
+		for _, name := range []string{"Authorization", "Content-Type", "If-Match", "Idempotency-Key", "Last-Event-ID"} {
 			if !listHas(h.Get("Access-Control-Allow-Headers"), name) {
 				t.Errorf("Allow-Headers %q lacks %s", h.Get("Access-Control-Allow-Headers"), name)
 			}

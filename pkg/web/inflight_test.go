@@ -74,3 +74,36 @@ func TestLimitInFlightShedsTheExcessAtOnce(t *testing.T) {
 		t.Errorf("after the slot freed up: %d, want 204", rec.Code)
 	}
 }
+
+// TestLeaveInFlightFreesTheSlot: a long-lived response (an event stream)
+// that leaves the in-flight count no longer takes a slot from the
+// requests that need the database.
+func TestLeaveInFlightFreesTheSlot(t *testing.T) {
+	t.Parallel()
+	cfg := web.Config{Logger: slogJSON(&syncBuffer{}), Metrics: prometheus.NewRegistry()}
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := web.LimitInFlight(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			web.LeaveInFlight(r.Context())
+			web.LeaveInFlight(r.Context()) // a second call is a no-op
+			close(entered)
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), 1, cfg)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/stream", nil))
+	}()
+	<-entered
+	for range 2 { // the slot is free
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/conversations", nil))
+		if rec.Code != http.StatusNoContent {
+			t.Fatalf("beside a stream that left: %d", rec.Code)
+		}
+	}
+	close(release)
+	<-done
+}

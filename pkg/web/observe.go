@@ -250,6 +250,10 @@ func ProblemFor(err error) *problem.Problem {
 		p := problem.New(http.StatusForbidden, token.CodeInsufficientScope, "The token lacks the scope "+scope.Scope+".")
 		p.Challenge = `Bearer error="insufficient_scope", scope="` + scope.Scope + `"`
 		return p
+	case errors.Is(err, token.ErrUserTokenRequired):
+		p := problem.New(http.StatusForbidden, token.CodeInsufficientScope, "This route acts for a signed-in user; a service client's token cannot use it.")
+		p.Challenge = `Bearer error="insufficient_scope"`
+		return p
 	case errors.Is(err, token.ErrAmbiguousCredentials):
 		p := problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one set of credentials.")
 		p.Challenge = `Bearer error="invalid_request"`

@@ -36,9 +36,14 @@ type User struct {
 	AccountID    string
 	Username     string // unique per account, stored lower-case
 	PasswordHash string // PHC string, parameters included
-	Disabled     bool
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Name and Email are optional ("" when unset).
+	Name      string
+	Email     string
+	Disabled  bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// LastLoginAt is the last successful login; zero when never.
+	LastLoginAt time.Time
 }
 
 // Definition is an integration definition of an account.
@@ -71,13 +76,51 @@ type AccountStore interface {
 	ListAccounts(ctx context.Context) ([]Account, error)
 }
 
-// UserStore persists users; every method is scoped by account.
+// UserStore persists users; every method is scoped by account, and an id
+// of another account behaves as if it did not exist (ErrNotFound).
 type UserStore interface {
 	CreateUser(ctx context.Context, accountID, username, passwordHash string) (User, error)
 	UserByName(ctx context.Context, accountID, username string) (User, error)
 	UserByID(ctx context.Context, accountID, userID string) (User, error)
 	SetPasswordHash(ctx context.Context, accountID, username, passwordHash string) error
 	SetUserDisabled(ctx context.Context, accountID, username string, disabled bool) error
+
+	// InsertUser stores a new user as given (its id and times are the
+	// store's); a username taken in the account is ErrDuplicate, decided
+	// by the unique index, so that of two concurrent creates one wins.
+	InsertUser(ctx context.Context, u User) (User, error)
+	// ListUsers returns up to limit users of the account after position
+	// (zero: from the start), oldest first (created_at, then id), only
+	// the one named username when it is not empty.
+	ListUsers(ctx context.Context, accountID string, q UserQuery) ([]User, error)
+	// UpdateUserByID applies a change to one user, by id, in one update,
+	// and returns the user after it.
+	UpdateUserByID(ctx context.Context, accountID, userID string, ch UserChange) (User, error)
+	// DeleteUser removes a user's document.
+	DeleteUser(ctx context.Context, accountID, userID string) error
+	// RecordLogin sets a user's last login time.
+	RecordLogin(ctx context.Context, accountID, userID string, at time.Time) error
+}
+
+// UserQuery selects a page of an account's users.
+type UserQuery struct {
+	Username string // exact (normalized) match; "" for every user
+	After    *UserPosition
+	Limit    int
+}
+
+// UserPosition is a place in the oldest-first order of users.
+type UserPosition struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// UserChange is what one update of a user sets; nil leaves a member as
+// it is, an empty Name or Email clears it.
+type UserChange struct {
+	Name, Email  *string
+	Disabled     *bool
+	PasswordHash *string
 }
 
 // DefinitionStore persists definitions; every method is scoped by account,

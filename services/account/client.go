@@ -58,6 +58,8 @@ const (
 	ScopeDefinitionsWrite   = token.ScopeDefinitionsWrite
 	ScopeConversationsRead  = token.ScopeConversationsRead
 	ScopeConversationsWrite = token.ScopeConversationsWrite
+	ScopeUsersRead          = token.ScopeUsersRead
+	ScopeUsersWrite         = token.ScopeUsersWrite
 	ScopeWebhooksManage     = token.ScopeWebhooksManage
 )
 

@@ -68,6 +68,11 @@ type SessionStore interface {
 	// RevokeSession revokes a session; revoking twice is not an error, an
 	// unknown session is ErrNotFound.
 	RevokeSession(ctx context.Context, accountID, id string) error
+	// RevokeUserSessions revokes every session of a user: their refresh
+	// tokens stop working at once.
+	RevokeUserSessions(ctx context.Context, accountID, userID string) error
+	// DeleteUserSessions erases every session of a user.
+	DeleteUserSessions(ctx context.Context, accountID, userID string) error
 	// PurgeExpiredSessions deletes sessions whose refresh token expired
 	// before t, and returns how many.
 	PurgeExpiredSessions(ctx context.Context, t time.Time) (int64, error)

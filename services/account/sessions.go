@@ -48,6 +48,9 @@ type Sessions struct {
 	// presented again counts as a retry of a client whose response was
 	// lost, not as reuse (CONTRACT.md section 9); 0 is strict.
 	ReuseGrace time.Duration
+	// Users sets a password changed by its user (ChangePassword): the
+	// policy, the hash and the end of every other session.
+	Users *Users
 	// Now is the clock of sessions (auth_time, exchanges); nil means
 	// time.Now.
 	Now func() time.Time
@@ -100,22 +103,94 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	if err := attempt.Succeeded(ctx); err != nil {
 		return token.Set{}, err
 	}
+	set, err := s.startSession(ctx, acc.Name, user, clientIDOf(in.Client))
+	if err != nil {
+		return token.Set{}, err
+	}
+	if err := s.Authenticator.Users.RecordLogin(ctx, acc.ID, user.ID, s.now()); err != nil {
+		return token.Set{}, fmt.Errorf("record login: %w", err)
+	}
+	return set, nil
+}
+
+// startSession mints the token set of a new session of user, bound to
+// client ("" for none), and stores the session.
+func (s *Sessions) startSession(ctx context.Context, accountName string, user User, clientID string) (token.Set, error) {
 	authTime := s.now()
 	set, err := s.Issuer.Mint(ctx, token.Subject{
-		UserID: user.ID, AccountID: acc.ID, AccountName: acc.Name, Username: user.Username, AuthTime: authTime,
-		ClientID: clientIDOf(in.Client),
+		UserID: user.ID, AccountID: user.AccountID, AccountName: accountName, Username: user.Username,
+		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID,
 	})
 	if err != nil {
 		return token.Set{}, err
 	}
 	err = s.Store.CreateSession(ctx, Session{
-		ID: set.SessionID, AccountID: acc.ID, UserID: user.ID, ClientID: clientIDOf(in.Client),
+		ID: set.SessionID, AccountID: user.AccountID, UserID: user.ID, ClientID: clientID,
 		RefreshID: set.RefreshTokenID, AuthTime: authTime, ExpiresAt: set.RefreshExpiresAt,
 	})
 	if err != nil {
 		return token.Set{}, fmt.Errorf("start session: %w", err)
 	}
 	return set, nil
+}
+
+// PasswordChange is a user's change of their own password (POST
+// /password), by the claims of their token.
+type PasswordChange struct {
+	AccountID, AccountName, UserID string
+	// SessionID is the sid of the token; the new session is bound to the
+	// same client as that one.
+	SessionID    string
+	Current, New string
+	ClientIP     string
+}
+
+// ChangePassword checks the current password, throttled like a login (the
+// same counters), sets the new one under the policy (field newPassword),
+// ends every session of the user and starts a new one, whose token set it
+// returns. Failures: ErrUserGone, a *WeakPasswordError,
+// *LoginThrottledError, ErrInvalidCurrentPassword, or an error of the
+// hasher or the database.
+func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token.Set, error) {
+	user, err := s.Users.Self(ctx, in.AccountID, in.UserID)
+	if err != nil {
+		return token.Set{}, err
+	}
+	err = s.Users.Policy.Check("newPassword", in.New, PasswordContext{Username: user.Username, AccountName: in.AccountName, Email: user.Email})
+	if err != nil {
+		return token.Set{}, err
+	}
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, in.AccountName, user.Username, in.ClientIP)
+	if err != nil {
+		return token.Set{}, err
+	}
+	if retryAfter > 0 {
+		return token.Set{}, &LoginThrottledError{RetryAfter: retryAfter}
+	}
+	ok, err := s.Authenticator.Hasher.Verify(ctx, user.PasswordHash, in.Current)
+	if err != nil {
+		attempt.Abandon(ctx)
+		return token.Set{}, err
+	}
+	if !ok {
+		if err := attempt.Failed(ctx); err != nil {
+			return token.Set{}, err
+		}
+		return token.Set{}, ErrInvalidCurrentPassword
+	}
+	if err := attempt.Succeeded(ctx); err != nil {
+		return token.Set{}, err
+	}
+	clientID := ""
+	if sess, err := s.Store.SessionByID(ctx, in.AccountID, in.SessionID); err == nil {
+		clientID = sess.ClientID
+	} else if !errors.Is(err, ErrNotFound) {
+		return token.Set{}, err
+	}
+	if err := s.Users.replacePassword(ctx, in.AccountID, user.ID, in.New); err != nil {
+		return token.Set{}, err
+	}
+	return s.startSession(ctx, in.AccountName, user, clientID)
 }
 
 // Refresh exchanges a refresh token, presented by client (nil: no client),
@@ -144,7 +219,7 @@ func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClien
 	}
 	subject := token.Subject{
 		UserID: user.ID, AccountID: claims.AccountID, AccountName: claims.AccountName,
-		Username: user.Username, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
+		Username: user.Username, Name: user.Name, Email: user.Email, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
 		// The session's client, which session checked is the caller: the
 		// id token keeps naming it in aud and azp.
 		ClientID: sess.ClientID,

@@ -14,6 +14,10 @@ import type {
   Webhook,
   WebhookDelivery,
   WebhookPatch,
+  NewUser,
+  User,
+  UserInfo,
+  UserPatch,
 } from "./types.js";
 
 /** Configures a {@link PlatformClient}. */
@@ -70,6 +74,14 @@ export interface ListConversationsOptions extends CallOptions {
   status?: ConversationStatus;
   /** Only conversations changed after this instant. */
   updatedAfter?: Date | string;
+}
+
+/** Page size and filter of the user listing (a service client with `users:read`). */
+export interface ListUsersOptions extends CallOptions {
+  /** Page size, 1..100 (the service's default is 10). */
+  limit?: number;
+  /** Only the user of this username (an exact, case-insensitive match). */
+  username?: string;
 }
 
 /** Page size of the message listing. */
@@ -285,6 +297,91 @@ export class PlatformClient {
   }
 
   /**
+   * Signs a user up in the service client's account (`users:write`). A
+   * taken name is an {@link ApiError} 409 `username_taken`; a password the
+   * policy refuses a 400 `weak_password` whose `errors` say why.
+   */
+  async createUser(input: NewUser, options: CallOptions = {}): Promise<User> {
+    const res = await this.#call("POST", this.accountUrl + "/users", options, { body: JSON.stringify(input), contentType: "application/json" });
+    return res.json();
+  }
+
+  /** A user of the account (`users:read`); another account's id is a 404. */
+  async getUser(id: string, options: CallOptions = {}): Promise<User> {
+    const res = await this.#call("GET", this.#userUrl(id), options);
+    return res.json();
+  }
+
+  /** One page of the account's users, oldest first (`users:read`). */
+  async listUsersPage(options: ListUsersOptions & { page?: string } = {}): Promise<Page<User>> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page, this.accountUrl) : this.#usersUrl(options);
+    const res = await this.#call("GET", url, options);
+    return { items: await res.json(), next: this.#next(res, this.accountUrl) };
+  }
+
+  /** Every user of the account, oldest first, following `Link`. */
+  async *users(options: ListUsersOptions = {}): AsyncGenerator<User, void, undefined> {
+    let url: string | undefined = this.#usersUrl(options);
+    while (url !== undefined) {
+      const page: Page<User> = await this.listUsersPage({ ...options, page: url });
+      yield* page.items;
+      url = page.next;
+    }
+  }
+
+  /**
+   * Changes a user's `name`, `email` or `disabled` (a JSON merge patch;
+   * `null` clears name or email; `users:write`). Disabling ends every
+   * session of the user.
+   */
+  async updateUser(id: string, patch: UserPatch, options: CallOptions = {}): Promise<User> {
+    const res = await this.#call("PATCH", this.#userUrl(id), options, {
+      body: JSON.stringify(patch),
+      contentType: "application/merge-patch+json",
+    });
+    return res.json();
+  }
+
+  /** Sets a user's password (`users:write`); every session of the user ends. */
+  async setUserPassword(id: string, password: string, options: CallOptions = {}): Promise<void> {
+    const res = await this.#call("PUT", this.#userUrl(id) + "/password", options, {
+      body: JSON.stringify({ password }),
+      contentType: "application/json",
+    });
+    await res.body?.cancel();
+  }
+
+  /** Erases a user: its document, sessions and login counters (`users:write`). */
+  async deleteUser(id: string, options: CallOptions = {}): Promise<void> {
+    const res = await this.#call("DELETE", this.#userUrl(id), options);
+    await res.body?.cancel();
+  }
+
+  /** Who the client's user is (OpenID Connect UserInfo, `GET /userinfo`). */
+  async userInfo(options: CallOptions = {}): Promise<UserInfo> {
+    if (this.#session.kind !== "password") throw new TypeError("userInfo: a service client has no user");
+    const res = await this.#call("GET", this.accountUrl + "/userinfo", options);
+    return res.json();
+  }
+
+  /**
+   * Changes the password of the client's user (`POST /password`). The
+   * service ends every session of the user and answers with the tokens of
+   * a new one, which this client keeps using (and the new password for
+   * later logins). A wrong current password is an {@link ApiError} 403
+   * `invalid_current_password`; repeated ones are throttled like logins.
+   */
+  async changePassword(currentPassword: string, newPassword: string, options: CallOptions = {}): Promise<void> {
+    if (this.#session.kind !== "password") throw new TypeError("changePassword: a service client has no password");
+    const start = Date.now();
+    const res = await this.#call("POST", this.accountUrl + "/password", options, {
+      body: JSON.stringify({ currentPassword, newPassword }),
+      contentType: "application/json",
+    });
+    this.#session.adopt(start, await res.json(), newPassword);
+  }
+
+  /**
    * Creates a webhook endpoint (a service client with `webhooks:manage` and
    * `conversations:read`). The answer alone carries its `secret`: keep it
    * to verify deliveries ({@link verifyWebhook}). A 21st endpoint of the
@@ -468,21 +565,34 @@ export class PlatformClient {
     return this.#conversationUrl(conversationId) + "/messages" + qs;
   }
 
+  #usersUrl(options: ListUsersOptions): string {
+    const q = new URLSearchParams();
+    if (options.limit !== undefined) q.set("limit", String(options.limit));
+    if (options.username !== undefined) q.set("username", options.username);
+    const qs = q.toString();
+    return this.accountUrl + "/users" + (qs ? "?" + qs : "");
+  }
+
+  #userUrl(id: string): string {
+    if (!id) throw new TypeError("a user id is required");
+    return this.accountUrl + "/users/" + encodeURIComponent(id);
+  }
+
   #conversationUrl(id: string): string {
     if (!id) throw new TypeError("a conversation id is required");
     return this.conversationsUrl + "/v1/conversations/" + encodeURIComponent(id);
   }
 
   /** The absolute URL of a response's next link, if any. */
-  #next(res: Response): string | undefined {
+  #next(res: Response, base: string = this.conversationsUrl): string | undefined {
     const target = nextLink(res.headers.get("Link"));
-    return target === undefined ? undefined : this.#sameOrigin(new URL(target, this.conversationsUrl + "/").href);
+    return target === undefined ? undefined : this.#sameOrigin(new URL(target, base + "/").href, base);
   }
 
-  /** A URL of the conversations service; the bearer token never goes elsewhere. */
-  #sameOrigin(url: string): string {
-    const u = new URL(url, this.conversationsUrl + "/");
-    if (u.origin !== new URL(this.conversationsUrl).origin) {
+  /** A URL of the service at base (by default conversations); the bearer token never goes elsewhere. */
+  #sameOrigin(url: string, base: string = this.conversationsUrl): string {
+    const u = new URL(url, base + "/");
+    if (u.origin !== new URL(base).origin) {
       throw new Error(`refusing to follow a link to another origin (${u.origin})`);
     }
     return u.href;

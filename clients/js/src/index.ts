@@ -8,6 +8,7 @@ export type {
   UpdateOptions,
   ListConversationsOptions,
   ListMessagesOptions,
+  ListUsersOptions,
   Page,
   RotateOptions,
 } from "./client.js";

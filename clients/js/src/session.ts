@@ -51,7 +51,7 @@ type Fetch = typeof globalThis.fetch;
  */
 export class Session {
   readonly #accountUrl: string;
-  readonly #credentials: Credentials;
+  #credentials: Credentials;
   readonly #fetch: Fetch;
   readonly #onRenew: ((kind: RenewalKind) => void) | undefined;
   readonly #now: () => number;
@@ -99,6 +99,19 @@ export class Session {
         return;
       }
     }
+  }
+
+  /**
+   * Takes the token set of a password change (the answer of POST
+   * /password, requested at start) as the session's, and the new password
+   * for later logins.
+   */
+  adopt(start: number, body: unknown, newPassword: string): void {
+    const tokens = userTokens(start, body);
+    if ("password" in this.#credentials) this.#credentials = { ...this.#credentials, password: newPassword };
+    this.#tokens = tokens;
+    this.#stale = false;
+    this.#generation++;
   }
 
   /** Records that a service refused the tokens of generation g. */

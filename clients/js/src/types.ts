@@ -10,6 +10,14 @@ type ConversationsSchemas = ConversationsComponents["schemas"];
 export type Definition = AccountSchemas["Definition"];
 /** The token set of a user session (POST /login, POST /token/refresh). */
 export type TokenSet = AccountSchemas["TokenSet"];
+/** A user of the account, as a service client with `users:read` sees it. */
+export type User = AccountSchemas["User"];
+/** A user to create: `username`, `password`, optional `name` and `email`. */
+export type NewUser = AccountSchemas["NewUser"];
+/** A JSON merge patch of a user: `name`, `email` (null clears), `disabled`. */
+export type UserPatch = AccountSchemas["UserPatch"];
+/** Who the client's user is (OpenID Connect UserInfo). */
+export type UserInfo = AccountSchemas["UserInfo"];
 
 /** A conversation. */
 export type Conversation = ConversationsSchemas["Conversation"];

@@ -46,7 +46,7 @@ test("the README's install line and snippets work as printed", async () => {
     '"http://localhost:8081"': JSON.stringify(env.conversationsUrl),
     'accountName: "demo"': `accountName: ${JSON.stringify(env.accountName)}`,
     'username: "demo"': `username: ${JSON.stringify(env.username)}`,
-    'password: "demo-password"': `password: ${JSON.stringify(env.password)}`,
+    'password: "plum-orbit-canvas-ladder"': `password: ${JSON.stringify(env.password)}`,
   };
   for (const [printed, actual] of Object.entries(swaps)) {
     assert.ok(script.includes(printed), `the README's snippets no longer contain ${printed}`);

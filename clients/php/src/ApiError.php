@@ -22,6 +22,9 @@ final class ApiError extends ClientException
     public const INVALID_CREDENTIALS = 'invalid_credentials';
     public const INVALID_TOKEN = 'invalid_token';
     public const INSUFFICIENT_SCOPE = 'insufficient_scope';
+    public const WEAK_PASSWORD = 'weak_password';
+    public const USERNAME_TAKEN = 'username_taken';
+    public const INVALID_CURRENT_PASSWORD = 'invalid_current_password';
     public const NOT_FOUND = 'not_found';
     public const METHOD_NOT_ALLOWED = 'method_not_allowed';
     public const CONFLICT = 'conflict';

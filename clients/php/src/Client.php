@@ -31,6 +31,10 @@ use Acme\Platform\Internal\Response;
  *     metadata: array<string, mixed>, createdAt: string}
  * @phpstan-type Definition array{id: string, name: string, type: string, config: array<string, mixed>,
  *     enabled: bool, createdAt: string, updatedAt: string}
+ * @phpstan-type User array{id: string, username: string, name: string|null, email: string|null, disabled: bool,
+ *     createdAt: string, updatedAt: string, lastLoginAt: string|null}
+ * @phpstan-type UserInfo array{sub: string, preferred_username: string, name?: string, email?: string,
+ *     email_verified: bool, account_id: string, account_name: string}
  */
 final class Client
 {
@@ -51,7 +55,7 @@ final class Client
 
     private readonly string $accountUrl;
     private readonly ?string $conversationsUrl;
-    private readonly ?Secret $password;
+    private ?Secret $password; // replaced by changePassword
     private readonly ?Secret $clientSecret;
     private readonly TokenStore $tokenStore;
     private readonly CurlTransport $transport;
@@ -381,7 +385,8 @@ final class Client
         array $headers = [],
         bool $retry = false,
     ): Response {
-        $body = $payload !== null ? self::json($payload) : null;
+        // A Secret payload is a JSON body that holds a password, sent as is.
+        $body = $payload instanceof Secret ? $payload : ($payload !== null ? self::json($payload) : null);
         if ($body !== null) {
             $headers['Content-Type'] = $contentType;
         }
@@ -471,13 +476,14 @@ final class Client
     }
 
     /**
-     * Pages of a listing, following Link: rel="next" as the loop goes on.
+     * Pages of a listing, following Link: rel="next" as the loop goes on;
+     * $base is the service's root (the conversations service's by default).
      *
      * @return \Generator<int, Page<array<string, mixed>>>
      */
-    private function walk(string $firstUrl): \Generator
+    private function walk(string $firstUrl, ?string $base = null): \Generator
     {
-        $base = $this->conversationsEndpoint('');
+        $base ??= $this->conversationsEndpoint('');
         $url = $firstUrl;
         $seen = [];
         while (true) {
@@ -541,6 +547,179 @@ final class Client
             throw new ClientException('acme/platform: GET /definitions: the response is no JSON array');
         }
         return $doc;
+    }
+
+    // -- users (a service client with users:read / users:write) ---------
+
+    private function userUrl(string $userId): string
+    {
+        if ($userId === '') {
+            throw new \InvalidArgumentException('empty user id');
+        }
+        return $this->accountUrl . '/users/' . rawurlencode($userId);
+    }
+
+    /**
+     * Signs a user up in the service client's account (POST /users, scope
+     * users:write). A taken name throws ApiError 409 username_taken; a
+     * password the policy refuses 400 weak_password, whose fieldErrors say
+     * why.
+     *
+     * @return User
+     */
+    public function createUser(
+        string $username,
+        #[\SensitiveParameter] string $password,
+        ?string $name = null,
+        ?string $email = null,
+    ): array {
+        $doc = ['username' => $username, 'password' => $password];
+        if ($name !== null) {
+            $doc['name'] = $name;
+        }
+        if ($email !== null) {
+            $doc['email'] = $email;
+        }
+        $url = $this->accountUrl . '/users';
+        $body = new Secret(self::json($doc));
+        unset($doc);
+        /** @var User */
+        return self::decode($this->call('POST', $url, $body), 'POST', $url);
+    }
+
+    /**
+     * A user of the account (GET /users/{id}, users:read); an id of another
+     * account throws 404 not_found.
+     *
+     * @return User
+     */
+    public function getUser(string $userId): array
+    {
+        $url = $this->userUrl($userId);
+        /** @var User */
+        return self::decode($this->call('GET', $url, retry: true), 'GET', $url);
+    }
+
+    /**
+     * The account's users page by page, oldest first (GET /users,
+     * users:read); $username lists only the user of that name (exact,
+     * case-insensitive).
+     *
+     * @return \Generator<int, Page<User>>
+     */
+    public function userPages(?int $limit = null, ?string $username = null): \Generator
+    {
+        $query = [];
+        if ($limit !== null) {
+            $query['limit'] = (string) $limit;
+        }
+        if ($username !== null) {
+            $query['username'] = $username;
+        }
+        $url = $this->accountUrl . '/users' . ($query !== [] ? '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986) : '');
+        /** @var \Generator<int, Page<User>> */
+        return $this->walk($url, $this->accountUrl);
+    }
+
+    /**
+     * Every user of the account, oldest first, across all pages.
+     *
+     * @return \Generator<int, User>
+     */
+    public function users(?int $limit = null, ?string $username = null): \Generator
+    {
+        foreach ($this->userPages($limit, $username) as $page) {
+            yield from $page->items;
+        }
+    }
+
+    /**
+     * Changes name, email (null clears either) or disabled of a user: a
+     * JSON merge patch (PATCH /users/{id}, users:write). Only the members
+     * given change. Disabling ends every session of the user.
+     *
+     * @param array{name?: string|null, email?: string|null, disabled?: bool} $patch
+     * @return User
+     */
+    public function updateUser(string $userId, array $patch): array
+    {
+        $unknown = array_diff(array_keys($patch), ['name', 'email', 'disabled']);
+        if ($unknown !== []) {
+            throw new \InvalidArgumentException('updateUser: only name, email and disabled may change');
+        }
+        $url = $this->userUrl($userId);
+        $response = $this->call('PATCH', $url, (object) $patch, 'application/merge-patch+json');
+        /** @var User */
+        return self::decode($response, 'PATCH', $url);
+    }
+
+    /** Sets a user's password (PUT /users/{id}/password, users:write); every session of the user ends. */
+    public function setUserPassword(string $userId, #[\SensitiveParameter] string $password): void
+    {
+        $this->call('PUT', $this->userUrl($userId) . '/password', new Secret(self::json(['password' => $password])));
+    }
+
+    /** Erases a user: its document, sessions and login counters (DELETE /users/{id}, users:write). */
+    public function deleteUser(string $userId): void
+    {
+        $this->call('DELETE', $this->userUrl($userId));
+    }
+
+    // -- self-service (a user's own session) -------------------------------
+
+    /**
+     * Who the client's user is (GET /userinfo, OpenID Connect UserInfo). A
+     * service client has no user.
+     *
+     * @return UserInfo
+     */
+    public function userInfo(): array
+    {
+        if ($this->clientSecret !== null) {
+            throw new ClientException('acme/platform: userInfo: a service client has no user');
+        }
+        $url = $this->accountUrl . '/userinfo';
+        /** @var UserInfo */
+        return self::decode($this->call('GET', $url, retry: true), 'GET', $url);
+    }
+
+    /**
+     * Changes the password of the client's user (POST /password). The
+     * service ends every session of the user and answers with the tokens of
+     * a new one, which this client keeps (and the new password for later
+     * logins). A wrong current password throws ApiError 403
+     * invalid_current_password; repeated ones are throttled like logins.
+     */
+    public function changePassword(
+        #[\SensitiveParameter] string $currentPassword,
+        #[\SensitiveParameter] string $newPassword,
+    ): void {
+        if ($this->clientSecret !== null) {
+            throw new ClientException('acme/platform: changePassword: a service client has no password');
+        }
+        $start = microtime(true);
+        $url = $this->accountUrl . '/password';
+        $response = $this->call('POST', $url, new Secret(self::json([
+            'currentPassword' => $currentPassword,
+            'newPassword' => $newPassword,
+        ])));
+        $doc = self::decode($response, 'POST', $url);
+        $tokens = is_array($doc) ? ($doc['tokens'] ?? null) : null;
+        $bearer = is_array($tokens) ? ($tokens['id_token'] ?? null) : null;
+        $expiresIn = is_array($tokens) ? ($tokens['expires_in'] ?? null) : null;
+        if (!is_string($bearer) || $bearer === '' || !(is_int($expiresIn) || is_float($expiresIn)) || $expiresIn < 1) {
+            throw new ClientException('acme/platform: POST /password: the response has no token or no positive expires_in');
+        }
+        $refresh = $tokens['refresh_token'] ?? null;
+        $lifetime = (float) min($expiresIn, 365 * 24 * 3600);
+        $this->password = new Secret($newPassword);
+        $this->loaded = true;
+        $this->keep(new Session(
+            new Secret($bearer),
+            is_string($refresh) && $refresh !== '' ? new Secret($refresh) : null,
+            $start + $lifetime,
+            $lifetime,
+        ));
     }
 
     // -- conversations ---------------------------------------------------

@@ -76,7 +76,7 @@ final class ReadmeTest extends ServiceTestCase
             "'http://127.0.0.1:8080'" => var_export(Env::get('ACCOUNT_URL'), true),
             "'http://127.0.0.1:8081'" => var_export(Env::get('CONVERSATIONS_URL'), true),
             "username: 'demo'" => 'username: ' . var_export(Env::get('USERNAME'), true),
-            "password: 'demo-password'" => 'password: ' . var_export(Env::get('PASSWORD'), true),
+            "password: 'plum-orbit-canvas-ladder'" => 'password: ' . var_export(Env::get('PASSWORD'), true),
             "accountName: 'demo'" => 'accountName: ' . var_export(Env::get('ACCOUNT_NAME'), true),
             "clientId: 'cli_...'" => 'clientId: ' . var_export(Env::get('CLIENT_ID'), true),
             "clientSecret: 'cs_...'" => 'clientSecret: ' . var_export(Env::get('CLIENT_SECRET'), true),

@@ -53,7 +53,7 @@ def with_suite_endpoints(code: str) -> str:
             f"conversations_url={env('CONVERSATIONS_URL')!r}"
         ),
         'username="demo"': f"username={env('USERNAME')!r}",
-        'password="demo-password"': f"password={env('PASSWORD')!r}",
+        'password="plum-orbit-canvas-ladder"': f"password={env('PASSWORD')!r}",
         'account_name="demo"': f"account_name={env('ACCOUNT_NAME')!r}",
         'client_id="cli_..."': f"client_id={env('CLIENT_ID')!r}",
         'client_secret="cs_..."': f"client_secret={env('CLIENT_SECRET')!r}",

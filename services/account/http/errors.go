@@ -23,6 +23,11 @@ const (
 	codeSlowDown             = "slow_down"
 	codeTemporarilyUnavail   = "temporarily_unavailable"
 	codeServerError          = "server_error"
+
+	// Codes of user management and self-service (CONTRACT.md section 12).
+	codeWeakPassword           = "weak_password"
+	codeUsernameTaken          = "username_taken"
+	codeInvalidCurrentPassword = "invalid_current_password"
 )
 
 // errTwoAuthorizationHeaders refuses a request with more than one
@@ -52,7 +57,20 @@ func problemFor(err error) *problem.Problem {
 	var clientThrottled *account.ClientThrottledError
 	var invalidToken *token.TokenError
 	var refusal *oauthRefusal
+	var weak *account.WeakPasswordError
 	switch {
+	case errors.As(err, &weak):
+		p := problem.New(http.StatusBadRequest, codeWeakPassword, "The password does not meet the password policy: "+weak.Field+" "+weak.Reason+".")
+		p.Errors = []problem.FieldError{{Field: weak.Field, Reason: weak.Reason}}
+		return p
+	case errors.Is(err, account.ErrUsernameTaken):
+		return problem.New(http.StatusConflict, codeUsernameTaken, "The account has a user of this name already (names are compared case-insensitively).")
+	case errors.Is(err, account.ErrInvalidCurrentPassword):
+		return problem.New(http.StatusForbidden, codeInvalidCurrentPassword, "The current password is wrong.")
+	case errors.Is(err, account.ErrUserGone):
+		return problem.InvalidToken("The user of this token has been deleted or disabled.")
+	case errors.Is(err, account.ErrUserNotFound):
+		return problem.NotFound("No user with this id in your account.")
 	case errors.As(err, &refusal):
 		if refusal.code == codeInvalidClient {
 			p := problem.New(http.StatusUnauthorized, codeInvalidClient, refusal.detail)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,8 @@ import (
 	"github.com/acme/platform/pkg/testkit/hostile"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
+	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongostore"
 )
@@ -29,12 +32,20 @@ func TestHostileRequests(t *testing.T) {
 	}
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "RS256")
+	policy, err := account.LoadPasswordPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
+	sessions := kit.sessions(store, hasher, nil)
+	sessions.Users = users
 	var log hostile.Log
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
 		Logger:      log.Logger(),
 		Metrics:     reg,
-		Sessions:    kit.sessions(store, hasher, nil),
+		Sessions:    sessions,
+		Users:       users,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
@@ -46,7 +57,8 @@ func TestHostileRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	hash, _ := hasher.Hash(ctx, "alice-password")
-	if _, err := store.CreateUser(ctx, acc.ID, "alice", hash); err != nil {
+	alice, err := store.CreateUser(ctx, acc.ID, "alice", hash)
+	if err != nil {
 		t.Fatal(err)
 	}
 	a := &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: kit.ring, verifier: kit.verifier}
@@ -62,5 +74,29 @@ func TestHostileRequests(t *testing.T) {
 		PathValues: map[string]string{"id": def.ID},
 		Log:        log.Bytes, Metrics: reg,
 	}
-	hostile.Run(t, tg, hostile.Cases(tg))
+	// The users' routes are a service client's: they get a client token
+	// with both users scopes and a user's id; every other route the
+	// user's token.
+	backend, err := kit.issuer.MintClient(ctx, token.Client{
+		ClientID: "cli_hostile", AccountID: acc.ID, AccountName: acc.Name, Scopes: []string{token.ScopeUsersRead, token.ScopeUsersWrite},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTarget := tg
+	clientTarget.Bearer = backend.AccessToken
+	clientTarget.PathValues = map[string]string{"id": alice.ID}
+	var userCases, clientCases []hostile.Case
+	for _, c := range hostile.Cases(tg) {
+		if c.Op.Path != "/users" && !strings.HasPrefix(c.Op.Path, "/users/") {
+			userCases = append(userCases, c)
+		}
+	}
+	for _, c := range hostile.Cases(clientTarget) {
+		if c.Op.Path == "/users" || strings.HasPrefix(c.Op.Path, "/users/") {
+			clientCases = append(clientCases, c)
+		}
+	}
+	hostile.Run(t, tg, userCases)
+	hostile.Run(t, clientTarget, clientCases)
 }

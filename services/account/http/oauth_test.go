@@ -272,7 +272,7 @@ func TestOAuth(t *testing.T) {
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /.well-known/jwks.json *", "* /openapi.yaml *", "* /definitions 401", "* /definitions/{id} 401",
 		"POST /definitions 413", "POST /definitions 415", "PUT /definitions/{id} 413", "PUT /definitions/{id} 415",
-		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404")
+		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *")
 }
 
 func testOAuthDiscovery(t *testing.T, o *oauthAPI) {
@@ -293,14 +293,14 @@ func testOAuthDiscovery(t *testing.T, o *oauthAPI) {
 	for name, want := range map[string][]string{
 		"grant_types_supported":                 {"client_credentials", "password", "refresh_token"},
 		"token_endpoint_auth_methods_supported": {"client_secret_basic", "client_secret_post", "none"},
-		"scopes_supported":                      {"conversations:read", "conversations:write", "definitions:read", "definitions:write", "webhooks:manage"},
+		"scopes_supported":                      {"conversations:read", "conversations:write", "definitions:read", "definitions:write", "users:read", "users:write", "webhooks:manage"},
 	} {
 		if got := list(name); !slices.Equal(got, want) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
 	// Every endpoint it names exists: /login is not an OAuth token endpoint.
-	for _, name := range []string{"token_endpoint", "revocation_endpoint"} {
+	for _, name := range []string{"token_endpoint", "revocation_endpoint", "userinfo_endpoint"} {
 		r := o.postForm(d[name].(string), "", formType, nil)
 		if r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed {
 			t.Errorf("%s %s: %d", name, d[name], r.status)

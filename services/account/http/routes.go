@@ -25,6 +25,19 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.PUT("/definitions/:id", handleReplaceDefinition(d.Definitions), bearer, write)
 	e.DELETE("/definitions/:id", handleDeleteDefinition(d.Definitions), bearer, write)
 
+	// Users: a service client's, by scope; a user's own token is refused
+	// (CONTRACT.md section 12). /userinfo and /password are the user's.
+	usersRead, usersWrite := token.RequireClientScope(token.ScopeUsersRead), token.RequireClientScope(token.ScopeUsersWrite)
+	e.POST("/users", handleCreateUser(d.Users), bearer, usersWrite)
+	e.GET("/users", handleListUsers(d.Users), bearer, usersRead)
+	e.GET("/users/:id", handleGetUser(d.Users), bearer, usersRead)
+	e.PATCH("/users/:id", handlePatchUser(d.Users), bearer, usersWrite)
+	e.PUT("/users/:id/password", handleSetUserPassword(d.Users), bearer, usersWrite)
+	e.DELETE("/users/:id", handleDeleteUser(d.Users), bearer, usersWrite)
+	e.GET("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
+	e.POST("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
+	e.POST("/password", handleChangePassword(d.Sessions), bearer, token.RequireUser)
+
 	e.GET("/.well-known/jwks.json", echo.WrapHandler(token.JWKSHandler(d.Keys)))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))

@@ -31,6 +31,9 @@ type Deps struct {
 	// OAuth 2.0 endpoints.
 	Sessions    *account.Sessions
 	Definitions account.DefinitionStore
+	// Users manages the users of the caller's account and answers
+	// /userinfo.
+	Users *account.Users
 	// Verifier checks bearer tokens (id and access).
 	Verifier *token.Verifier
 	Keys     token.KeyringProvider

@@ -19,6 +19,7 @@ type discovery struct {
 	JWKSURI                                string   `json:"jwks_uri"`
 	TokenEndpoint                          string   `json:"token_endpoint"`
 	RevocationEndpoint                     string   `json:"revocation_endpoint"`
+	UserinfoEndpoint                       string   `json:"userinfo_endpoint"`
 	GrantTypesSupported                    []string `json:"grant_types_supported"`
 	TokenEndpointAuthMethodsSupported      []string `json:"token_endpoint_auth_methods_supported"`
 	RevocationEndpointAuthMethodsSupported []string `json:"revocation_endpoint_auth_methods_supported"`
@@ -43,6 +44,7 @@ func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerF
 			JWKSURI:                                base + "/.well-known/jwks.json",
 			TokenEndpoint:                          base + "/oauth2/token",
 			RevocationEndpoint:                     base + "/oauth2/revoke",
+			UserinfoEndpoint:                       base + "/userinfo",
 			GrantTypesSupported:                    grantTypes,
 			TokenEndpointAuthMethodsSupported:      clientAuthMethods,
 			RevocationEndpointAuthMethodsSupported: clientAuthMethods,
@@ -51,7 +53,7 @@ func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerF
 			ResponseTypesSupported:                 []string{"id_token"},
 			SubjectTypesSupported:                  []string{"public"},
 			ClaimsSupported: []string{"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "token_use",
-				"account_id", "account_name", "preferred_username", "auth_time", "sid", "azp", "client_id", "scope"},
+				"account_id", "account_name", "preferred_username", "name", "email", "email_verified", "auth_time", "sid", "azp", "client_id", "scope"},
 		})
 	}
 }

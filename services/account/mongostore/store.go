@@ -5,10 +5,12 @@
 // idempotently, by EnsureIndexes):
 //
 //	accounts       {name:1} unique                 AccountByName, ListAccounts (sorted by name)
-//	users          {account_id:1, username:1} unique  UserByName, and the updates by account+username
+//	users          {account_id:1, username:1} unique  UserByName, ListUsers by username, the updates by account+username
+//	               {account_id:1, created_at:1, _id:1}  ListUsers (oldest first, keyset); by id: _id + account_id
 //	definitions    {account_id:1, created_at:1, _id:1}  ListDefinitions; Get/Replace/Delete filter on _id + account_id
 //	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
 //	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
+//	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions
 //	login_throttle _id = throttle key; {expires_at:1}  TakeLoginAttempt and the rest (by _id); PurgeLoginThrottle
 //	clients        _id = client_id; {account_id:1, created_at:1, _id:1}  ClientByID, Rotate/SetClientDisabled (by _id); ListClients
 //
@@ -70,8 +72,10 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	}{
 		{s.accounts, mongo.IndexModel{Keys: bson.D{{Key: "name", Value: 1}}, Options: options.Index().SetUnique(true).SetName("name_unique")}},
 		{s.users, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "username", Value: 1}}, Options: options.Index().SetUnique(true).SetName("account_username_unique")}},
+		{s.users, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
 		{s.definitions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
 		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
+		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "user_id", Value: 1}}, Options: options.Index().SetName("account_user")}},
 		{s.throttle, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 		{s.clients, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
 	}
@@ -137,13 +141,18 @@ func (d accountDoc) domain() account.Account {
 }
 
 type userDoc struct {
-	ID           string    `bson:"_id"`
-	AccountID    string    `bson:"account_id"`
-	Username     string    `bson:"username"`
-	PasswordHash string    `bson:"password_hash"`
-	Disabled     bool      `bson:"disabled"`
-	CreatedAt    time.Time `bson:"created_at"`
-	UpdatedAt    time.Time `bson:"updated_at"`
+	ID           string `bson:"_id"`
+	AccountID    string `bson:"account_id"`
+	Username     string `bson:"username"`
+	PasswordHash string `bson:"password_hash"`
+	// Name, Email and LastLoginAt are absent until set (and in users
+	// stored before they existed).
+	Name        string    `bson:"name,omitempty"`
+	Email       string    `bson:"email,omitempty"`
+	Disabled    bool      `bson:"disabled"`
+	CreatedAt   time.Time `bson:"created_at"`
+	UpdatedAt   time.Time `bson:"updated_at"`
+	LastLoginAt time.Time `bson:"last_login_at,omitempty"`
 }
 
 // CreateUser stores a new user; a username taken in the account is
@@ -216,10 +225,14 @@ func userKey(accountID, username string) bson.D {
 }
 
 func (d userDoc) domain() account.User {
-	return account.User{
+	u := account.User{
 		ID: d.ID, AccountID: d.AccountID, Username: d.Username, PasswordHash: d.PasswordHash,
-		Disabled: d.Disabled, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt,
+		Name: d.Name, Email: d.Email, Disabled: d.Disabled, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
 	}
+	if !d.LastLoginAt.IsZero() {
+		u.LastLoginAt = d.LastLoginAt.UTC()
+	}
+	return u
 }
 
 // newID returns a prefixed random id such as "def_9f86d081884c7d659a2feaa0".

@@ -47,7 +47,7 @@ func TestCORS(t *testing.T) {
 
 	pre := send(http.MethodOptions, "/v1/conversations/c1", allowed, "",
 		"Access-Control-Request-Method", "PATCH", "Access-Control-Request-Headers", "authorization,content-type,if-match,idempotency-key")
-	for _, want := range []string{"Authorization", "Content-Type", "If-Match", "Idempotency-Key"} {
+	for _, want := range []string{"Authorization", "Content-Type", "If-Match", "Idempotency-Key", "Last-Event-ID"} {
 		if !strings.Contains(pre.Header.Get("Access-Control-Allow-Headers"), want) {
 			t.Errorf("preflight allows headers %q, not %s", pre.Header.Get("Access-Control-Allow-Headers"), want)
 		}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 )
@@ -33,14 +33,14 @@ type eventParams struct {
 // after.
 func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (eventParams, error) {
 	p := eventParams{limit: conversations.DefaultEventPageSize}
-	var fields []problem.FieldError
+	var invalid validation.Collector
 	single := func(name string) (string, bool) {
 		v, ok := q[name]
 		if !ok {
 			return "", false
 		}
 		if len(v) != 1 {
-			fields = append(fields, problem.FieldError{Field: name, Reason: "must be given at most once"})
+			invalid.Add(name, "must be given at most once")
 			return "", false
 		}
 		return v[0], true
@@ -48,7 +48,7 @@ func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (event
 	sequence := func(field, v string) *int64 {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || strings.HasPrefix(v, "+") {
-			fields = append(fields, problem.FieldError{Field: field, Reason: "must be an event sequence: an integer of at least 0"})
+			invalid.Add(field, "must be an event sequence: an integer of at least 0")
 			return nil
 		}
 		return &n
@@ -60,7 +60,7 @@ func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (event
 		for t := range strings.SplitSeq(v, ",") {
 			et := conversations.EventType(strings.TrimSpace(t))
 			if !et.Valid() {
-				fields = append(fields, problem.FieldError{Field: "types", Reason: "must be a comma-separated list of event types: " + typeList()})
+				invalid.Add("types", "must be a comma-separated list of event types: "+typeList())
 				break
 			}
 			p.types = append(p.types, et)
@@ -70,7 +70,7 @@ func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (event
 		if v, ok := single("limit"); ok {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > conversations.MaxEventPageSize {
-				fields = append(fields, problem.FieldError{Field: "limit", Reason: fmt.Sprintf("must be an integer from 1 to %d", conversations.MaxEventPageSize)})
+				invalid.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", conversations.MaxEventPageSize))
 			} else {
 				p.limit = n
 			}
@@ -83,10 +83,10 @@ func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (event
 			p.after = s
 		}
 	default:
-		fields = append(fields, problem.FieldError{Field: "Last-Event-ID", Reason: "must be given at most once"})
+		invalid.Add("Last-Event-ID", "must be given at most once")
 	}
-	if len(fields) > 0 {
-		return eventParams{}, problem.Validation(fields...)
+	if err := invalid.Err(); err != nil {
+		return eventParams{}, err
 	}
 	return p, nil
 }

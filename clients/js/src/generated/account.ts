@@ -251,6 +251,175 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the users of the caller's account
+         * @description A page of the account's users, oldest first (`createdAt`, then
+         *     `id`). When more exist, the response carries
+         *     `Link: </users?limit=N&cursor=C>; rel="next"` (RFC 8288); follow
+         *     it for the next page. `cursor` is opaque; a malformed one is a
+         *     `400`. A page costs the same at any depth (keyset paging).
+         *
+         *     Only for a service client with the scope `users:read`; a user's
+         *     own token gets `403` `insufficient_scope`.
+         */
+        get: operations["listUsers"];
+        put?: never;
+        /**
+         * Create a user in the caller's account
+         * @description Signs a user up. `username` follows the subcommands' rules (1 to
+         *     256 characters after trimming spaces, no control characters,
+         *     stored and compared lower-case) and is unique in the account
+         *     (`409` `username_taken`, also for the loser of two concurrent
+         *     creates). `password` must meet the password policy (at least 15
+         *     characters, at most 256; not a common or breached password; not
+         *     containing the username, the account name or the email's local
+         *     part): a refusal is `400` `weak_password`, naming the field and
+         *     why. `email` is checked for syntax only (at most 254 characters);
+         *     `name` is at most 200 characters.
+         *
+         *     Only for a service client with the scope `users:write`.
+         */
+        post: operations["createUser"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/users/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        /** Get one user */
+        get: operations["getUser"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a user
+         * @description Erases the user's identity: its document, its sessions and its
+         *     login throttle counters. Its id never comes back; a login with
+         *     its name afterwards is the uniform `401`. Conversations keep the
+         *     id as a participant and author, nothing more.
+         */
+        delete: operations["deleteUser"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a user's name, email or disabled state
+         * @description A JSON merge patch (RFC 7396, `application/merge-patch+json`) of
+         *     `name`, `email` and `disabled`; `null` clears `name` or `email`.
+         *     Any other member is refused (`400`), so a client never believes
+         *     it changed something it did not. Disabling ends every session of
+         *     the user at once: its refresh tokens stop working, and its logins
+         *     fail until it is enabled again; id and access tokens already
+         *     issued stay valid until they expire.
+         */
+        patch: operations["patchUser"];
+        trace?: never;
+    };
+    "/users/{id}/password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a user's password
+         * @description Sets the password (the password policy of `POST /users`) and ends
+         *     every session of the user at once.
+         */
+        put: operations["setUserPassword"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/userinfo": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who the token's user is (OpenID Connect UserInfo)
+         * @description OpenID Connect Core 1.0 section 5.3, for the user's own id or
+         *     access token in the `Authorization` header. `email_verified` is
+         *     always `false`: nothing verifies addresses yet. A service client's
+         *     token gets `403`; the token of a user deleted or disabled since is
+         *     a `401`.
+         */
+        get: operations["getUserInfo"];
+        put?: never;
+        /**
+         * Who the token's user is (POST form of the UserInfo request)
+         * @description The same as `GET /userinfo` (OpenID Connect allows both methods).
+         *     The token goes in the `Authorization` header; a request body is
+         *     ignored.
+         */
+        post: operations["postUserInfo"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change your own password
+         * @description With the user's own token: checks `currentPassword` (throttled
+         *     like a login, on the same counters: repeated failures get `429`
+         *     with `Retry-After`), sets `newPassword` (the password policy of
+         *     `POST /users`; a refusal is `400` `weak_password` naming
+         *     `newPassword`), ends every session of the user and answers with
+         *     the token set of a new one. A wrong current password is `403`
+         *     `invalid_current_password`: the token is good, so not a `401`.
+         */
+        post: operations["changePassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/.well-known/jwks.json": {
         parameters: {
             query?: never;
@@ -446,7 +615,8 @@ export interface components {
             refresh_token: components["schemas"]["JWT"];
             /**
              * @description ID token (header `typ: JWT`), with the extra claims
-             *     `preferred_username` and `auth_time` (and, when issued to an
+             *     `preferred_username` and `auth_time`, `name` and `email` when
+             *     the user has them (and, when issued to an
              *     OAuth client by `POST /oauth2/token`, that client's id in `aud`
              *     and `azp`). This is the value to send as
              *     `Authorization: Bearer <id_token>` on later requests.
@@ -586,6 +756,61 @@ export interface components {
              */
             reason: string;
         };
+        /** @description A user to create. */
+        NewUser: {
+            /** @description Unique in the account; stored and compared lower-case. */
+            username: string;
+            /** @description At least 15 characters and at most 256; see the password policy. */
+            password: string;
+            name?: string | null;
+            /** @description An email address (syntax only; nothing verifies it). */
+            email?: string | null;
+        };
+        /** @description A JSON merge patch of a user; only these members. */
+        UserPatch: {
+            name?: string | null;
+            email?: string | null;
+            disabled?: boolean;
+        };
+        SetPasswordRequest: {
+            password: string;
+        };
+        ChangePasswordRequest: {
+            currentPassword: string;
+            newPassword: string;
+        };
+        /** @description A user of the account; never its password or hash. */
+        User: {
+            /** @example usr_5d2c8a0e1f3b4c6d7e8f9a0b */
+            id: string;
+            /** @example jane */
+            username: string;
+            /** @example Jane Doe */
+            name: string | null;
+            /** @example jane@example.com */
+            email: string | null;
+            disabled: boolean;
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+            /**
+             * Format: date-time
+             * @description The last successful login; null when never.
+             */
+            lastLoginAt: string | null;
+        };
+        /** @description OpenID Connect Core 1.0 section 5.3.2 claims of the user, plus its account's. */
+        UserInfo: {
+            sub: string;
+            preferred_username: string;
+            name?: string;
+            email?: string;
+            /** @constant */
+            email_verified: false;
+            account_id: string;
+            account_name: string;
+        };
         /** @description A JSON Web Key Set (RFC 7517) of public signing keys. */
         JWKS: {
             keys: components["schemas"]["JWK"][];
@@ -653,6 +878,11 @@ export interface components {
              * @description URL of the token revocation endpoint (RFC 7009), `POST /oauth2/revoke`.
              */
             revocation_endpoint: string;
+            /**
+             * Format: uri
+             * @description URL of the OpenID Connect UserInfo endpoint, `/userinfo`.
+             */
+            userinfo_endpoint: string;
             /** @description The grants of the token endpoint. */
             grant_types_supported: ("client_credentials" | "password" | "refresh_token")[];
             /** @description How clients authenticate at the token endpoint (`none`, the client_id alone, for public clients). */
@@ -674,6 +904,135 @@ export interface components {
         };
     };
     responses: {
+        /** @description The user's claims. Not to be cached. */
+        UserInfo: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "sub": "usr_5d2c8a0e1f3b4c6d7e8f9a0b",
+                 *       "preferred_username": "jane",
+                 *       "name": "Jane Doe",
+                 *       "email": "jane@example.com",
+                 *       "email_verified": false,
+                 *       "account_id": "acc_0a1b2c3d4e5f6a7b8c9d0e1f",
+                 *       "account_name": "demo"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UserInfo"];
+            };
+        };
+        /**
+         * @description The request is malformed or invalid (as `BadRequest`), or the
+         *     password policy refuses the new password (`weak_password`, the
+         *     field and a reason a person can act on in `errors`).
+         */
+        UserBadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 400;
+                };
+            };
+        };
+        /** @description The account has a user of this name already. */
+        UsernameTaken: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:username_taken",
+                 *       "title": "Conflict",
+                 *       "status": 409,
+                 *       "detail": "The account has a user of this name already (names are compared case-insensitively).",
+                 *       "code": "username_taken"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 409;
+                    /** @constant */
+                    code?: "username_taken";
+                };
+            };
+        };
+        /**
+         * @description No user with this id exists in the caller's account (an id of
+         *     another account gives this same response).
+         */
+        UserNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:not_found",
+                 *       "title": "Not Found",
+                 *       "status": 404,
+                 *       "detail": "No user with this id in your account.",
+                 *       "code": "not_found"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 404;
+                };
+            };
+        };
+        /**
+         * @description The bearer is a service client's token: this route acts for the
+         *     user of the token, and a client has none.
+         */
+        UserTokenRequired: {
+            headers: {
+                /** @description `Bearer error="insufficient_scope"`. */
+                "WWW-Authenticate": string;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 403;
+                    /** @constant */
+                    code?: "insufficient_scope";
+                };
+            };
+        };
+        /**
+         * @description The current password is wrong (`invalid_current_password`), or the
+         *     bearer is a service client's token (`insufficient_scope`).
+         */
+        PasswordChangeForbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:invalid_current_password",
+                 *       "title": "Forbidden",
+                 *       "status": 403,
+                 *       "detail": "The current password is wrong.",
+                 *       "code": "invalid_current_password"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 403;
+                    /** @enum {unknown} */
+                    code?: "invalid_current_password" | "insufficient_scope";
+                };
+            };
+        };
         /**
          * @description The request carries more than one `Authorization` header: it is
          *     never authenticated, whatever the headers hold.
@@ -1058,6 +1417,13 @@ export interface components {
          * @example 665f1c2e9b1d4a0f8c3e2a71
          */
         DefinitionId: string;
+        /**
+         * @description The `id` of a user of the caller's account: `usr_` and 24
+         *     lowercase hex digits. An id of another account, one that does not
+         *     exist, or one of another form gives `404`.
+         * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+         */
+        UserId: string;
     };
     requestBodies: {
         /** @description The definition to store. At most 128 KiB. */
@@ -1085,6 +1451,11 @@ export interface components {
          * @example /definitions/665f1c2e9b1d4a0f8c3e2a71
          */
         Location: string;
+        /**
+         * @description The URL of the created user, `/users/{id}`.
+         * @example /users/usr_5d2c8a0e1f3b4c6d7e8f9a0b
+         */
+        UserLocation: string;
         /**
          * @description The number of seconds to wait before retrying.
          * @example 30
@@ -1453,6 +1824,303 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listUsers: {
+        parameters: {
+            query?: {
+                /** @description Users per page, 1 to 100 (default 10). */
+                limit?: number;
+                /** @description Only the user of this username (an exact match, compared case-insensitively). */
+                username?: string;
+                /** @description The position of the next page, from the `Link` of the previous one. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of users; possibly none (`[]`). */
+            200: {
+                headers: {
+                    /** @description The next page, when there is one (`rel="next"`). */
+                    Link?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The new user. At most 16 KiB. */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "username": "jane",
+                 *       "password": "plum-orbit-canvas-ladder",
+                 *       "name": "Jane Doe",
+                 *       "email": "jane@example.com"
+                 *     }
+                 */
+                "application/json": components["schemas"]["NewUser"];
+            };
+        };
+        responses: {
+            /** @description Created. */
+            201: {
+                headers: {
+                    Location: components["headers"]["UserLocation"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            400: components["responses"]["UserBadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            409: components["responses"]["UsernameTaken"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The user. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["UserNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. The response has no body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["UserNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    patchUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "disabled": true
+                 *     }
+                 */
+                "application/merge-patch+json": components["schemas"]["UserPatch"];
+            };
+        };
+        responses: {
+            /** @description Changed; the user as now stored. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["UserNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setUserPassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "password": "plum-orbit-canvas-ladder"
+                 *     }
+                 */
+                "application/json": components["schemas"]["SetPasswordRequest"];
+            };
+        };
+        responses: {
+            /** @description Set. The response has no body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["UserBadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["UserNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUserInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["UserInfo"];
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["UserTokenRequired"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    postUserInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["UserInfo"];
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["UserTokenRequired"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    changePassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "currentPassword": "plum-orbit-canvas-ladder",
+                 *       "newPassword": "velvet-harbor-quietly-sings"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ChangePasswordRequest"];
+            };
+        };
+        responses: {
+            /**
+             * @description Changed. Every other session of the user has ended; this is
+             *     the token set of the new one. Not to be cached.
+             */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LoginResponse"];
+                };
+            };
+            400: components["responses"]["UserBadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["PasswordChangeForbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     getJWKS: {
         parameters: {
             query?: never;
@@ -1510,6 +2178,7 @@ export interface operations {
                      *       "jwks_uri": "http://localhost:8080/.well-known/jwks.json",
                      *       "token_endpoint": "http://localhost:8080/oauth2/token",
                      *       "revocation_endpoint": "http://localhost:8080/oauth2/revoke",
+                     *       "userinfo_endpoint": "http://localhost:8080/userinfo",
                      *       "grant_types_supported": [
                      *         "client_credentials",
                      *         "password",
@@ -1530,6 +2199,8 @@ export interface operations {
                      *         "definitions:write",
                      *         "conversations:read",
                      *         "conversations:write",
+                     *         "users:read",
+                     *         "users:write",
                      *         "webhooks:manage"
                      *       ],
                      *       "id_token_signing_alg_values_supported": [

@@ -19,6 +19,9 @@ from ._errors import (
     CODE_CURSOR_EXPIRED,
     CODE_IDEMPOTENCY_KEY_REUSED,
     CODE_INSUFFICIENT_SCOPE,
+    CODE_INVALID_CURRENT_PASSWORD,
+    CODE_USERNAME_TAKEN,
+    CODE_WEAK_PASSWORD,
     CODE_INTERNAL_ERROR,
     CODE_INVALID_CLIENT,
     CODE_INVALID_CREDENTIALS,
@@ -68,6 +71,8 @@ from ._types import (
     Definition,
     Message,
     Page,
+    User,
+    UserInfo,
 )
 
 __version__ = "0.1.0"
@@ -82,6 +87,9 @@ __all__ = [
     "CODE_CURSOR_EXPIRED",
     "CODE_IDEMPOTENCY_KEY_REUSED",
     "CODE_INSUFFICIENT_SCOPE",
+    "CODE_INVALID_CURRENT_PASSWORD",
+    "CODE_USERNAME_TAKEN",
+    "CODE_WEAK_PASSWORD",
     "CODE_INTERNAL_ERROR",
     "CODE_INVALID_CLIENT",
     "CODE_INVALID_CREDENTIALS",
@@ -124,6 +132,8 @@ __all__ = [
     "STATUS_SNOOZED",
     "TokenStore",
     "TransportError",
+    "User",
+    "UserInfo",
     "verify_webhook",
     "WEBHOOK_TOLERANCE_SECONDS",
     "WebhookEvent",

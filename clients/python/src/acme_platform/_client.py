@@ -24,7 +24,7 @@ from ._errors import (
 from ._http import Response, Transport
 from ._links import LinkHeaderError, next_link, resolve_link
 from ._secret import Secret
-from ._types import Conversation, Definition, Message, Page
+from ._types import Conversation, Definition, Message, Page, User, UserInfo
 
 __all__ = ["Client", "MemoryTokenStore", "Session", "TokenStore"]
 
@@ -494,10 +494,14 @@ class Client:
             raise ClientError("acme_platform: conversations_url is not configured")
         return self._conversations_url + path
 
-    def _page(self, first_url: str, next_url: Optional[str]) -> Page[Any]:
+    def _page(
+        self, first_url: str, next_url: Optional[str], base: Optional[str] = None
+    ) -> Page[Any]:
         """GETs one page of a listing: ``first_url`` or, when given, the
-        next link of the previous page."""
-        base = self._conversations("")
+        next link of the previous page; ``base`` is the service's root
+        (the conversations service's by default)."""
+        if base is None:
+            base = self._conversations("")
         url = first_url if next_url is None else resolve_link(base, first_url, next_url)
         resp = self._call("GET", url, retry=True)
         items = self._json(resp, "GET", url)
@@ -515,11 +519,11 @@ class Client:
             ) from None
         return Page(items=items, next_url=following)
 
-    def _walk(self, first_url: str) -> Iterator[Page[Any]]:
+    def _walk(self, first_url: str, base: Optional[str] = None) -> Iterator[Page[Any]]:
         seen = set()
         next_url: Optional[str] = None
         while True:
-            page = self._page(first_url, next_url)
+            page = self._page(first_url, next_url, base)
             yield page
             if page.next_url is None:
                 return
@@ -556,6 +560,168 @@ class Client:
         if not isinstance(doc, list):
             raise ClientError("acme_platform: GET /definitions: the response is no JSON array")
         return cast(List[Definition], doc)
+
+    # -- users (a service client with users:read / users:write) ---------
+
+    def _user_url(self, user_id: str) -> str:
+        if not user_id:
+            raise ValueError("a user id is required")
+        return self._account_url + "/users/" + urllib.parse.quote(user_id, safe="")
+
+    def create_user(
+        self,
+        *,
+        username: str,
+        password: str,
+        name: Optional[str] = None,
+        email: Optional[str] = None,
+    ) -> User:
+        """Signs a user up in the service client's account
+        (``POST /users``, scope ``users:write``). A taken name raises
+        :class:`ApiError` 409 ``username_taken``; a password the policy
+        refuses 400 ``weak_password``, whose ``errors`` say why."""
+        doc: Dict[str, Any] = {"username": username, "password": password}
+        if name is not None:
+            doc["name"] = name
+        if email is not None:
+            doc["email"] = email
+        url = self._account_url + "/users"
+        # Wrapped at once, like a login's body: no secret in a local.
+        body = Secret(json.dumps(doc))
+        del doc
+        resp = self._call_body("POST", url, body)
+        return cast(User, self._json(resp, "POST", url))
+
+    def get_user(self, user_id: str) -> User:
+        """A user of the account (``GET /users/{id}``, ``users:read``); an
+        id of another account raises 404 ``not_found``."""
+        url = self._user_url(user_id)
+        return cast(User, self._json(self._call("GET", url, retry=True), "GET", url))
+
+    def user_pages(
+        self, *, limit: Optional[int] = None, username: Optional[str] = None
+    ) -> Iterator[Page[User]]:
+        """The account's users page by page, oldest first
+        (``GET /users``, ``users:read``), following ``Link: rel="next"``.
+        ``username`` lists only the user of that name (exact,
+        case-insensitive)."""
+        query: Dict[str, str] = {}
+        if limit is not None:
+            query["limit"] = str(limit)
+        if username is not None:
+            query["username"] = username
+        url = self._account_url + "/users"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        return cast(Iterator[Page[User]], self._walk(url, self._account_url))
+
+    def users(
+        self, *, limit: Optional[int] = None, username: Optional[str] = None
+    ) -> Iterator[User]:
+        """Every user of the account, oldest first, across all pages."""
+        for page in self.user_pages(limit=limit, username=username):
+            yield from page.items
+
+    def update_user(self, user_id: str, **patch: Any) -> User:
+        """Changes ``name``, ``email`` (``None`` clears either) or
+        ``disabled`` of a user: a JSON merge patch (``PATCH /users/{id}``,
+        ``users:write``). Disabling ends every session of the user."""
+        unknown = set(patch) - {"name", "email", "disabled"}
+        if unknown:
+            raise ValueError(
+                f"update_user: only name, email and disabled may change, not {sorted(unknown)}"
+            )
+        url = self._user_url(user_id)
+        resp = self._call("PATCH", url, payload=patch, content_type="application/merge-patch+json")
+        return cast(User, self._json(resp, "PATCH", url))
+
+    def set_user_password(self, user_id: str, password: str) -> None:
+        """Sets a user's password (``PUT /users/{id}/password``,
+        ``users:write``); every session of the user ends."""
+        self._call_body(
+            "PUT",
+            self._user_url(user_id) + "/password",
+            Secret(json.dumps({"password": password})),
+        )
+
+    def delete_user(self, user_id: str) -> None:
+        """Erases a user: its document, sessions and login counters
+        (``DELETE /users/{id}``, ``users:write``)."""
+        self._call("DELETE", self._user_url(user_id))
+
+    # -- self-service (a user's own session) ------------------------------
+
+    def user_info(self) -> UserInfo:
+        """Who the client's user is (``GET /userinfo``, OpenID Connect
+        UserInfo). A service client has no user."""
+        if self._client_id:
+            raise ClientError("acme_platform: user_info: a service client has no user")
+        url = self._account_url + "/userinfo"
+        return cast(UserInfo, self._json(self._call("GET", url, retry=True), "GET", url))
+
+    def change_password(self, current_password: str, new_password: str) -> None:
+        """Changes the password of the client's user (``POST /password``).
+        The service ends every session of the user and answers with the
+        tokens of a new one, which this client keeps (and the new password
+        for later logins). A wrong current password raises
+        :class:`ApiError` 403 ``invalid_current_password``; repeated ones
+        are throttled like logins (429)."""
+        if self._client_id:
+            raise ClientError("acme_platform: change_password: a service client has no password")
+        url = self._account_url + "/password"
+        start = time.time()
+        resp = self._call_body(
+            "POST",
+            url,
+            Secret(json.dumps({"currentPassword": current_password, "newPassword": new_password})),
+        )
+        doc = self._json(resp, "POST", url)
+        tokens = doc.get("tokens") if isinstance(doc, dict) else None
+        bearer = tokens.get("id_token") if isinstance(tokens, dict) else None
+        expires_in = tokens.get("expires_in") if isinstance(tokens, dict) else None
+        if (
+            not isinstance(bearer, str)
+            or not bearer
+            or not isinstance(expires_in, (int, float))
+            or expires_in < 1
+        ):
+            raise ClientError(
+                "acme_platform: POST /password: the response has no token or no positive expires_in"
+            )
+        refresh = tokens.get("refresh_token") if isinstance(tokens, dict) else None
+        lifetime = float(min(expires_in, 365 * 24 * 3600))
+        session = Session(
+            bearer=Secret(bearer),
+            refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
+            expires_at=start + lifetime,
+            lifetime=lifetime,
+        )
+        with self._lock:
+            self._password = Secret(new_password)
+            self._loaded = True
+            self._keep(session)
+
+    def _call_body(self, method: str, url: str, body: Secret) -> Response:
+        """An authenticated request whose JSON body holds a secret (a
+        password): renewed once on a 401 invalid_token like _call, never
+        retried otherwise (a password is never sent twice by itself)."""
+        renewed = False
+        while True:
+            bearer, generation = self._current_bearer()
+            try:
+                return self._exchange(
+                    method,
+                    url,
+                    body=body,
+                    content_type="application/json",
+                    authorization=Secret("Bearer " + bearer.reveal()),
+                )
+            except ApiError as err:
+                if err.status == 401 and err.code == CODE_INVALID_TOKEN and not renewed:
+                    renewed = True
+                    self._invalidate(generation)
+                    continue
+                raise
 
     # -- conversations --------------------------------------------------
 

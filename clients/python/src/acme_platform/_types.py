@@ -52,6 +52,34 @@ class Definition(TypedDict):
     updatedAt: str
 
 
+class User(TypedDict):
+    """A user of the account, as a service client with ``users:read`` sees
+    it; never a password or hash. ``name``, ``email`` and ``lastLoginAt``
+    are ``None`` when unset."""
+
+    id: str
+    username: str
+    name: Optional[str]
+    email: Optional[str]
+    disabled: bool
+    createdAt: str
+    updatedAt: str
+    lastLoginAt: Optional[str]
+
+
+class UserInfo(TypedDict, total=False):
+    """Who the client's user is (OpenID Connect UserInfo); ``name`` and
+    ``email`` only when set."""
+
+    sub: str
+    preferred_username: str
+    name: str
+    email: str
+    email_verified: bool
+    account_id: str
+    account_name: str
+
+
 T = TypeVar("T")
 
 

@@ -23,6 +23,11 @@ import (
 type adminEnv struct {
 	store  *mongostore.Store
 	hasher *password.Hasher
+	// users applies the rules of the API to the user commands: the
+	// username rules, the password policy, the end of every session. Its
+	// policy is loaded by the first user command (userRules), so that the
+	// other commands do not read the blocklist.
+	users *account.Users
 	// secretOverlap is rotate-client-secret's default --overlap.
 	secretOverlap time.Duration
 }
@@ -66,7 +71,8 @@ func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
 		closeFn()
 		return adminEnv{}, nil, err
 	}
-	return adminEnv{store: store, hasher: hasher, secretOverlap: cfg.ClientSecretOverlap}, closeFn, nil
+	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher}
+	return adminEnv{store: store, hasher: hasher, users: users, secretOverlap: cfg.ClientSecretOverlap}, closeFn, nil
 }
 
 func createAccount(ctx context.Context, env adminEnv, args []string, _ io.Reader, out io.Writer) error {
@@ -127,8 +133,8 @@ func parseUserFlags(ctx context.Context, env adminEnv, name string, args []strin
 	if strings.TrimSpace(*accountName) == "" || strings.TrimSpace(*username) == "" {
 		return userFlags{}, errors.New("--account and --username are required")
 	}
-	if len(account.NormalizeName(*username)) > account.MaxUsernameLen {
-		return userFlags{}, fmt.Errorf("username is longer than %d characters", account.MaxUsernameLen)
+	if reason := account.ValidateUsername(*username); reason != "" {
+		return userFlags{}, fmt.Errorf("--username %s", reason)
 	}
 	acc, err := env.store.AccountByName(ctx, *accountName)
 	if err != nil {
@@ -180,11 +186,11 @@ func createUser(ctx context.Context, env adminEnv, args []string, stdin io.Reade
 	if err != nil {
 		return err
 	}
-	hash, err := env.hasher.Hash(ctx, pw)
+	users, err := env.userRules()
 	if err != nil {
 		return err
 	}
-	u, err := env.store.CreateUser(ctx, uf.account.ID, uf.username, hash)
+	u, err := users.Create(ctx, ownerOf(uf.account), account.NewUser{Username: &uf.username, Password: &pw})
 	if err != nil {
 		return err
 	}
@@ -201,14 +207,18 @@ func setPassword(ctx context.Context, env adminEnv, args []string, stdin io.Read
 	if err != nil {
 		return err
 	}
-	hash, err := env.hasher.Hash(ctx, pw)
+	u, err := env.store.UserByName(ctx, uf.account.ID, uf.username)
 	if err != nil {
 		return err
 	}
-	if err := env.store.SetPasswordHash(ctx, uf.account.ID, uf.username, hash); err != nil {
+	users, err := env.userRules()
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "password of %s in account %s changed\n", uf.username, uf.account.Name)
+	if err := users.SetPassword(ctx, ownerOf(uf.account), u.ID, pw); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "password of %s in account %s changed; every session of the user ended\n", uf.username, uf.account.Name)
 	return nil
 }
 
@@ -221,7 +231,11 @@ func setDisabled(ctx context.Context, env adminEnv, args []string, out io.Writer
 	if err != nil {
 		return err
 	}
-	if err := env.store.SetUserDisabled(ctx, uf.account.ID, uf.username, disabled); err != nil {
+	u, err := env.store.UserByName(ctx, uf.account.ID, uf.username)
+	if err != nil {
+		return err
+	}
+	if _, err := env.users.Patch(ctx, ownerOf(uf.account), u.ID, account.UserPatch{Disabled: &disabled}); err != nil {
 		return err
 	}
 	state := "enabled"
@@ -230,6 +244,23 @@ func setDisabled(ctx context.Context, env adminEnv, args []string, out io.Writer
 	}
 	fmt.Fprintf(out, "user %s in account %s %s\n", uf.username, uf.account.Name, state)
 	return nil
+}
+
+// userRules returns env's Users with the password policy loaded.
+func (env adminEnv) userRules() (*account.Users, error) {
+	if env.users.Policy == nil {
+		policy, err := account.LoadPasswordPolicy()
+		if err != nil {
+			return nil, err
+		}
+		env.users.Policy = policy
+	}
+	return env.users, nil
+}
+
+// ownerOf is the account a subcommand acts in, as the API's owner.
+func ownerOf(acc account.Account) account.Owner {
+	return account.Owner{AccountID: acc.ID, AccountName: acc.Name}
 }
 
 func createDefinition(ctx context.Context, env adminEnv, args []string, _ io.Reader, out io.Writer) error {

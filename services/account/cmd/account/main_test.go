@@ -73,7 +73,7 @@ func TestOperatorCommands(t *testing.T) {
 	badDef := filepath.Join(dir, "bad.json")
 	os.WriteFile(badDef, []byte(`{"name":"","type":"Bad Type"}`), 0o600)
 	pwFile := filepath.Join(dir, "pw")
-	os.WriteFile(pwFile, []byte("from-a-file\n"), 0o600)
+	os.WriteFile(pwFile, []byte("read-from-a-file-today\n"), 0o600)
 
 	steps := []struct {
 		stdin   string
@@ -84,14 +84,19 @@ func TestOperatorCommands(t *testing.T) {
 		{"", []string{"create-account", "Acme"}, "", "created account acme"},
 		{"", []string{"create-account", "acme"}, "already exists", ""},
 		{"", []string{"create-account"}, "usage", ""},
-		{"secret\n", []string{"create-user", "--account", "acme", "--username", "alice"}, "", "created user alice"},
-		{"secret\n", []string{"create-user", "--account", "acme", "--username", "Alice"}, "already exists", ""},
-		{"secret\n", []string{"create-user", "--account", "nope", "--username", "bob"}, "not found", ""},
+		{"secret\n", []string{"create-user", "--account", "acme", "--username", "alice"}, "at least 15 characters", ""},
+		{"1qaz2wsx3edc4rfv\n", []string{"create-user", "--account", "acme", "--username", "alice"}, "most common", ""},
+		{"alice-in-wonderland\n", []string{"create-user", "--account", "acme", "--username", "alice"}, "must not contain the username", ""},
+		{"plum-orbit-canvas-ladder\n", []string{"create-user", "--account", "acme", "--username", "alice"}, "", "created user alice"},
+		{"plum-orbit-canvas-ladder\n", []string{"create-user", "--account", "acme", "--username", "Alice"}, "already exists", ""},
+		{"plum-orbit-canvas-ladder\n", []string{"create-user", "--account", "nope", "--username", "bob"}, "not found", ""},
+		{"plum-orbit-canvas-ladder\n", []string{"create-user", "--account", "acme", "--username", "bad\x01name"}, "control characters", ""},
 		{"\n", []string{"create-user", "--account", "acme", "--username", "bob"}, "password is empty", ""},
 		{"", []string{"create-user", "--account", "acme", "--username", "bob", "--password-file", pwFile}, "", "created user bob"},
 		{"", []string{"create-user", "--account", "acme", "--username", "carol", "hunter2"}, "unexpected arguments", ""},
 		{"", []string{"create-user", "--account", "acme", "--username", "carol", "--password", "hunter2"}, "flag provided but not defined", ""},
-		{"new-secret", []string{"set-password", "--account", "acme", "--username", "alice"}, "", "password of alice"},
+		{"new-secret", []string{"set-password", "--account", "acme", "--username", "alice"}, "at least 15 characters", ""},
+		{"velvet-harbor-quietly-sings", []string{"set-password", "--account", "acme", "--username", "alice"}, "", "password of alice"},
 		{"", []string{"set-password", "--account", "acme", "--username", "nobody", "--password-file", pwFile}, "not found", ""},
 		{"", []string{"disable-user", "--account", "acme", "--username", "bob"}, "", "disabled"},
 		{"", []string{"disable-user", "--account", "acme", "--username", "nobody"}, "not found", ""},
@@ -192,7 +197,7 @@ func TestServeLoginAndKeysSurviveRestart(t *testing.T) {
 	if _, err := runCmd(t, "", "create-account", "acme"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runCmd(t, "pw-alice\n", "create-user", "--account", "acme", "--username", "alice"); err != nil {
+	if _, err := runCmd(t, "plum-orbit-canvas-ladder\n", "create-user", "--account", "acme", "--username", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	api, ops := freeAddr(t), freeAddr(t)
@@ -200,7 +205,7 @@ func TestServeLoginAndKeysSurviveRestart(t *testing.T) {
 
 	base, stop := startServe(t, api, ops)
 	resp, err := http.Post(base+"/login", "application/json",
-		strings.NewReader(`{"username":"alice","password":"pw-alice","accountName":"acme"}`))
+		strings.NewReader(`{"username":"alice","password":"plum-orbit-canvas-ladder","accountName":"acme"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +257,8 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 func TestProvisionIsIdempotent(t *testing.T) {
 	useDatabase(t)
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "alice.pw"), []byte("alice-pw\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "alice.pw"), []byte("plum-orbit-canvas-ladder\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "weak.pw"), []byte("alice-pw\n"), 0o600)
 	spec := `{"accounts":[
 		{"name":"Acme","users":[{"username":"alice","passwordFile":"alice.pw"}],
 		 "definitions":[{"name":"CRM","type":"salesforce","config":{"a":1}},{"name":"Tickets","type":"zendesk"}]},
@@ -279,6 +285,7 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	for name, bad := range map[string]string{
 		"missing password file": `{"accounts":[{"name":"x","users":[{"username":"u","passwordFile":"nope.pw"}]}]}`,
 		"no password file":      `{"accounts":[{"name":"x","users":[{"username":"u"}]}]}`,
+		"weak password":         `{"accounts":[{"name":"x","users":[{"username":"u","passwordFile":"weak.pw"}]}]}`,
 		"invalid definition":    `{"accounts":[{"name":"x","definitions":[{"name":"","type":"Bad"}]}]}`,
 		"not JSON":              `accounts: []`,
 	} {

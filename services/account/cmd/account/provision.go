@@ -94,13 +94,13 @@ func provisionUser(ctx context.Context, env adminEnv, acc account.Account, usern
 	if err != nil {
 		return fmt.Errorf("user %s: %w", username, err)
 	}
-	hash, err := env.hasher.Hash(ctx, pw)
+	users, err := env.userRules()
 	if err != nil {
 		return err
 	}
-	u, err := env.store.CreateUser(ctx, acc.ID, username, hash)
+	u, err := users.Create(ctx, ownerOf(acc), account.NewUser{Username: &username, Password: &pw})
 	if err != nil {
-		return err
+		return fmt.Errorf("user %s: %w", username, err)
 	}
 	fmt.Fprintf(out, "created user %s in account %s (id %s)\n", u.Username, acc.Name, u.ID)
 	return nil

@@ -19,9 +19,13 @@ Usage:
   account create-account NAME     create an account
   account list-accounts           list accounts
   account create-user --account NAME --username USER [--password-file FILE]
-                                  create a user; the password is read from FILE or stdin
+                                  create a user; the password is read from FILE or stdin and
+                                  must meet the password policy (15+ characters, not a common
+                                  password, not containing the username or account name)
   account set-password --account NAME --username USER [--password-file FILE]
+                                  set a password (the same policy); ends every session of the user
   account disable-user --account NAME --username USER
+                                  ends every session of the user; logins fail until enable-user
   account enable-user --account NAME --username USER
   account create-definition --account NAME --file DEFINITION.json
                                   create a definition from {"name","type","config","enabled"}
@@ -30,6 +34,7 @@ Usage:
                                   its client_id and client_secret, the secret only this once;
                                   scopes: definitions:read, definitions:write,
                                   conversations:read, conversations:write,
+                                  users:read, users:write,
                                   webhooks:manage (with conversations:read)
   account create-client --account NAME --name CLIENT_NAME --public
                                   create a public client (an app that cannot keep a secret:

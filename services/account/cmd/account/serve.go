@@ -137,9 +137,15 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		return nil, err
 	}
 	throttle := &account.LoginThrottle{Store: store, Policy: loginPolicy(cfg)}
+	policy, err := account.LoadPasswordPolicy()
+	if err != nil {
+		return nil, err
+	}
+	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
 	return accounthttp.NewHandler(accounthttp.Deps{
 		Logger:  logger,
 		Metrics: registry,
+		Users:   users,
 		Sessions: &account.Sessions{
 			Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
 			Throttle:      throttle,
@@ -148,6 +154,7 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 			Issuer:        issuer,
 			RefreshTokens: refreshVerifier,
 			ReuseGrace:    cfg.RefreshReuseGrace,
+			Users:         users,
 		},
 		Definitions:    store,
 		Verifier:       verifier,
