@@ -43,6 +43,9 @@ type Relay struct {
 	Copied func(n int)
 }
 
+// relayMaxBackoff is the longest wait between rounds after failures.
+const relayMaxBackoff = 5 * time.Second
+
 // relayBatch is how many documents one read of pending events returns.
 const relayBatch = 100
 
@@ -53,17 +56,32 @@ const maxSequenceAttempts = 1000
 // Run relays every interval, and at once when wake receives, until ctx
 // ends.
 func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	wait := interval
 	for {
-		if _, err := r.RelayOnce(ctx); err != nil && ctx.Err() == nil && r.Logger != nil {
-			r.Logger.Warn("relay events", "error", err.Error())
+		_, err := r.RelayOnce(ctx)
+		switch {
+		case err == nil:
+			wait = interval
+		case ctx.Err() != nil:
+			return
+		default:
+			// The database is unreachable or failing: ask again less and
+			// less often (up to relayMaxBackoff), so that a recovering
+			// database is not queried several times a second, while the
+			// requests that need it connect first.
+			wait = min(2*wait, relayMaxBackoff)
+			if r.Logger != nil {
+				r.Logger.Warn("relay events", "error", err.Error(), "retry_in", wait.String())
+			}
 		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-ticker.C:
+		case <-t.C:
 		case <-wake:
+			t.Stop()
 		}
 	}
 }

@@ -91,9 +91,11 @@ type Options struct {
 // token.KeyringProvider whose keyring is swapped atomically as keys are
 // added, take over and expire. Run keeps it up to date.
 type Manager struct {
-	opts       Options
-	current    atomic.Pointer[token.Keyring]
-	lastReload atomic.Int64 // unix nanoseconds of the last ReloadKeyring
+	opts    Options
+	current atomic.Pointer[token.Keyring]
+
+	reloadMu   sync.Mutex // serialises ReloadKeyring
+	lastReload time.Time  // when ReloadKeyring last synced
 
 	mu      sync.Mutex // serialises Sync
 	stored  account.SigningKeys
@@ -164,15 +166,18 @@ const reloadEvery = time.Second
 // reloadEvery ago. It makes the Manager a token.KeyringReloader: a replica
 // that has not yet seen a key another replica published (its scheduled
 // reload delayed by load) verifies that key's tokens all the same.
+//
+// Callers arriving while a reload runs wait for it rather than return at
+// once: requests carrying the new key's tokens arrive together, and each
+// must see the keyring the reload installs.
 func (m *Manager) ReloadKeyring(ctx context.Context) error {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
 	now := m.now()
-	last := m.lastReload.Load()
-	if last != 0 && now.Sub(time.Unix(0, last)) < reloadEvery {
-		return nil
+	if !m.lastReload.IsZero() && now.Sub(m.lastReload) < reloadEvery {
+		return nil // reloaded moments ago, and finished: the keyring is current
 	}
-	if !m.lastReload.CompareAndSwap(last, now.UnixNano()) {
-		return nil // another request is reloading
-	}
+	m.lastReload = now
 	err := m.Sync(ctx)
 	m.report(err)
 	return err
