@@ -71,6 +71,9 @@ type hookReceiver struct {
 	open     int // requests being answered
 	maxOpen  int
 	respond  func(n int, w http.ResponseWriter) // n: the request's index
+	// abandon: a request whose client went away stops counting as open
+	// at once, whatever respond still does.
+	abandon bool
 }
 
 func newHookReceiver(t *testing.T, host string, respond func(n int, w http.ResponseWriter)) *hookReceiver {
@@ -88,8 +91,14 @@ func newHookReceiver(t *testing.T, host string, respond func(n int, w http.Respo
 			ts: req.Header.Get("webhook-timestamp"), signature: req.Header.Get("webhook-signature"), body: body, header: req.Header.Clone()})
 		r.open++
 		r.maxOpen = max(r.maxOpen, r.open)
+		abandon := r.abandon
 		r.mu.Unlock()
-		defer func() { r.mu.Lock(); r.open--; r.mu.Unlock() }()
+		var once sync.Once
+		closeOpen := func() { once.Do(func() { r.mu.Lock(); r.open--; r.mu.Unlock() }) }
+		defer closeOpen()
+		if abandon {
+			go func() { <-req.Context().Done(); closeOpen() }()
+		}
 		if r.respond == nil {
 			w.WriteHeader(200)
 			return
@@ -441,10 +450,16 @@ func TestWebhooks(t *testing.T) {
 	t.Run("AnEndpointThatHangsDelaysNoOther", func(t *testing.T) {
 		h.t = t
 		release := make(chan struct{})
+		// It answers when released, or gives up when the service gave up
+		// on the request (its timeout): then the receiver's open requests
+		// are the service's requests in flight.
 		slow := newHookReceiver(t, "127.0.0.2", func(_ int, w http.ResponseWriter) {
 			<-release
 			w.WriteHeader(200)
 		})
+		slow.mu.Lock()
+		slow.abandon = true
+		slow.mu.Unlock()
 		t.Cleanup(func() { close(release) }) // before the receiver closes
 		var mu sync.Mutex
 		var openAtFast []int
