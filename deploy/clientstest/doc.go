@@ -70,7 +70,9 @@
 //	ACME_TEST_FAULT_PROXY_URL    the control endpoint of the one fault-injecting proxy of the suites (FaultProxy):
 //	                             POST /proxies opens a proxy in front of a service that closes the connection
 //	                             instead of answering the first N requests of a method and path prefix;
-//	                             GET /proxies/{id} reports what it forwarded, DELETE /proxies/{id} closes it
+//	                             GET /proxies/{id} reports what it forwarded, DELETE /proxies/{id} closes it;
+//	                             with "cutAfterEvents":N it streams the matching answers and closes the first
+//	                             "drop" of them right after their N-th event instead (a live stream that breaks)
 //
 // The login throttle is the services' default: five wrong passwords of one
 // user lock it for 15 minutes; a hundred failures from one address lock the

@@ -1,6 +1,7 @@
 package clientstest
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,12 @@ import (
 //
 // upstream must be one of the URLs the FaultProxy was made for (the
 // services of the run).
+//
+// With "cutAfterEvents":N (N > 0) the proxy streams the matching answers
+// as they come instead of waiting for their end (a Server-Sent Events
+// stream never ends by itself), and for the first "drop" of them closes
+// the connection right after the N-th event (a block with a data line), as
+// a network failure in the middle of a live stream would.
 type FaultProxy struct {
 	// URL is the control endpoint, e.g. http://127.0.0.1:40123.
 	URL string
@@ -60,6 +67,9 @@ type faultSpec struct {
 	Method     string `json:"method"`
 	PathPrefix string `json:"pathPrefix"`
 	Drop       int    `json:"drop"`
+	// CutAfterEvents > 0 streams the matching answers and cuts the first
+	// Drop of them after this many events.
+	CutAfterEvents int `json:"cutAfterEvents"`
 }
 
 // StartFaultProxy serves the control endpoint on a loopback port, for
@@ -109,7 +119,7 @@ func (fp *FaultProxy) open(w http.ResponseWriter, r *http.Request) {
 	for _, u := range fp.upstreams {
 		known = known || u == strings.TrimSuffix(spec.Upstream, "/")
 	}
-	if err != nil || !known || spec.Method == "" || spec.Drop < 0 {
+	if err != nil || !known || spec.Method == "" || spec.Drop < 0 || spec.CutAfterEvents < 0 {
 		http.Error(w, fmt.Sprintf("want an upstream of %v, a method and drop >= 0", fp.upstreams), http.StatusBadRequest)
 		return
 	}
@@ -202,6 +212,10 @@ func (p *dropProxy) forward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "fault proxy: "+err.Error(), http.StatusBadGateway)
 		return
 	}
+	if p.spec.CutAfterEvents > 0 && r.Method == p.spec.Method && strings.HasPrefix(r.URL.RequestURI(), p.spec.PathPrefix) {
+		p.stream(w, r, resp, hopHeaders)
+		return
+	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
@@ -235,4 +249,60 @@ func (p *dropProxy) forward(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
+}
+
+// stream passes a matching answer on as it arrives, line by line, and cuts
+// the connection after spec.CutAfterEvents events while fewer than
+// spec.Drop answers were cut.
+func (p *dropProxy) stream(w http.ResponseWriter, r *http.Request, resp *http.Response, hopHeaders []string) {
+	defer resp.Body.Close()
+	headers := map[string]string{}
+	for name := range r.Header {
+		headers[name] = r.Header.Get(name)
+	}
+	p.mu.Lock()
+	cut := p.dropped < p.spec.Drop
+	if cut {
+		p.dropped++
+	}
+	p.forwarded = append(p.forwarded, Forwarded{Method: r.Method, Target: r.URL.RequestURI(), Headers: headers,
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), Dropped: cut})
+	p.mu.Unlock()
+	for name, values := range resp.Header {
+		for _, v := range values {
+			w.Header().Add(name, v)
+		}
+	}
+	for _, h := range hopHeaders {
+		w.Header().Del(h)
+	}
+	w.Header().Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	lines := bufio.NewReader(resp.Body)
+	events, hasData := 0, false
+	for {
+		line, err := lines.ReadString('\n')
+		if _, werr := io.WriteString(w, line); werr != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if err != nil {
+			return
+		}
+		switch trimmed := strings.TrimRight(line, "\r\n"); {
+		case strings.HasPrefix(trimmed, "data:"):
+			hasData = true
+		case trimmed == "" && hasData:
+			hasData = false
+			events++
+			if cut && events >= p.spec.CutAfterEvents {
+				// net/http closes the connection in the middle of the
+				// chunked body, without its last chunk.
+				panic(http.ErrAbortHandler)
+			}
+		}
+	}
 }

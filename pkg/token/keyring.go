@@ -207,15 +207,28 @@ func (s keyringKeySet) KeySet(context.Context) (jwk.Set, error) {
 	return k.public, nil
 }
 
+// jwksReloadWait bounds how long a JWKS request waits for a reload of the
+// keyring: past it, the keys already loaded are served.
+const jwksReloadWait = time.Second
+
 // JWKSHandler serves the public keys of p's current keyring as a JWK set
-// (GET and HEAD), cacheable for five minutes.
+// (GET and HEAD), cacheable for five minutes. When p is a KeyringReloader,
+// the keyring is reloaded first (as often as p allows): verifiers fetch the
+// JWKS when a token names a key they do not know, which another replica
+// may have added since this one last reloaded.
 func JWKSHandler(p KeyringProvider) http.Handler {
 	cacheControl := "public, max-age=" + strconv.Itoa(int(jwksMaxAge/time.Second))
+	reloader, _ := p.(KeyringReloader)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			_ = problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "Use GET."))
 			return
+		}
+		if reloader != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), jwksReloadWait)
+			_ = reloader.ReloadKeyring(ctx) // a failure keeps the keys loaded; the reloader reports it
+			cancel()
 		}
 		k := p.Keyring()
 		if k == nil {

@@ -142,3 +142,62 @@ func (c *Conversation) RemoveParticipant(userID string, now time.Time) (bool, er
 	c.UpdatedAt = c.nextUpdatedAt(now)
 	return true, nil
 }
+
+// eventsOfChange are the events a change of a conversation records
+// (besides message.created, which the message records): a changed subject
+// or status is conversation.updated with the previous values, each added
+// or removed participant its own event. Moving lastMessageAt or updatedAt
+// alone records nothing.
+func eventsOfChange(from, to Conversation) []Event {
+	var events []Event
+	add := func(t EventType, audience []string, data EventData) {
+		data.Conversation = to
+		events = append(events, Event{
+			ID: NewEventID(), AccountID: to.AccountID, Type: t, Timestamp: to.UpdatedAt,
+			ConversationID: to.ID, Audience: audience, Data: data,
+		})
+	}
+	changes := map[string]any{}
+	if from.Subject != to.Subject {
+		changes["subject"] = from.Subject
+	}
+	if from.Status != to.Status {
+		changes["status"] = from.Status
+	}
+	if len(changes) > 0 {
+		add(EventConversationUpdated, to.Participants, EventData{Changes: changes})
+	}
+	for _, u := range to.Participants {
+		if !slices.Contains(from.Participants, u) {
+			add(EventParticipantAdded, to.Participants, EventData{UserID: u})
+		}
+	}
+	for _, u := range from.Participants {
+		if !slices.Contains(to.Participants, u) {
+			add(EventParticipantRemoved, append(slices.Clone(to.Participants), u), EventData{UserID: u})
+		}
+	}
+	return events
+}
+
+// createdEvent is the event of a conversation's creation.
+func createdEvent(c Conversation) Event {
+	return Event{
+		ID: NewEventID(), AccountID: c.AccountID, Type: EventConversationCreated, Timestamp: c.CreatedAt,
+		ConversationID: c.ID, Audience: c.Participants, Data: EventData{Conversation: c},
+	}
+}
+
+// messageEvent is the event of a message posted to conv (the conversation
+// as the post reads it; its data shows it as the post records it).
+func messageEvent(conv Conversation, m Message) Event {
+	after := conv
+	if after.RecordMessage(m.CreatedAt) {
+		after.Version++
+	}
+	msg := m
+	return Event{
+		ID: NewEventID(), AccountID: m.AccountID, Type: EventMessageCreated, Timestamp: m.CreatedAt,
+		ConversationID: conv.ID, Audience: conv.Participants, Data: EventData{Conversation: after, Message: &msg},
+	}
+}

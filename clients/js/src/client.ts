@@ -1,4 +1,6 @@
+import { delay } from "./delay.js";
 import { ApiError } from "./errors.js";
+import { EventFeed, EventStream, defaultEventPageSize, positionOf, type EventPage } from "./events.js";
 import { nextLink } from "./link.js";
 import { Session, type Credentials, type RenewalKind } from "./session.js";
 import type {
@@ -6,6 +8,7 @@ import type {
   ConversationPatch,
   ConversationStatus,
   Definition,
+  EventType,
   Message,
   NewConversation,
   NewMessage,
@@ -87,6 +90,24 @@ export interface ListUsersOptions extends CallOptions {
 /** Page size of the message listing. */
 export interface ListMessagesOptions extends CallOptions {
   limit?: number;
+}
+
+/** Where the event feed starts, what it returns, and how much per page. */
+export interface EventsOptions extends CallOptions {
+  /** Only events with a greater `sequence` (a stored position); default: from the oldest kept. */
+  after?: number;
+  /** Page size, 1..1000 (the service's default is 100). */
+  limit?: number;
+  /** Only events of these types. */
+  types?: EventType[];
+}
+
+/** Where the live stream starts and what it sends. */
+export interface StreamEventsOptions extends CallOptions {
+  /** Only events with a greater `sequence` (a stored position); default: the service's. */
+  after?: number;
+  /** Only events of these types. */
+  types?: EventType[];
 }
 
 /** One page of a listing and the link to the next, if any. */
@@ -294,6 +315,70 @@ export class PlatformClient {
   async getMessage(conversationId: string, messageId: string, options: CallOptions = {}): Promise<Message> {
     const res = await this.#call("GET", this.#conversationUrl(conversationId) + "/messages/" + encodeURIComponent(messageId), options);
     return res.json();
+  }
+
+  /**
+   * One page of the event feed (`GET /v1/events`): `{ items, next,
+   * position }`, `position` being where to continue from (see
+   * {@link EventPage}).
+   */
+  async eventsPage(options: EventsOptions & { page?: string } = {}): Promise<EventPage> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#eventsUrl("/v1/events", options.after, options);
+    const res = await this.#call("GET", url, options);
+    const next = this.#next(res);
+    return { items: await res.json(), next, position: positionOf(next) };
+  }
+
+  /**
+   * The event feed after `after` (a stored position), as an
+   * {@link EventFeed}: `for await (const event of feed)` reads page after
+   * page while they come full (more are ready), up to the newest event,
+   * and `feed.position` is where to resume from.
+   * Iterate the same feed again later to read what happened since.
+   * An `ApiError` 410 `cursor_expired` says the position is older than
+   * what the service keeps: resynchronise (e.g. `conversations({ updatedAfter })`).
+   */
+  events(options: EventsOptions = {}): EventFeed {
+    checkPosition(options.after);
+    return new EventFeed(
+      options.after,
+      options.limit ?? defaultEventPageSize,
+      (after) => this.#eventsUrl("/v1/events", after, options),
+      (page) => this.eventsPage({ ...options, page }),
+    );
+  }
+
+  /**
+   * Follows the live stream of events (`GET /v1/events/stream`,
+   * Server-Sent Events read with `fetch`, the bearer token in the
+   * `Authorization` header): `for await (const event of stream)` waits for
+   * each event as it happens, for as long as the loop runs. It reconnects
+   * by itself when the connection ends or drops (an expired token, a
+   * replica that shut down), with a fresh token and `Last-Event-ID`, so no
+   * event is lost or repeated; `stream.position` is the last `sequence`
+   * received. Leave the loop or abort `signal` to close it. An error
+   * answer (400, 410 `cursor_expired`, 429 more than 10 streams) is an
+   * `ApiError`.
+   */
+  streamEvents(options: StreamEventsOptions = {}): EventStream {
+    checkPosition(options.after);
+    return new EventStream(
+      (lastEventId, signal) =>
+        this.#call("GET", this.#eventsUrl("/v1/events/stream", lastEventId ?? options.after, options), { signal }, {
+          accept: "text/event-stream",
+          lastEventId,
+        }),
+      { signal: options.signal, maxRetries: this.#maxRetries, maxRetryWait: this.#maxRetryWait },
+    );
+  }
+
+  #eventsUrl(path: string, after: number | string | undefined, options: { limit?: number; types?: EventType[] }): string {
+    const q = new URLSearchParams();
+    if (after !== undefined) q.set("after", String(after));
+    if (options.limit !== undefined && path === "/v1/events") q.set("limit", String(options.limit));
+    if (options.types !== undefined && options.types.length > 0) q.set("types", options.types.join(","));
+    const qs = q.toString();
+    return this.conversationsUrl + path + (qs ? "?" + qs : "");
   }
 
   /**
@@ -508,16 +593,24 @@ export class PlatformClient {
     method: string,
     url: string,
     options: CallOptions,
-    send: { body?: string; contentType?: string; idempotencyKey?: string | undefined; ifMatch?: string | undefined } = {},
+    send: {
+      body?: string;
+      contentType?: string;
+      idempotencyKey?: string | undefined;
+      ifMatch?: string | undefined;
+      accept?: string;
+      lastEventId?: string | undefined;
+    } = {},
   ): Promise<Response> {
     const retryable = method === "GET" || Boolean(send.idempotencyKey);
     let renewed = false;
     for (let retries = 0; ; ) {
       const bearer = await this.#session.bearer();
-      const headers: Record<string, string> = { Authorization: `Bearer ${bearer.token}`, Accept: "application/json" };
+      const headers: Record<string, string> = { Authorization: `Bearer ${bearer.token}`, Accept: send.accept ?? "application/json" };
       if (send.contentType) headers["Content-Type"] = send.contentType;
       if (send.idempotencyKey) headers["Idempotency-Key"] = send.idempotencyKey;
       if (send.ifMatch) headers["If-Match"] = send.ifMatch;
+      if (send.lastEventId) headers["Last-Event-ID"] = send.lastEventId;
       let wait: number;
       try {
         const res = await this.#fetch(url, {
@@ -610,25 +703,16 @@ export class PlatformClient {
   }
 }
 
-/** Waits ms milliseconds, or until signal aborts (then rejects with its reason). */
-function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
 /** A random idempotency key (a UUID). */
 export function newIdempotencyKey(): string {
   return globalThis.crypto.randomUUID();
+}
+
+/** A stored position is a sequence: a whole number, not negative. */
+function checkPosition(after: number | undefined): void {
+  if (after !== undefined && !(Number.isSafeInteger(after) && after >= 0)) {
+    throw new TypeError("after must be a sequence: a whole number, not negative");
+  }
 }
 
 function baseUrl(url: string, name: string): string {

@@ -8,6 +8,8 @@ export type {
   UpdateOptions,
   ListConversationsOptions,
   ListMessagesOptions,
+  EventsOptions,
+  StreamEventsOptions,
   ListUsersOptions,
   Page,
   RotateOptions,
@@ -19,3 +21,8 @@ export type * from "./types.js";
 export { nextLink } from "./link.js";
 export { verifyWebhook, WebhookVerificationError, webhookToleranceSeconds } from "./webhooks.js";
 export type { WebhookEvent, WebhookEventData, WebhookErrorReason, WebhookHeaders, VerifyOptions } from "./webhooks.js";
+
+export { EventFeed, EventStream } from "./events.js";
+export type { EventPage } from "./events.js";
+export { SseParser } from "./sse.js";
+export type { SseMessage } from "./sse.js";

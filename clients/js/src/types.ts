@@ -47,3 +47,54 @@ export type NewWebhook = ConversationsSchemas["NewWebhook"];
 export type WebhookPatch = ConversationsSchemas["WebhookPatch"];
 /** One event to one endpoint, with its last attempt's outcome. */
 export type WebhookDelivery = ConversationsSchemas["WebhookDelivery"];
+
+/** The types of the events of the feed and the stream (contract 11.1). */
+export type EventType = ConversationsSchemas["EventType"];
+
+/**
+ * What an event has whatever its type. `sequence` orders the events of an
+ * account (gaps allowed); `timestamp` is when the change happened (RFC 3339
+ * UTC, milliseconds).
+ */
+interface EventOf<T extends EventType, D> {
+  /** `evt_…`, unique. */
+  id: string;
+  type: T;
+  sequence: number;
+  timestamp: string;
+  data: D;
+}
+
+/** The fields a `conversation.updated` changed, each with its value before the change. */
+export interface ConversationChanges {
+  subject?: string;
+  status?: ConversationStatus;
+}
+
+/** A conversation was created: `data.conversation` as created. */
+export type ConversationCreatedEvent = EventOf<"conversation.created", { conversation: Conversation }>;
+/** `subject` or `status` changed: `data.changes` holds each changed field's previous value. */
+export type ConversationUpdatedEvent = EventOf<"conversation.updated", { conversation: Conversation; changes: ConversationChanges }>;
+/** A participant was added: `data.userId`. */
+export type ParticipantAddedEvent = EventOf<"conversation.participant_added", { conversation: Conversation; userId: string }>;
+/** A participant was removed: `data.userId`. */
+export type ParticipantRemovedEvent = EventOf<"conversation.participant_removed", { conversation: Conversation; userId: string }>;
+/** A message was posted: `data.message`, and `data.conversation` after it. */
+export type MessageCreatedEvent = EventOf<"message.created", { conversation: Conversation; message: Message }>;
+
+/**
+ * An event of the feed or the stream; switch on `type` to narrow it (the
+ * OpenAPI document's `Event` is one flat shape; this union says which data
+ * each type carries). The shape is versioned with the API: fields may be
+ * added, never removed.
+ */
+export type PlatformEvent =
+  | ConversationCreatedEvent
+  | ConversationUpdatedEvent
+  | ParticipantAddedEvent
+  | ParticipantRemovedEvent
+  | MessageCreatedEvent;
+
+/** Each event type is a member of the union: a type the document adds fails the build until it is described here. */
+type AssertEveryType<T extends PlatformEvent["type"]> = T;
+type _EveryEventTypeDescribed = AssertEveryType<EventType>;

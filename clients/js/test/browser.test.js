@@ -44,7 +44,7 @@ async function servePage(origin) {
   return server;
 }
 
-test("in Chromium from another origin: log in, page through Link, post a message, read a 412", async () => {
+test("in Chromium from another origin: log in, page through Link, post a message, read a 412, follow the event stream", async () => {
   const origin = env.browserOrigin;
   assert.notEqual(new URL(origin).origin, new URL(env.conversationsUrl).origin);
   const server = await servePage(origin);
@@ -118,6 +118,29 @@ test("in Chromium from another origin: log in, page through Link, post a message
       code: "precondition_failed",
       requestId: true,
     });
+    // The live stream, read with fetch (the bearer in the Authorization
+    // header, cross-origin): a conversation created, given a message and
+    // closed while the page follows it.
+    const streamed = await page.evaluate(async (cfg) => {
+      const { PlatformClient } = await import("/dist/index.js");
+      const c = new PlatformClient(cfg);
+      const feed = c.events({ limit: 1000 });
+      for await (const _ of feed);
+      const conv = await c.createConversation({ subject: "browser events" });
+      const types = [];
+      for await (const e of c.streamEvents({ after: feed.position ?? 0 })) {
+        if (e.data.conversation.id !== conv.id) continue;
+        types.push(e.type);
+        if (types.length === 1) {
+          await c.postMessage(conv.id, { body: "live in a browser" });
+          await c.updateConversation(conv.id, { status: "closed" });
+        }
+        if (types.length === 3) break;
+      }
+      return types;
+    }, cfg);
+    assert.deepEqual(streamed, ["conversation.created", "message.created", "conversation.updated"]);
+
     // Chrome logs every 4xx it fetched (the 412 above, a favicon); none
     // may be a CORS refusal.
     assert.deepEqual(consoleErrors.filter((m) => /CORS|Access-Control/i.test(m)), []);

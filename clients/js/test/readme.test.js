@@ -38,8 +38,12 @@ test("the README's install line and snippets work as printed", async () => {
   assert.equal(lines[0], "cd clients/js && npm ci && npm run build");
   assert.match(lines[1], /^cd your-app && npm install \/path\/to\/platform\/clients\/js$/);
 
-  const snippets = [...blocks(await section("Example"), "js"), ...blocks(await section("Errors"), "js")];
-  assert.equal(snippets.length, 2, "the example and the errors");
+  const snippets = [
+    ...blocks(await section("Example"), "js"),
+    ...blocks(await section("Events"), "js"),
+    ...blocks(await section("Errors"), "js"),
+  ];
+  assert.equal(snippets.length, 3, "the example, the events and the errors");
   let script = snippets.join("\n");
   const swaps = {
     '"http://localhost:8080"': JSON.stringify(env.accountUrl),
@@ -63,6 +67,11 @@ test("the README's install line and snippets work as printed", async () => {
     assert.ok(stdout.includes(env.definitionName), stdout); // listDefinitions, printed
     assert.ok(stdout.includes("Renewal"), stdout); // the listing
     assert.match(stdout, /field: 'subject'/); // the field errors of the 400
+    // The feed ran and gave a position to store; which events it shows
+    // depends on how soon the relay ordered the script's changes (the
+    // events suite waits for them: test/events.test.js).
+    assert.match(stdout, /store \d+\n/); // the feed
+    assert.match(stdout, /live: Seen live\n/); // the stream
   } finally {
     await rm(tmp, { recursive: true, force: true });
   }

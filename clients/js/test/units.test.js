@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
-import { PlatformClient, nextLink, parseRetryAfter } from "../dist/index.js";
+import { PlatformClient, SseParser, nextLink, parseRetryAfter } from "../dist/index.js";
 
 test("nextLink finds rel=next among several links and parameters", () => {
   assert.equal(nextLink('</v1/conversations?limit=7&cursor=abc>; rel="next"'), "/v1/conversations?limit=7&cursor=abc");
@@ -43,4 +43,37 @@ test("bad options are refused at construction", () => {
   assert.throws(() => new PlatformClient({ ...ok, accountUrl: "localhost:8080" }), /accountUrl/);
   assert.throws(() => new PlatformClient({ ...ok, credentials: { accountName: "x", username: "u" } }), /password/);
   assert.throws(() => new PlatformClient({ ...ok, credentials: { clientId: "cli_1" } }), /clientSecret/);
+});
+
+test("SseParser reads the event stream format in chunks of any size", () => {
+  const stream =
+    ": a comment\r\nretry: 1500\r\n\r\n" +
+    'id: 7\nevent: message.created\ndata: {"sequence":7,\ndata:  "x":1}\n\n' +
+    "data:no space\rid: 8\r\r" +
+    "id\nevent: ignored\n\n" + // an id-only block: the last id is "", nothing is dispatched
+    "retry: soon\nid: 9\0\ndata: kept id\n\n" +
+    "data: unfinished";
+  const want = [
+    { id: "7", event: "message.created", data: '{"sequence":7,\n "x":1}' },
+    { id: "8", event: "message", data: "no space" },
+    { id: "", event: "message", data: "kept id" },
+  ];
+  // Whole, then one character at a time (CRLF split across chunks included).
+  for (const chunks of [[stream], [...stream]]) {
+    const p = new SseParser("3");
+    const got = chunks.flatMap((c) => p.push(c));
+    assert.deepEqual(got, want);
+    assert.equal(p.retry, 1500);
+    assert.equal(p.lastEventId, "");
+  }
+  const resumed = new SseParser("41");
+  assert.deepEqual(resumed.push("data: a\n\n"), [{ id: "41", event: "message", data: "a" }]);
+});
+
+test("events and streamEvents refuse a position that is not a sequence", () => {
+  const c = new PlatformClient({ accountUrl: "http://a.test", conversationsUrl: "http://c.test", credentials: { accountName: "x", username: "u", password: "p" } });
+  for (const after of [-1, 1.5, Number.NaN]) {
+    assert.throws(() => c.events({ after }), /after must be a sequence/);
+    assert.throws(() => c.streamEvents({ after }), /after must be a sequence/);
+  }
 });

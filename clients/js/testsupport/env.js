@@ -28,6 +28,7 @@ export const env = {
   get definitionName() { return required("ACME_TEST_DEFINITION_NAME"); },
   get definitionType() { return required("ACME_TEST_DEFINITION_TYPE"); },
   get browserOrigin() { return required("ACME_TEST_BROWSER_ORIGIN"); },
+  get faultProxyUrl() { return required("ACME_TEST_FAULT_PROXY_URL"); },
 };
 
 /** A client of the suite's first user (or of other credentials). */
@@ -70,3 +71,25 @@ export function recordingFetch() {
 }
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A proxy of deploy/clientstest's fault proxy in front of a real service
+ * (see its faultproxy.go): spec is { upstream, method, pathPrefix, drop,
+ * cutAfterEvents? }. Returns { url, report(), close() }.
+ */
+export async function faultProxy(spec) {
+  const control = env.faultProxyUrl;
+  const res = await fetch(control + "/proxies", { method: "POST", body: JSON.stringify(spec) });
+  if (res.status !== 201) throw new Error(`POST /proxies: ${res.status} ${await res.text()}`);
+  const { id, url } = await res.json();
+  return {
+    url,
+    async report() {
+      const r = await fetch(`${control}/proxies/${id}`);
+      return r.json();
+    },
+    async close() {
+      await (await fetch(`${control}/proxies/${id}`, { method: "DELETE" })).body?.cancel();
+    },
+  };
+}

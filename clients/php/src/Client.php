@@ -4,6 +4,8 @@ declare(strict_types=1);
 
 namespace Acme\Platform;
 
+use Acme\Platform\Events\Event;
+use Acme\Platform\Internal\CurlStream;
 use Acme\Platform\Internal\CurlTransport;
 use Acme\Platform\Internal\LinkHeader;
 use Acme\Platform\Internal\Problem;
@@ -59,6 +61,7 @@ final class Client
     private readonly ?Secret $clientSecret;
     private readonly TokenStore $tokenStore;
     private readonly CurlTransport $transport;
+    private readonly float $timeout;
     /** @var (\Closure(string, string, array<string, mixed>): void)|null */
     private readonly ?\Closure $logger;
 
@@ -124,6 +127,7 @@ final class Client
         $this->clientSecret = $clientSecret !== null && $clientSecret !== '' ? new Secret($clientSecret) : null;
         $this->tokenStore = $tokenStore ?? new MemoryTokenStore();
         $this->transport = new CurlTransport($timeout);
+        $this->timeout = $timeout;
         $this->logger = $logger !== null ? \Closure::fromCallable($logger) : null;
     }
 
@@ -390,13 +394,32 @@ final class Client
         if ($body !== null) {
             $headers['Content-Type'] = $contentType;
         }
+        return $this->withRetries(
+            $method,
+            $url,
+            $retry,
+            fn (Secret $authorization): Response => $this->exchange($method, $url, $body, $headers, $authorization),
+        );
+    }
+
+    /**
+     * Sends a request with the session's bearer ($send gets the value of
+     * the Authorization header): a 401 invalid_token renews the session and
+     * sends it once more; with $retry, lost connections and
+     * 429/502/503/504 are retried as the class documents.
+     *
+     * @template T
+     * @param \Closure(Secret): T $send
+     * @return T
+     */
+    private function withRetries(string $method, string $url, bool $retry, \Closure $send): mixed
+    {
         $renewed = false;
         $attempt = 0;
         while (true) {
             [$bearer, $generation] = $this->currentBearer();
             try {
-                $authorization = new Secret('Bearer ' . $bearer->reveal());
-                return $this->exchange($method, $url, $body, $headers, $authorization);
+                return $send(new Secret('Bearer ' . $bearer->reveal()));
             } catch (ApiError $e) {
                 if ($e->status === 401 && $e->code() === ApiError::INVALID_TOKEN && !$renewed) {
                     $renewed = true;
@@ -1039,6 +1062,115 @@ final class Client
             throw new \InvalidArgumentException('empty delivery id');
         }
         $this->call('POST', $this->webhookUrl($webhookId, '/deliveries/' . rawurlencode($deliveryId) . '/retry'));
+    }
+
+
+    // -- events ----------------------------------------------------------
+
+    /**
+     * One page of the event feed (GET /v1/events): the events after $after,
+     * or the page at $pageUrl (a previous page's nextUrl).
+     * EventPage::$position is where to continue from.
+     *
+     * @param list<string>|null $types only these types (Event::MESSAGE_CREATED, …)
+     */
+    public function eventPage(
+        ?int $after = null,
+        ?int $limit = null,
+        ?array $types = null,
+        ?string $pageUrl = null,
+    ): EventPage {
+        self::checkPosition($after);
+        $base = $this->conversationsEndpoint('');
+        $url = $pageUrl !== null
+            ? LinkHeader::resolve($base, $pageUrl, $pageUrl)
+            : $this->eventsUrl('/v1/events', $after, $limit, $types);
+        $response = $this->call('GET', $url, retry: true);
+        $items = self::decode($response, 'GET', $url);
+        if (!is_array($items) || !array_is_list($items)) {
+            throw new ClientException('acme/platform: GET /v1/events: the response is no JSON array');
+        }
+        $target = LinkHeader::next($response->headerValues('link'));
+        $next = $target !== null ? LinkHeader::resolve($base, $url, $target) : null;
+        $position = null;
+        if ($next !== null) {
+            parse_str((string) parse_url($next, PHP_URL_QUERY), $query);
+            $after = $query['after'] ?? null;
+            $position = is_string($after) && ctype_digit($after) ? (int) $after : null;
+        }
+        return new EventPage(array_map(Event::fromArray(...), $items), $next, $position);
+    }
+
+    /**
+     * The event feed after $after (a stored position; default: from the
+     * oldest kept), as an EventFeed: a foreach over it reads page after page
+     * while they come full (more are ready), up to the newest event, and
+     * position() is where to resume from. $limit is
+     * the page size (1..1000). An ApiError 410 cursor_expired says the
+     * position is older than the service keeps: resynchronise (e.g.
+     * conversations(updatedAfter: …)).
+     *
+     * @param list<string>|null $types only these types (Event::MESSAGE_CREATED, …)
+     */
+    public function events(?int $after = null, ?int $limit = null, ?array $types = null): EventFeed
+    {
+        self::checkPosition($after);
+        return new EventFeed(
+            $after,
+            $limit ?? EventFeed::DEFAULT_PAGE_SIZE,
+            fn (?int $position): string => $this->eventsUrl('/v1/events', $position, $limit, $types),
+            fn (string $url): EventPage => $this->eventPage(pageUrl: $url),
+        );
+    }
+
+    /**
+     * Follows the live stream of events (GET /v1/events/stream, Server-Sent
+     * Events): a foreach over the EventStream blocks until each event
+     * arrives, for as long as the loop runs, reconnecting with a fresh token
+     * and Last-Event-ID when the connection ends or drops. position() is the
+     * last sequence received. An error answer (400, 410 cursor_expired, 429
+     * beyond 10 streams) is an ApiError.
+     *
+     * @param list<string>|null $types only these types (Event::MESSAGE_CREATED, …)
+     */
+    public function streamEvents(?int $after = null, ?array $types = null): EventStream
+    {
+        self::checkPosition($after);
+        return new EventStream(function (?string $lastEventId) use ($after, $types): CurlStream {
+            $url = $this->eventsUrl('/v1/events/stream', $lastEventId ?? $after, null, $types);
+            $headers = ['Accept' => 'text/event-stream', 'User-Agent' => self::USER_AGENT];
+            if ($lastEventId !== null) {
+                $headers['Last-Event-ID'] = $lastEventId;
+            }
+            $open = function (Secret $authorization) use ($url, $headers): CurlStream {
+                $stream = new CurlStream($url, $headers, $authorization, $this->timeout);
+                $status = $stream->status();
+                if ($status < 200 || $status >= 300) {
+                    throw Problem::toError('GET', self::path($url), $stream->response());
+                }
+                return $stream;
+            };
+            return $this->withRetries('GET', $url, true, $open);
+        }, $this->maxRetries, $this->maxRetryWait);
+    }
+
+    /** @param list<string>|null $types */
+    private function eventsUrl(string $path, int|string|null $after, ?int $limit, ?array $types): string
+    {
+        $query = array_filter(
+            ['after' => $after, 'limit' => $limit, 'types' => $types ? implode(',', $types) : null],
+            static fn ($v) => $v !== null,
+        );
+        $url = $this->conversationsEndpoint($path);
+        return $query !== [] ? $url . '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986) : $url;
+    }
+
+    /** A stored position is a sequence: not negative. */
+    private static function checkPosition(?int $after): void
+    {
+        if ($after !== null && $after < 0) {
+            throw new \InvalidArgumentException('after must be a sequence: a whole number, not negative');
+        }
     }
 
     /** A random (version 4) UUID. */

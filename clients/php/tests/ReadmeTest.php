@@ -68,8 +68,12 @@ final class ReadmeTest extends ServiceTestCase
     {
         $install = self::blocks(self::section('Install'), 'sh');
         $this->assertCount(1, $install, 'the Install section has one sh block');
-        $snippets = array_merge(self::blocks(self::section('Example'), 'php'), self::blocks(self::section('Errors'), 'php'));
-        $this->assertCount(3, $snippets, 'the example, the service client, the errors');
+        $snippets = array_merge(
+            self::blocks(self::section('Example'), 'php'),
+            self::blocks(self::section('Events'), 'php'),
+            self::blocks(self::section('Errors'), 'php'),
+        );
+        $this->assertCount(4, $snippets, 'the example, the service client, the events, the errors');
         $this->assertStringStartsWith("<?php\n", $snippets[0]);
         $script = implode("\n", $snippets);
         $swaps = [
@@ -112,6 +116,11 @@ final class ReadmeTest extends ServiceTestCase
         $this->assertStringContainsString(Env::get('DEFINITION_NAME'), $output);  // listDefinitions, printed
         $this->assertStringContainsString('Hello again', $output);                // the listing after the update
         $this->assertStringContainsString('subject: ', $output);                  // the field errors of the 400
+        // The feed ran and gave a position to store; which events it shows
+        // depends on how soon the relay ordered the script's changes (the
+        // events suite waits for them: tests/EventsTest.php).
+        $this->assertMatchesRegularExpression('/store \d+\n/', $output); // the feed
+        $this->assertStringContainsString("live: Seen live\n", $output);          // the stream
         $this->assertSame($before, self::filesUnder($checkout), 'the install wrote into the checkout');
     }
 }

@@ -121,7 +121,7 @@ final class SessionTest extends ServiceTestCase
         $first = $store->load();
         $this->assertNotNull($first);
         $this->assertSame((float) Env::get('TOKEN_TTL'), $first->lifetime);
-        usleep((int) (($first->renewAt() - microtime(true) + 0.1) * 1e6));
+        usleep(max(0, (int) (($first->renewAt() - microtime(true) + 0.1) * 1e6)));
         $client->listDefinitions();
         $second = $store->load();
         $this->assertSame(1, $this->logCount('session renewed by refresh'));

@@ -161,11 +161,21 @@ class DropFirstResponses:
     fault proxy, shared by the client suites; this opens one through its
     control endpoint (ACME_TEST_FAULT_PROXY_URL)."""
 
-    def __init__(self, upstream: str, method: str, path_prefix: str, drop: int) -> None:
+    def __init__(
+        self, upstream: str, method: str, path_prefix: str, drop: int, cut_after_events: int = 0
+    ) -> None:
+        """With ``cut_after_events``, the matching answers are streamed and
+        the first ``drop`` of them cut after that many events instead."""
         self._control = env("FAULT_PROXY_URL")
         status, body = raw_post(
             self._control + "/proxies",
-            {"upstream": upstream, "method": method, "pathPrefix": path_prefix, "drop": drop},
+            {
+                "upstream": upstream,
+                "method": method,
+                "pathPrefix": path_prefix,
+                "drop": drop,
+                "cutAfterEvents": cut_after_events,
+            },
         )
         if status != 201:
             raise AssertionError(f"POST /proxies: {status} {body[:200]!r}")

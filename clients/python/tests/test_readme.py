@@ -69,8 +69,12 @@ class ReadmeTest(LoggedTestCase):
     def test_install_then_every_snippet_as_printed(self) -> None:
         install = blocks(section("Install"), "sh")
         self.assertEqual(len(install), 1, "the Install section has one sh block")
-        snippets = blocks(section("Example"), "python") + blocks(section("Errors"), "python")
-        self.assertEqual(len(snippets), 3, "the example, the service client, the errors")
+        snippets = (
+            blocks(section("Example"), "python")
+            + blocks(section("Events"), "python")
+            + blocks(section("Errors"), "python")
+        )
+        self.assertEqual(len(snippets), 4, "the example, the service client, events, the errors")
         script = with_suite_endpoints("\n".join(snippets))
 
         before = files_under(PACKAGE_DIR)
@@ -115,6 +119,11 @@ class ReadmeTest(LoggedTestCase):
         self.assertIn(env("DEFINITION_NAME"), done.stdout)  # list_definitions, printed
         self.assertIn("Hello again", done.stdout)  # the listing after the update
         self.assertIn("subject", done.stdout)  # the field errors of the 400
+        # The feed ran and gave a position to store; which events it shows
+        # depends on how soon the relay ordered the script's changes (the
+        # events suite waits for them: tests/test_events.py).
+        self.assertRegex(done.stdout, r"store \d+\n")  # the feed
+        self.assertIn("live: Seen live\n", done.stdout)  # the stream
         self.assertEqual(files_under(PACKAGE_DIR), before, "the install wrote into the checkout")
 
     def test_the_no_install_way(self) -> None:

@@ -175,9 +175,18 @@ func CPUTime(pid int) (time.Duration, error) {
 // kernel hands those out as the local ports of outgoing connections, and
 // with many tests connecting at once one of them may take a service's port
 // between this check and the service's bind, or while it restarts.
+//
+// Each port handed out is also reserved for portReservation in a folder
+// every test process of the machine shares (also two make test side by
+// side): two tests drawing the same free port before either service binds
+// it would otherwise have one service fail with "address already in use".
 func FreeAddr() (string, error) {
 	for range 100 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		port := 20000 + rand.IntN(12000)
+		if !reservePort(port) {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if l, err := net.Listen("tcp", addr); err == nil {
 			l.Close()
 			return addr, nil
@@ -189,6 +198,42 @@ func FreeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// portReservation is how long a port FreeAddr handed out is not handed out
+// again: longer than any test keeps a service on it.
+const portReservation = 30 * time.Minute
+
+// reservePort claims port in the shared reservation folder, taking over a
+// reservation older than portReservation. It reports false when another
+// process holds it; when the folder cannot be used, every port is free to
+// take, as before reservations.
+func reservePort(port int) bool {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return true
+	}
+	dir := filepath.Join(base, "acme-platform-test-ports")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return true
+	}
+	path := filepath.Join(dir, strconv.Itoa(port))
+	for range 2 {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err == nil {
+			_ = f.Close()
+			return true
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return true
+		}
+		info, err := os.Stat(path)
+		if err != nil || time.Since(info.ModTime()) < portReservation {
+			return false
+		}
+		_ = os.Remove(path) // stale: take it over
+	}
+	return false
 }
 
 func readFile(path string) string {

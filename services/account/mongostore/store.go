@@ -185,6 +185,17 @@ func (s *Store) UserByName(ctx context.Context, accountID, username string) (acc
 	return doc.domain(), nil
 }
 
+// RecordLogin sets a user's last login time.
+func (s *Store) RecordLogin(ctx context.Context, accountID, userID string, at time.Time) error {
+	_, err := s.users.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: userID}, {Key: "account_id", Value: accountID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "last_login_at", Value: at.UTC().Truncate(time.Millisecond)}}}})
+	if err != nil {
+		return mongoconn.Wrap(err, "record login")
+	}
+	return nil
+}
+
 // UserByID finds a user of an account by id.
 func (s *Store) UserByID(ctx context.Context, accountID, userID string) (account.User, error) {
 	var doc userDoc

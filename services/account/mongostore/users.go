@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -110,17 +109,6 @@ func (s *Store) DeleteUser(ctx context.Context, accountID, userID string) error 
 	}
 	if res.DeletedCount == 0 {
 		return fmt.Errorf("user %q: %w", userID, account.ErrNotFound)
-	}
-	return nil
-}
-
-// RecordLogin sets a user's last login time.
-func (s *Store) RecordLogin(ctx context.Context, accountID, userID string, at time.Time) error {
-	_, err := s.users.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: userID}, {Key: "account_id", Value: accountID}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "last_login_at", Value: at.UTC().Truncate(time.Millisecond)}}}})
-	if err != nil {
-		return mongoconn.Wrap(err, "record login")
 	}
 	return nil
 }

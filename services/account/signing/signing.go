@@ -179,7 +179,9 @@ func (m *Manager) ReloadKeyring(ctx context.Context) error {
 	}
 	m.lastReload = now
 	err := m.Sync(ctx)
-	m.report(err)
+	if ctx.Err() == nil {
+		m.report(err) // not when the caller gave up waiting: Run reports the store's health
+	}
 	return err
 }
 
@@ -234,6 +236,14 @@ func (m *Manager) sync(ctx context.Context) error {
 			}
 			m.logChange(stored.Keys, updated, added)
 			m.remember(updated)
+			if added != nil {
+				// The keyring as of the decision first: a successor this
+				// replica added is published before it signs here, even
+				// when the write took longer than the publish-ahead (a
+				// starved machine). Until the next sync (within the check
+				// interval) the predecessor, still published, signs on.
+				return m.install(m.stored, now)
+			}
 		}
 		return m.install(m.stored, m.now())
 	}

@@ -99,7 +99,7 @@ final class CurlTransport
     }
 
     /** A cause without the URL. */
-    private static function describe(int $errno): string
+    public static function describe(int $errno): string
     {
         return match ($errno) {
             CURLE_COULDNT_CONNECT => 'connection refused',

@@ -20,11 +20,21 @@ final class DropFirstResponses
     private string $control;
     private string $id;
 
-    public function __construct(string $upstream, string $method, string $prefix, int $drop)
+    /**
+     * With $cutAfterEvents, the matching answers are streamed and the first
+     * $drop of them cut after that many events instead.
+     */
+    public function __construct(string $upstream, string $method, string $prefix, int $drop, int $cutAfterEvents = 0)
     {
         $this->control = Env::get('FAULT_PROXY_URL');
         [$status, $body] = self::call('POST', $this->control . '/proxies', json_encode(
-            ['upstream' => $upstream, 'method' => $method, 'pathPrefix' => $prefix, 'drop' => $drop],
+            [
+                'upstream' => $upstream,
+                'method' => $method,
+                'pathPrefix' => $prefix,
+                'drop' => $drop,
+                'cutAfterEvents' => $cutAfterEvents,
+            ],
             JSON_THROW_ON_ERROR,
         ));
         if ($status !== 201) {
@@ -35,7 +45,16 @@ final class DropFirstResponses
         $this->url = (string) $opened['url'];
     }
 
-    /** @return list<array{method: string, target: string, idempotencyKey: string, dropped: bool}> */
+    /** The control endpoint's report of this proxy (GET: what it forwarded). */
+    public function reportUrl(): string
+    {
+        return $this->control . '/proxies/' . $this->id;
+    }
+
+    /**
+     * @return list<array{method: string, target: string, headers: array<string, string>, idempotencyKey: string,
+     *     dropped: bool}>
+     */
     public function forwarded(): array
     {
         [$status, $body] = self::call('GET', $this->control . '/proxies/' . $this->id);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import logging
 import ssl
@@ -12,7 +13,19 @@ import urllib.parse
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple, Union, cast
+from typing import (
+    Any,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+)
 
 from ._errors import (
     CODE_INVALID_TOKEN,
@@ -20,6 +33,17 @@ from ._errors import (
     ClientError,
     TransportError,
     error_from_response,
+)
+from ._events import (
+    DEFAULT_EVENT_PAGE_SIZE,
+    STREAM_READ_TIMEOUT,
+    Event,
+    EventFeed,
+    EventPage,
+    EventStream,
+    check_position,
+    events_query,
+    position_of,
 )
 from ._http import Response, Transport
 from ._links import LinkHeaderError, next_link, resolve_link
@@ -394,10 +418,12 @@ class Client:
         content_type: Optional[str] = None,
         headers: Optional[Mapping[str, str]] = None,
         authorization: Optional[Secret] = None,
+        stream: bool = False,
     ) -> Response:
         """One request; an answer outside 2xx raises ApiError. Nothing of
         the request but its method and path goes into the error, so no
-        secret can."""
+        secret can. With ``stream``, a 2xx answer comes unread
+        (``Response.stream``)."""
         send: Dict[str, str] = {
             "Accept": "application/json, application/problem+json",
             "User-Agent": USER_AGENT,
@@ -406,7 +432,15 @@ class Client:
             send["Content-Type"] = content_type
         if headers:
             send.update(headers)
-        resp = self._transport.send(method, url, send, body, authorization)
+        resp = self._transport.send(
+            method,
+            url,
+            send,
+            body,
+            authorization,
+            stream=stream,
+            timeout=STREAM_READ_TIMEOUT if stream else None,
+        )
         if 200 <= resp.status < 300:
             return resp
         raise error_from_response(
@@ -427,6 +461,7 @@ class Client:
         content_type: str = "application/json",
         headers: Optional[Mapping[str, str]] = None,
         retry: bool = False,
+        stream: bool = False,
     ) -> Response:
         """An authenticated request with ``payload`` as its JSON body (unless
         None). A 401 invalid_token renews the session and repeats the request
@@ -445,6 +480,7 @@ class Client:
                     content_type=content_type if body is not None else None,
                     headers=headers,
                     authorization=Secret("Bearer " + bearer.reveal()),
+                    stream=stream,
                 )
             except ApiError as err:
                 if err.status == 401 and err.code == CODE_INVALID_TOKEN and not renewed:
@@ -999,3 +1035,104 @@ class Client:
                 webhook_id, "/deliveries/" + urllib.parse.quote(delivery_id, safe="") + "/retry"
             ),
         )
+
+    # -- events ---------------------------------------------------------
+
+    def _events_url(
+        self,
+        path: str,
+        after: Union[int, str, None],
+        limit: Optional[int],
+        types: Optional[Sequence[str]],
+    ) -> str:
+        # A lone type is a type, not a sequence of its characters.
+        wanted = [types] if isinstance(types, str) else list(types) if types is not None else None
+        query = events_query(after, limit, wanted)
+        url = self._conversations(path)
+        return url + ("?" + urllib.parse.urlencode(query) if query else "")
+
+    def event_page(
+        self,
+        *,
+        after: Optional[int] = None,
+        limit: Optional[int] = None,
+        types: Optional[Sequence[str]] = None,
+        page_url: Optional[str] = None,
+    ) -> EventPage:
+        """One page of the event feed (``GET /v1/events``): the events
+        after ``after``, or the page at ``page_url`` (a previous page's
+        ``next_url``). ``EventPage.position`` is where to continue from."""
+        check_position(after)
+        if page_url is None:
+            url = self._events_url("/v1/events", after, limit, types)
+        else:
+            url = resolve_link(self._conversations(""), page_url, page_url)
+        resp = self._call("GET", url, retry=True)
+        items = self._json(resp, "GET", url)
+        if not isinstance(items, list):
+            raise ClientError("acme_platform: GET /v1/events: the response is no JSON array")
+        try:
+            target = next_link(resp.links)
+            following = (
+                resolve_link(self._conversations(""), url, target) if target is not None else None
+            )
+        except LinkHeaderError as err:
+            raise ClientError(f"acme_platform: GET /v1/events: {err}") from None
+        return EventPage(
+            items=cast(List[Event], items), next_url=following, position=position_of(following)
+        )
+
+    def events(
+        self,
+        *,
+        after: Optional[int] = None,
+        limit: Optional[int] = None,
+        types: Optional[Sequence[str]] = None,
+    ) -> EventFeed:
+        """The event feed after ``after`` (a stored position; default: from
+        the oldest kept), as an :class:`EventFeed`: a ``for`` over it reads
+        page after page while they come full (more are ready), up to the
+        newest event, and ``feed.position`` is where to
+        resume from. ``limit`` is the page size (1..1000), ``types`` a
+        filter (``EVENT_*``). An ApiError 410 ``cursor_expired`` says the
+        position is older than the service keeps: resynchronise (e.g.
+        ``conversations(updated_after=...)``)."""
+        check_position(after)
+        return EventFeed(
+            after,
+            limit if limit is not None else DEFAULT_EVENT_PAGE_SIZE,
+            lambda position: self._events_url("/v1/events", position, limit, types),
+            lambda url: self.event_page(page_url=url),
+        )
+
+    def stream_events(
+        self,
+        *,
+        after: Optional[int] = None,
+        types: Optional[Sequence[str]] = None,
+    ) -> EventStream:
+        """Follows the live stream of events (``GET /v1/events/stream``,
+        Server-Sent Events): a ``for`` over the :class:`EventStream` blocks
+        until each event arrives, for as long as the loop runs, reconnecting
+        with a fresh token and ``Last-Event-ID`` when the connection ends or
+        drops. ``stream.position`` is the last ``sequence`` received. An
+        error answer (400, 410 ``cursor_expired``, 429 beyond 10 streams) is
+        an :class:`ApiError`."""
+        check_position(after)
+
+        def open_stream(last_event_id: Optional[str]) -> http.client.HTTPResponse:
+            url = self._events_url(
+                "/v1/events/stream",
+                last_event_id if last_event_id is not None else after,
+                None,
+                types,
+            )
+            headers = {"Accept": "text/event-stream"}
+            if last_event_id is not None:
+                headers["Last-Event-ID"] = last_event_id
+            resp = self._call("GET", url, headers=headers, retry=True, stream=True)
+            if resp.stream is None:
+                raise ClientError("acme_platform: GET /v1/events/stream: no stream")
+            return resp.stream
+
+        return EventStream(open_stream, self._max_retries, self._max_retry_wait)

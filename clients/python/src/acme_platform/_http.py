@@ -28,6 +28,10 @@ class Response:
     #: Every Link header field value, in order.
     links: List[str]
     body: bytes
+    #: The answer still being received, for a 2xx answer to a request
+    #: sent with ``stream=True`` (``body`` is then empty): read it, then
+    #: close it.
+    stream: Optional[http.client.HTTPResponse] = None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -57,10 +61,15 @@ class Transport:
         headers: Mapping[str, str],
         body: Union[bytes, Secret, None],
         authorization: Optional[Secret] = None,
+        *,
+        stream: bool = False,
+        timeout: Optional[float] = None,
     ) -> Response:
         """Sends one request. A secret body or Authorization value is only
         revealed into the request object, never into a local variable, so
-        that a traceback captured with its locals does not show it."""
+        that a traceback captured with its locals does not show it. With
+        ``stream``, a 2xx answer is returned unread, as ``Response.stream``;
+        ``timeout`` then bounds each read instead of the default."""
         path = urllib.parse.urlsplit(url).path or "/"
         req = urllib.request.Request(
             url,
@@ -72,9 +81,18 @@ class Transport:
             req.add_header("Authorization", authorization.reveal())
         try:
             try:
-                resp = self._opener.open(req, timeout=self._timeout)
+                resp = self._opener.open(req, timeout=timeout or self._timeout)
             except urllib.error.HTTPError as err:
                 resp = err  # an answer outside 2xx (or a redirect) is still an answer
+            if stream and 200 <= int(resp.getcode()) < 300:
+                return Response(
+                    int(resp.getcode()),
+                    resp.reason if isinstance(resp.reason, str) else "",
+                    {name.lower(): value for name, value in resp.headers.items()},
+                    list(resp.headers.get_all("Link") or []),
+                    b"",
+                    resp,
+                )
             with resp:
                 data = resp.read(MAX_BODY_BYTES + 1)
                 status = int(resp.getcode())
