@@ -52,7 +52,8 @@ const (
 	// CodeCursorExpired is the 410 to a feed or stream position below what
 	// the service purged (events are kept 30 days): resynchronise with
 	// ListOptions.UpdatedAfter, then read the events FromOldest.
-	CodeCursorExpired = "cursor_expired"
+	CodeCursorExpired    = "cursor_expired"
+	CodeTooManyEndpoints = "too_many_endpoints" // 409: a 21st webhook endpoint of the account
 	// CodeInsufficientScope is the 403 to a service client whose token
 	// lacks the scope the call needs.
 	CodeInsufficientScope = "insufficient_scope"
@@ -98,6 +99,7 @@ var (
 	ErrLastParticipant      error = codeError(CodeLastParticipant)
 	ErrIdempotencyKeyReused error = codeError(CodeIdempotencyKeyReused)
 	ErrCursorExpired        error = codeError(CodeCursorExpired)
+	ErrTooManyEndpoints     error = codeError(CodeTooManyEndpoints)
 	ErrInsufficientScope    error = codeError(CodeInsufficientScope)
 	ErrInvalidClient        error = codeError(CodeInvalidClient)
 	ErrInvalidScope         error = codeError(CodeInvalidScope)

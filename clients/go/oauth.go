@@ -22,6 +22,9 @@ const (
 	// the users of its account (ListUsers, CreateUser, ...).
 	ScopeUsersRead  = "users:read"
 	ScopeUsersWrite = "users:write"
+	// ScopeWebhooksManage manages the account's webhook endpoints, together
+	// with ScopeConversationsRead.
+	ScopeWebhooksManage = "webhooks:manage"
 )
 
 // tokenPath is the OAuth 2.0 token endpoint of the account service.

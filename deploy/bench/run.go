@@ -40,7 +40,7 @@ type benchOptions struct {
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "webhooks", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -117,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("startup") {
+	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("webhooks") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -146,6 +146,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"users", usersRows},
 			{"messages", messagesRows},
 			{"events", eventsRows},
+			{"webhooks", webhooksRows},
 			{"listing", listingRows},
 			{"startup", startupRows},
 		} {

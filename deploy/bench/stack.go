@@ -47,10 +47,13 @@ func benchUser(i int) (username, password string) {
 // newStack starts the store (MONGODB_URI when given, else the embedded
 // one), provisions the bench users and starts both services.
 func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err error) {
-	s = &stack{o: o, bin: bin}
+	// A failed start stops what started: through started, since a
+	// "return nil, err" has set s to nil by the time this runs.
+	started := &stack{o: o, bin: bin}
+	s = started
 	defer func() {
 		if err != nil {
-			s.close()
+			started.close()
 		}
 	}()
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
@@ -116,6 +119,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		// The events measure opens its idle streams as one service client.
 		fmt.Sprintf("CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER=%d", o.idleStreams+10),
 	}
+	s.convEnv = append(s.convEnv, webhookEnv()...)
 	if err := s.provision(ctx); err != nil {
 		return nil, err
 	}

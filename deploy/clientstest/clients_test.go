@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -324,6 +325,13 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 		// the poll, which looks for other replicas' changes, would only
 		// load the shared embedded store.
 		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s",
+		// Webhooks to the suites' receivers on loopback, plain http,
+		// looked for every 100 ms.
+		"CONVERSATIONS_WEBHOOK_SECRET_KEY=" + base64.StdEncoding.EncodeToString([]byte(randomSecret(t)[3:35])),
+		"CONVERSATIONS_WEBHOOK_ALLOW_HTTP=true",
+		"CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8,::1/128",
+		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=100ms",
+		"CONVERSATIONS_WEBHOOK_RETRY_SCHEDULE=200ms,400ms",
 	}
 	s.definitionFile = filepath.Join(t.TempDir(), "definition.json")
 	def := fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp)
@@ -381,7 +389,7 @@ func (s *stack) seed(t *testing.T, name string) []string {
 		env = append(env, u.prefix+"USERNAME="+u.username, u.prefix+"PASSWORD="+pw, u.prefix+"USER_ID="+m[1])
 	}
 	out := s.admin(t, "", "create-client", "--account", name, "--name", name+"-tests",
-		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write,users:read,users:write")
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write,users:read,users:write,webhooks:manage")
 	id, secret := clientIDPattern.FindStringSubmatch(out), clientSecretPattern.FindStringSubmatch(out)
 	if id == nil || secret == nil {
 		t.Fatalf("create-client printed no client_id and client_secret (%d bytes of output)", len(out))

@@ -59,6 +59,8 @@
 //	ACME_TEST_LOCKOUT_PASSWORD   nothing else uses it
 //	ACME_TEST_CLIENT_ID          a service client of the account (POST /oauth2/token, grant client_credentials) …
 //	ACME_TEST_CLIENT_SECRET      … with every scope: definitions:read definitions:write conversations:read conversations:write users:read users:write
+//	                             webhooks:manage; the conversations service delivers webhooks over plain http to
+//	                             loopback (127.0.0.0/8, ::1), so a suite's receiver listens there
 //	ACME_TEST_TOKEN_TTL          lifetime of id and access tokens in seconds (expires_in): a few seconds, so that
 //	                             a suite sees its tokens renewed; refresh tokens live long
 //	ACME_TEST_DEFINITION_NAME    the account holds exactly one integration definition, of this name …

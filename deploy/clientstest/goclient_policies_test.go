@@ -218,7 +218,7 @@ func TestGoClientPolicies(t *testing.T) {
 			client.CodeMalformedJSON, client.CodeValidationFailed, client.CodeInvalidCredentials, client.CodeInvalidToken,
 			client.CodeInsufficientScope, client.CodeNotFound, client.CodeMethodNotAllowed, client.CodeConflict,
 			client.CodePreconditionFailed, client.CodeConversationClosed, client.CodeTooManyParticipants,
-			client.CodeLastParticipant, client.CodeIdempotencyKeyReused, client.CodeCursorExpired, client.CodeBodyTooLarge,
+			client.CodeLastParticipant, client.CodeIdempotencyKeyReused, client.CodeTooManyEndpoints, client.CodeCursorExpired, client.CodeBodyTooLarge,
 			client.CodeUnsupportedMediaType, client.CodeTooManyRequests, client.CodeServiceUnavailable,
 			client.CodeOverloaded, client.CodeInternal, client.CodeInvalidRequest, client.CodeInvalidClient,
 			client.CodeInvalidGrant, client.CodeInvalidScope, client.CodeUnauthorizedClient, client.CodeUnsupportedGrantType,

@@ -48,5 +48,6 @@ func goTests(g *goSuite) []namedTest {
 		{"RenewalOutlivesAnImpatientCaller", g.testRenewalOutlivesAnImpatientCaller},
 		{"RefusedRefreshTokenIsNotOfferedAgain", g.testRefusedRefreshTokenIsNotOfferedAgain},
 		{"TokenResponseWithoutIDToken", g.testTokenResponseWithoutIDToken},
+		{"Webhooks", g.testWebhooks},
 	}
 }

@@ -16,7 +16,7 @@ import (
 // with the client-credentials grant (contract section 9).
 const (
 	demoClientName   = "demo-backend"
-	demoClientScopes = "conversations:read,conversations:write,definitions:read,users:read,users:write"
+	demoClientScopes = "conversations:read,conversations:write,definitions:read,users:read,users:write,webhooks:manage"
 	// demoClientFile keeps its id and secret in the data folder, as shell
 	// variables: the service stores only the secret's hash, so this is
 	// where later starts (and the README's ". .data/demo-client.env") read
@@ -26,12 +26,14 @@ const (
 
 // demoClient holds the demo service client's credentials.
 type demoClient struct {
-	ID, Secret string
+	ID, Secret, Scopes string
 }
 
 // ensureDemoClient returns the demo service client, creating it with the
 // account binary's create-client command when the data folder has none
-// yet (on the first start, or the first since service clients exist).
+// yet (on the first start, or the first since service clients exist), or
+// one of other scopes (a data folder older than the scope webhooks:manage:
+// a new client is made, the old one stays).
 func ensureDemoClient(ctx context.Context, dataDir, account string, env []string, stdout io.Writer) (demoClient, error) {
 	path := filepath.Join(dataDir, demoClientFile)
 	if data, err := os.ReadFile(path); err == nil {
@@ -39,7 +41,9 @@ func ensureDemoClient(ctx context.Context, dataDir, account string, env []string
 		if c.ID == "" || c.Secret == "" {
 			return demoClient{}, fmt.Errorf("%s does not hold CLIENT_ID and CLIENT_SECRET; delete it to create a new demo client", path)
 		}
-		return c, nil
+		if c.Scopes == demoClientScopes {
+			return c, nil
+		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return demoClient{}, fmt.Errorf("read demo client: %w", err)
 	}
@@ -51,11 +55,12 @@ func ensureDemoClient(ctx context.Context, dataDir, account string, env []string
 		return demoClient{}, fmt.Errorf("seed: account create-client: %w\n%s", err, out)
 	}
 	c := parseDemoClient(string(out), ": ")
+	c.Scopes = demoClientScopes
 	if c.ID == "" || c.Secret == "" {
 		return demoClient{}, fmt.Errorf("seed: account create-client printed no client_id and client_secret:\n%s", out)
 	}
 	fmt.Fprintf(stdout, "  created demo service client %s (account %s, scopes %s)\n", c.ID, demoAccount, demoClientScopes)
-	content := fmt.Sprintf("CLIENT_ID=%s\nCLIENT_SECRET=%s\n", c.ID, c.Secret)
+	content := fmt.Sprintf("CLIENT_ID=%s\nCLIENT_SECRET=%s\nCLIENT_SCOPES=%s\n", c.ID, c.Secret, c.Scopes)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		return demoClient{}, fmt.Errorf("write demo client: %w", err)
 	}
@@ -77,6 +82,8 @@ func parseDemoClient(text, sep string) demoClient {
 			c.ID = strings.TrimSpace(value)
 		case "client_secret":
 			c.Secret = strings.TrimSpace(value)
+		case "client_scopes":
+			c.Scopes = strings.TrimSpace(value)
 		}
 	}
 	return c

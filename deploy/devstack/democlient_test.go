@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,18 @@ func TestDemoClientIsCreatedOnceAndKept(t *testing.T) {
 	}
 	list := accountCmd("list-clients", "--account", demoAccount)
 	if strings.Count(list, "cli_") != 1 || !strings.Contains(list, first.ID) ||
-		!strings.Contains(list, "conversations:read,conversations:write,definitions:read") {
+		!strings.Contains(list, demoClientScopes) {
 		t.Fatalf("list-clients after two starts:\n%s\nwant exactly the demo client with its scopes", list)
+	}
+
+	// A data folder of a client without today's scopes (no CLIENT_SCOPES,
+	// from before webhooks:manage) gets a new client with them.
+	old := fmt.Sprintf("CLIENT_ID=%s\nCLIENT_SECRET=%s\n", first.ID, first.Secret)
+	if err := os.WriteFile(filepath.Join(dataDir, demoClientFile), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := ensureDemoClient(t.Context(), dataDir, account, env, &out)
+	if err != nil || renewed.ID == first.ID || renewed.Scopes != demoClientScopes {
+		t.Fatalf("start with an old client: %+v, %v", renewed, err)
 	}
 }

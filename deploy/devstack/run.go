@@ -29,6 +29,8 @@ type stackConfig struct {
 	accountOps  string
 	convAddr    string
 	convOps     string
+	// webhookAddr is where the local webhook receiver listens.
+	webhookAddr string
 	// provisionFile is the demo data, shared with docker compose.
 	provisionFile string
 }
@@ -53,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.accountOps, "account-ops-addr", "127.0.0.1:9090", "operations address of the account service")
 	fs.StringVar(&cfg.convAddr, "conversations-addr", "127.0.0.1:8081", "listen address of the conversations service")
 	fs.StringVar(&cfg.convOps, "conversations-ops-addr", "127.0.0.1:9091", "operations address of the conversations service")
+	fs.StringVar(&cfg.webhookAddr, "webhook-addr", "127.0.0.1:8082", "listen address of the local webhook receiver that prints each verified delivery")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,8 +91,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"ACCOUNT_LOG_LEVEL=info",
 	}
 
+	webhookKey, err := ensureWebhookKey(cfg.dataDir)
+	if err != nil {
+		return err
+	}
 	conversations := filepath.Join(cfg.binDir, "conversations")
 	conversationsEnv := []string{
+		// Webhooks: secrets encrypted under the data folder's key; plain
+		// http to loopback, where the local receiver listens.
+		"CONVERSATIONS_WEBHOOK_SECRET_KEY=" + webhookKey,
+		"CONVERSATIONS_WEBHOOK_ALLOW_HTTP=true",
+		"CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8,::1/128",
 		"CONVERSATIONS_MONGODB_URI=" + db.URI(),
 		"CONVERSATIONS_HTTP_ADDR=" + cfg.convAddr,
 		"CONVERSATIONS_OPS_ADDR=" + cfg.convOps,
@@ -145,7 +157,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	rc := &receiver{out: stdout}
+	receiverURL, err := startReceiver(ctx, cfg.webhookAddr, rc)
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, portsHint)
+	}
+	hook, err := ensureDemoWebhook(ctx, cfg.dataDir, "http://"+cfg.accountAddr, "http://"+cfg.convAddr, client, receiverURL)
+	if err != nil {
+		return err
+	}
+	rc.setSecrets(hook.Secret)
 	printBanner(stdout, cfg, client, time.Since(started), logs.Name())
+	fmt.Fprintf(stdout, `local webhook receiver  %s  (endpoint %s of account %q, every event type;
+  its id and secret in %s): each verified delivery is printed here, e.g. after
+  curl -s -X POST http://%s/v1/webhooks/%s/test -H "Authorization: Bearer $ACCESS"
+
+`, receiverURL, hook.ID, demoAccount, filepath.Join(cfg.dataDir, demoWebhookFile), cfg.convAddr, hook.ID)
 
 	select {
 	case <-ctx.Done():
@@ -193,7 +220,7 @@ func service(bin string, env []string, logs io.Writer, last *lastLine) *exec.Cmd
 
 // portsHint says how to move the stack off ports another program holds.
 const portsHint = `another program is using one of the ports; stop it, or choose other ports, e.g.
-  make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080 --account-ops-addr 127.0.0.1:19090 --conversations-addr 127.0.0.1:18081 --conversations-ops-addr 127.0.0.1:19091 --mongo-addr 127.0.0.1:27118'
+  make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080 --account-ops-addr 127.0.0.1:19090 --conversations-addr 127.0.0.1:18081 --conversations-ops-addr 127.0.0.1:19091 --webhook-addr 127.0.0.1:18082 --mongo-addr 127.0.0.1:27118'
 (./bin/devstack --help lists every address; the README's curl lines then need the new ports)`
 
 // exitError says which service stopped, with the last line it wrote (the

@@ -219,6 +219,9 @@ const (
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
+	// ScopeWebhooksManage manages the account's webhook endpoints
+	// (CONTRACT.md section 11.3), together with conversations:read.
+	ScopeWebhooksManage = "webhooks:manage"
 	// ScopeUsersRead and ScopeUsersWrite let a backend read and manage
 	// the users of its account (CONTRACT.md section 12).
 	ScopeUsersRead  = "users:read"
@@ -229,7 +232,7 @@ const (
 // discovery documents them.
 func Scopes() []string {
 	return []string{ScopeDefinitionsRead, ScopeDefinitionsWrite, ScopeConversationsRead, ScopeConversationsWrite,
-		ScopeUsersRead, ScopeUsersWrite}
+		ScopeUsersRead, ScopeUsersWrite, ScopeWebhooksManage}
 }
 
 // ParseScope splits a scope parameter or claim (RFC 6749 section 3.3:

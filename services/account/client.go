@@ -60,6 +60,7 @@ const (
 	ScopeConversationsWrite = token.ScopeConversationsWrite
 	ScopeUsersRead          = token.ScopeUsersRead
 	ScopeUsersWrite         = token.ScopeUsersWrite
+	ScopeWebhooksManage     = token.ScopeWebhooksManage
 )
 
 // Scopes lists every scope, in the order discovery documents them.

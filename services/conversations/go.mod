@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/acme/platform/pkg => ../../pkg
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/acme/platform/pkg v0.0.0-00010101000000-000000000000
 	github.com/labstack/echo/v5 v5.3.1
 	github.com/prometheus/client_golang v1.25.0

@@ -12,6 +12,11 @@ import type {
   Message,
   NewConversation,
   NewMessage,
+  CreatedWebhook,
+  NewWebhook,
+  Webhook,
+  WebhookDelivery,
+  WebhookPatch,
   NewUser,
   User,
   UserInfo,
@@ -106,6 +111,12 @@ export interface StreamEventsOptions extends CallOptions {
 }
 
 /** One page of a listing and the link to the next, if any. */
+/** Options of {@link PlatformClient.rotateWebhookSecret}. */
+export interface RotateOptions extends CallOptions {
+  /** Seconds the previous secret keeps signing (0..604800); the service's default (24 h) when left out. */
+  overlapSeconds?: number;
+}
+
 export interface Page<T> {
   items: T[];
   /** The next page's URL (absolute); undefined on the last page. */
@@ -453,6 +464,108 @@ export class PlatformClient {
       contentType: "application/json",
     });
     this.#session.adopt(start, await res.json(), newPassword);
+  }
+
+  /**
+   * Creates a webhook endpoint (a service client with `webhooks:manage` and
+   * `conversations:read`). The answer alone carries its `secret`: keep it
+   * to verify deliveries ({@link verifyWebhook}). A 21st endpoint of the
+   * account is an {@link ApiError} 409 `too_many_endpoints`.
+   */
+  async createWebhook(input: NewWebhook, options: CallOptions = {}): Promise<CreatedWebhook> {
+    const res = await this.#call("POST", this.conversationsUrl + "/v1/webhooks", options, {
+      body: JSON.stringify(input),
+      contentType: "application/json",
+    });
+    return res.json();
+  }
+
+  /** One page of the account's endpoints, newest first. */
+  async listWebhooksPage(options: CallOptions & { limit?: number; page?: string } = {}): Promise<Page<Webhook>> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit);
+    const res = await this.#call("GET", url, options);
+    return { items: await res.json(), next: this.#next(res) };
+  }
+
+  /** Every endpoint of the account, following `Link`. */
+  async *webhooks(options: CallOptions & { limit?: number } = {}): AsyncGenerator<Webhook, void, undefined> {
+    let page: string | undefined = this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit);
+    while (page !== undefined) {
+      const p: Page<Webhook> = await this.listWebhooksPage({ ...options, page });
+      yield* p.items;
+      page = p.next;
+    }
+  }
+
+  /** One endpoint (without its secret). */
+  async getWebhook(id: string, options: CallOptions = {}): Promise<Webhook> {
+    return (await this.#call("GET", this.#webhookUrl(id), options)).json();
+  }
+
+  /** Changes an endpoint (a JSON merge patch); enabling one clears its `disabledReason`. */
+  async updateWebhook(id: string, patch: WebhookPatch, options: CallOptions = {}): Promise<Webhook> {
+    const res = await this.#call("PATCH", this.#webhookUrl(id), options, {
+      body: JSON.stringify(patch),
+      contentType: "application/merge-patch+json",
+    });
+    return res.json();
+  }
+
+  /** Deletes an endpoint. */
+  async deleteWebhook(id: string, options: CallOptions = {}): Promise<void> {
+    await (await this.#call("DELETE", this.#webhookUrl(id), options)).body?.cancel();
+  }
+
+  /**
+   * Gives the endpoint a new secret and returns it; the previous one keeps
+   * signing beside it for `overlapSeconds` (default: the service's, 24 h; 0
+   * stops it at once).
+   */
+  async rotateWebhookSecret(id: string, options: RotateOptions = {}): Promise<string> {
+    const body = options.overlapSeconds === undefined ? {} : { overlap: options.overlapSeconds };
+    const res = await this.#call("POST", this.#webhookUrl(id) + "/rotate-secret", options, {
+      body: JSON.stringify(body),
+      contentType: "application/json",
+    });
+    return (await res.json()).secret;
+  }
+
+  /** Sends a `webhook.test` event to this endpoint only; returns its delivery, pending. */
+  async testWebhook(id: string, options: CallOptions = {}): Promise<WebhookDelivery> {
+    return (await this.#call("POST", this.#webhookUrl(id) + "/test", options)).json();
+  }
+
+  /** One page of the endpoint's deliveries, newest first. */
+  async listWebhookDeliveriesPage(id: string, options: CallOptions & { limit?: number; page?: string } = {}): Promise<Page<WebhookDelivery>> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit);
+    const res = await this.#call("GET", url, options);
+    return { items: await res.json(), next: this.#next(res) };
+  }
+
+  /** Every delivery of the endpoint, newest first, following `Link`. */
+  async *webhookDeliveries(id: string, options: CallOptions & { limit?: number } = {}): AsyncGenerator<WebhookDelivery, void, undefined> {
+    let page: string | undefined = this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit);
+    while (page !== undefined) {
+      const p: Page<WebhookDelivery> = await this.listWebhookDeliveriesPage(id, { ...options, page });
+      yield* p.items;
+      page = p.next;
+    }
+  }
+
+  /** Delivers one delivery again now, with the same `webhook-id`. */
+  async retryWebhookDelivery(id: string, deliveryId: string, options: CallOptions = {}): Promise<void> {
+    if (!deliveryId) throw new TypeError("a delivery id is required");
+    const url = this.#webhookUrl(id) + "/deliveries/" + encodeURIComponent(deliveryId) + "/retry";
+    await (await this.#call("POST", url, options)).body?.cancel();
+  }
+
+  #webhookUrl(id: string): string {
+    if (!id) throw new TypeError("a webhook endpoint id is required");
+    return this.conversationsUrl + "/v1/webhooks/" + encodeURIComponent(id);
+  }
+
+  #limited(url: string, limit: number | undefined): string {
+    return limit === undefined ? url : `${url}?limit=${encodeURIComponent(String(limit))}`;
   }
 
   toString(): string {

@@ -24,6 +24,7 @@ export const ErrorCodes = {
   LastParticipant: "last_participant",
   IdempotencyKeyReused: "idempotency_key_reused",
   CursorExpired: "cursor_expired",
+  TooManyEndpoints: "too_many_endpoints",
   BodyTooLarge: "body_too_large",
   UnsupportedMediaType: "unsupported_media_type",
   TooManyRequests: "too_many_requests",

@@ -12,12 +12,16 @@ export type {
   StreamEventsOptions,
   ListUsersOptions,
   Page,
+  RotateOptions,
 } from "./client.js";
 export { ApiError, ErrorCodes, isApiError, parseRetryAfter } from "./errors.js";
 export type { ApiErrorInit, ErrorCode } from "./errors.js";
 export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind } from "./session.js";
 export type * from "./types.js";
 export { nextLink } from "./link.js";
+export { verifyWebhook, WebhookVerificationError, webhookToleranceSeconds } from "./webhooks.js";
+export type { WebhookEvent, WebhookEventData, WebhookErrorReason, WebhookHeaders, VerifyOptions } from "./webhooks.js";
+
 export { EventFeed, EventStream } from "./events.js";
 export type { EventPage } from "./events.js";
 export { SseParser } from "./sse.js";

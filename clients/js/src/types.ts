@@ -37,6 +37,17 @@ export type Message = ConversationsSchemas["Message"];
 /** A message to post. */
 export type NewMessage = ConversationsSchemas["NewMessage"];
 
+/** A webhook endpoint of the account (never its secret). */
+export type Webhook = ConversationsSchemas["Webhook"];
+/** A created endpoint: the only time its `secret` is shown. */
+export type CreatedWebhook = ConversationsSchemas["CreatedWebhook"];
+/** The members of an endpoint to create; `url` is required. */
+export type NewWebhook = ConversationsSchemas["NewWebhook"];
+/** A JSON merge patch of an endpoint. */
+export type WebhookPatch = ConversationsSchemas["WebhookPatch"];
+/** One event to one endpoint, with its last attempt's outcome. */
+export type WebhookDelivery = ConversationsSchemas["WebhookDelivery"];
+
 /** The types of the events of the feed and the stream (contract 11.1). */
 export type EventType = ConversationsSchemas["EventType"];
 

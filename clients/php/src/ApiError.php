@@ -31,6 +31,7 @@ final class ApiError extends ClientException
     public const PRECONDITION_FAILED = 'precondition_failed';
     public const CONVERSATION_CLOSED = 'conversation_closed';
     public const TOO_MANY_PARTICIPANTS = 'too_many_participants';
+    public const TOO_MANY_ENDPOINTS = 'too_many_endpoints';
     public const LAST_PARTICIPANT = 'last_participant';
     public const IDEMPOTENCY_KEY_REUSED = 'idempotency_key_reused';
     public const CURSOR_EXPIRED = 'cursor_expired';

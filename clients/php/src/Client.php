@@ -950,6 +950,121 @@ final class Client
         }
     }
 
+    // -- webhooks ----------------------------------------------------------
+    // A service client with the scopes webhooks:manage and conversations:read.
+
+    private function webhookUrl(string $webhookId, string $suffix = ''): string
+    {
+        if ($webhookId === '') {
+            throw new \InvalidArgumentException('empty webhook endpoint id');
+        }
+        return $this->conversationsEndpoint('/v1/webhooks/' . rawurlencode($webhookId) . $suffix);
+    }
+
+    /**
+     * Creates an endpoint (POST /v1/webhooks). The answer alone carries its
+     * 'secret': keep it to verify deliveries (Webhook::verify). A 21st
+     * endpoint is an ApiError 409 too_many_endpoints.
+     *
+     * @param list<string>|null $events
+     * @return array<string, mixed>
+     */
+    public function createWebhook(string $url, ?array $events = null, ?string $description = null, ?bool $enabled = null): array
+    {
+        $payload = array_filter(
+            ['url' => $url, 'events' => $events !== null ? array_values($events) : null, 'description' => $description, 'enabled' => $enabled],
+            static fn ($v) => $v !== null,
+        );
+        $target = $this->conversationsEndpoint('/v1/webhooks');
+        return self::decode($this->call('POST', $target, $payload), 'POST', $target);
+    }
+
+    /**
+     * Every endpoint of the account, newest first, page after page.
+     *
+     * @return \Generator<int, array<string, mixed>>
+     */
+    public function webhooks(?int $limit = null): \Generator
+    {
+        $query = $limit !== null ? '?' . http_build_query(['limit' => $limit]) : '';
+        foreach ($this->walk($this->conversationsEndpoint('/v1/webhooks' . $query)) as $page) {
+            yield from $page->items;
+        }
+    }
+
+    /** @return array<string, mixed> one endpoint, never its secret */
+    public function getWebhook(string $webhookId): array
+    {
+        $url = $this->webhookUrl($webhookId);
+        return self::decode($this->call('GET', $url, retry: true), 'GET', $url);
+    }
+
+    /**
+     * Changes 'url', 'events', 'description' and/or 'enabled' (a JSON merge
+     * patch); enabling clears 'disabledReason'.
+     *
+     * @param array<string, mixed> $patch
+     * @return array<string, mixed>
+     */
+    public function updateWebhook(string $webhookId, array $patch): array
+    {
+        if ($patch === [] || array_diff(array_keys($patch), ['url', 'events', 'description', 'enabled']) !== []) {
+            throw new \InvalidArgumentException('updateWebhook: give url, events, description and/or enabled');
+        }
+        $url = $this->webhookUrl($webhookId);
+        return self::decode($this->call('PATCH', $url, $patch, 'application/merge-patch+json'), 'PATCH', $url);
+    }
+
+    public function deleteWebhook(string $webhookId): void
+    {
+        $this->call('DELETE', $this->webhookUrl($webhookId));
+    }
+
+    /**
+     * A new secret; the previous one keeps signing beside it for
+     * $overlapSeconds (default: the service's, 24 h; 0 stops it at once).
+     */
+    public function rotateWebhookSecret(string $webhookId, ?int $overlapSeconds = null): string
+    {
+        $url = $this->webhookUrl($webhookId, '/rotate-secret');
+        $payload = $overlapSeconds !== null ? ['overlap' => $overlapSeconds] : new \stdClass();
+        return (string) self::decode($this->call('POST', $url, $payload), 'POST', $url)['secret'];
+    }
+
+    /**
+     * Sends a webhook.test event to this endpoint only.
+     *
+     * @return array<string, mixed> its delivery, pending
+     */
+    public function testWebhook(string $webhookId): array
+    {
+        $url = $this->webhookUrl($webhookId, '/test');
+        return self::decode($this->call('POST', $url), 'POST', $url);
+    }
+
+    /**
+     * Every delivery of the endpoint, newest first.
+     *
+     * @return \Generator<int, array<string, mixed>>
+     */
+    public function webhookDeliveries(string $webhookId, ?int $limit = null): \Generator
+    {
+        $query = $limit !== null ? '?' . http_build_query(['limit' => $limit]) : '';
+        foreach ($this->walk($this->webhookUrl($webhookId, '/deliveries' . $query)) as $page) {
+            yield from $page->items;
+        }
+    }
+
+    /** Delivers one delivery again now, with the same webhook-id. */
+    public function retryWebhookDelivery(string $webhookId, string $deliveryId): void
+    {
+        if ($deliveryId === '') {
+            throw new \InvalidArgumentException('empty delivery id');
+        }
+        $this->call('POST', $this->webhookUrl($webhookId, '/deliveries/' . rawurlencode($deliveryId) . '/retry'));
+    }
+
+
     // -- events ----------------------------------------------------------
 
     /**

@@ -293,7 +293,7 @@ func testOAuthDiscovery(t *testing.T, o *oauthAPI) {
 	for name, want := range map[string][]string{
 		"grant_types_supported":                 {"client_credentials", "password", "refresh_token"},
 		"token_endpoint_auth_methods_supported": {"client_secret_basic", "client_secret_post", "none"},
-		"scopes_supported":                      {"conversations:read", "conversations:write", "definitions:read", "definitions:write", "users:read", "users:write"},
+		"scopes_supported":                      {"conversations:read", "conversations:write", "definitions:read", "definitions:write", "users:read", "users:write", "webhooks:manage"},
 	} {
 		if got := list(name); !slices.Equal(got, want) {
 			t.Errorf("%s = %v, want %v", name, got, want)

@@ -57,6 +57,10 @@ type Scope struct {
 	UpdatedAfter string
 	// ConversationID is set for a message listing: that conversation's.
 	ConversationID string
+	// Listing names a listing of another kind (webhook endpoints, an
+	// endpoint's deliveries); ParentID is the resource it lists under.
+	Listing  string
+	ParentID string
 }
 
 // fields are the MAC's inputs for the scope. A listing of conversations
@@ -68,6 +72,9 @@ func (s Scope) fields() []string {
 	messages, conversations := "messages-cursor", "conversations-cursor"
 	if s.Client {
 		messages, conversations = "client-messages-cursor", "account-conversations-cursor"
+	}
+	if s.Listing != "" {
+		return []string{s.Listing + "-cursor", s.AccountID, s.Participant, s.ParentID}
 	}
 	if s.ConversationID != "" {
 		return []string{messages, s.AccountID, s.Participant, s.ConversationID}

@@ -252,6 +252,10 @@ func TestAPI(t *testing.T) {
 	t.Run("StoredOutOfRangeTimesAreServed", func(t *testing.T) { testStoredOutOfRangeTimesAreServed(t, a) })
 	t.Run("PathIDsAreCheckedBeforeTheStore", func(t *testing.T) { testPathIDs(t, a) })
 	t.Run("StrictBodiesAndParameters", func(t *testing.T) { testStrictBodies(t, a) })
+	t.Run("WebhookEndpoints", func(t *testing.T) { testWebhookEndpoints(t, a) })
+	t.Run("WebhookScopes", func(t *testing.T) { testWebhookScopes(t, a) })
+	t.Run("WebhookBadInput", func(t *testing.T) { testWebhookBadInput(t, a) })
+	t.Run("WebhookLimits", func(t *testing.T) { testWebhookLimits(t, a) })
 	t.Run("OpenAPIServed", func(t *testing.T) {
 		if r := a.send("GET", "/openapi.yaml", "", "", true); r.status != 200 || !strings.Contains(string(r.body), "openapi: 3.1") {
 			t.Fatalf("openapi.yaml: %d", r.status)

@@ -18,6 +18,7 @@ const (
 	codePreconditionFailed   = "precondition_failed"
 	codeIdempotencyKeyReused = "idempotency_key_reused"
 	codeCursorExpired        = "cursor_expired"
+	codeTooManyEndpoints     = "too_many_endpoints"
 )
 
 // retryAfterStream is when a caller with too many streams, or one that
@@ -29,7 +30,17 @@ const retryAfterStream = 2 * time.Second
 // here; everything else (problems of the plumbing, validation errors, an
 // unreachable database, unknown routes) is decided by web.ProblemFor.
 func problemFor(err error) *problem.Problem {
+	var rateLimited *conversations.RateLimitedError
 	switch {
+	case errors.Is(err, conversations.ErrEndpointNotFound):
+		return problem.NotFound("No webhook endpoint with this id in your account.")
+	case errors.Is(err, conversations.ErrDeliveryNotFound):
+		return problem.NotFound("No delivery with this id for this webhook endpoint.")
+	case errors.Is(err, conversations.ErrTooManyEndpoints):
+		return problem.New(http.StatusConflict, codeTooManyEndpoints,
+			"The account has the largest number of webhook endpoints allowed: delete one first.")
+	case errors.As(err, &rateLimited):
+		return problem.TooManyRequests("Too many test or retry requests for this webhook endpoint; retry later.", rateLimited.RetryAfter)
 	case errors.Is(err, conversations.ErrMessageNotFound):
 		return problem.NotFound("No message with this id in this conversation.")
 	case errors.Is(err, conversations.ErrNotFound):

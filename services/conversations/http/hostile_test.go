@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -53,5 +54,33 @@ func TestHostileRequests(t *testing.T) {
 		PathValues: map[string]string{"id": c.ID, "userId": uid("bob"), "messageId": m.ID},
 		Log:        log.Bytes, Metrics: reg,
 	}
-	hostile.Run(t, tg, hostile.Cases(tg))
+	// The webhook routes are a service client's with webhooks:manage and
+	// conversations:read (a user's token stops at 403): their cases go
+	// with such a token and ids of an endpoint and a delivery that exist.
+	webhooks := func(c hostile.Case) bool { return strings.HasPrefix(c.Op.Path, "/v1/webhooks") }
+	var others []hostile.Case
+	for _, c := range hostile.Cases(tg) {
+		if !webhooks(c) {
+			others = append(others, c)
+		}
+	}
+	hostile.Run(t, tg, others)
+
+	manager := a.webhookManager("acc_hostile")
+	w := a.createWebhook(manager, `{"url":"https://hooks.example.com/in"}`)
+	var d delivery
+	json.Unmarshal(a.send("POST", "/v1/webhooks/"+w.ID+"/test", manager, "", true).body, &d)
+	th := tg
+	th.Bearer = manager
+	th.PathValues = map[string]string{"id": w.ID, "deliveryId": d.ID}
+	var hooks []hostile.Case
+	for _, c := range hostile.Cases(th) {
+		if webhooks(c) {
+			hooks = append(hooks, c)
+		}
+	}
+	if len(hooks) == 0 {
+		t.Fatal("no hostile case for the webhook routes")
+	}
+	hostile.Run(t, th, hooks)
 }

@@ -12,7 +12,7 @@ import (
 // scope a service client's token needs for it (contract section 9); a
 // user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
-func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub) {
+func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub, wh *conversations.Webhooks) {
 	bearer := token.Middleware(d.Verifier)
 	read := token.RequireScope(token.ScopeConversationsRead)
 	write := token.RequireScope(token.ScopeConversationsWrite)
@@ -29,6 +29,19 @@ func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversati
 
 	e.GET("/v1/events", handleEvents(svc), bearer, read)
 	e.GET("/v1/events/stream", handleStream(svc, hub, d.Stream), bearer, read)
+
+	// Webhook endpoints belong to the account: a service client's token
+	// with both scopes, never a user's (contract section 11.3).
+	hooks := token.RequireClientScopes(token.ScopeWebhooksManage, token.ScopeConversationsRead)
+	e.POST("/v1/webhooks", handleCreateWebhook(wh), bearer, hooks)
+	e.GET("/v1/webhooks", handleListWebhooks(wh, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, hooks)
+	e.GET("/v1/webhooks/:id", handleGetWebhook(wh), bearer, hooks)
+	e.PATCH("/v1/webhooks/:id", handlePatchWebhook(wh), bearer, hooks)
+	e.DELETE("/v1/webhooks/:id", handleDeleteWebhook(wh), bearer, hooks)
+	e.POST("/v1/webhooks/:id/rotate-secret", handleRotateWebhookSecret(wh), bearer, hooks)
+	e.POST("/v1/webhooks/:id/test", handleTestWebhook(wh), bearer, hooks)
+	e.GET("/v1/webhooks/:id/deliveries", handleListDeliveries(wh, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, hooks)
+	e.POST("/v1/webhooks/:id/deliveries/:deliveryId/retry", handleRetryDelivery(wh), bearer, hooks)
 
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
 }

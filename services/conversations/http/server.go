@@ -4,6 +4,7 @@
 package http
 
 import (
+	"crypto/rand"
 	_ "embed"
 	"log/slog"
 	"net/http"
@@ -35,6 +36,10 @@ type Deps struct {
 	// DefaultPageSize and MaxPageSize bound limit (contract: 10 and 100).
 	DefaultPageSize int
 	MaxPageSize     int
+	// Webhooks manages the account's webhook endpoints; nil: one on
+	// Store (which must then be a conversations.WebhookStore) with a key
+	// of its own, for tests that do not look at secrets at rest.
+	Webhooks *conversations.Webhooks
 	// CORSOrigins are the origins whose web pages may call the API
 	// (web.ParseCORSOrigins); empty: none.
 	CORSOrigins []string
@@ -75,6 +80,18 @@ func NewHandler(d Deps) http.Handler {
 		d.Stream.Retry = 2 * time.Second
 	}
 	svc := &conversations.Service{Store: d.Store, Logger: d.Logger, Recorded: d.Recorded}
-	addRoutes(e, d, svc, d.Hub)
+	wh := d.Webhooks
+	if wh == nil {
+		store, _ := d.Store.(conversations.WebhookStore)
+		box, _ := conversations.NewSecretBox(randomKey())
+		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box, Logger: d.Logger}
+	}
+	addRoutes(e, d, svc, d.Hub, wh)
 	return e
+}
+
+func randomKey() []byte {
+	b := make([]byte, conversations.SecretBoxKeyLen)
+	_, _ = rand.Read(b) // never fails since Go 1.24
+	return b
 }

@@ -105,9 +105,15 @@ type Store struct {
 	events        *mongo.Collection
 	eventFloors   *mongo.Collection
 	leases        *mongo.Collection
+	webhooks      *mongo.Collection
+	deliveries    *mongo.Collection
+	quotas        *mongo.Collection
 }
 
-var _ conversations.Store = (*Store)(nil)
+var (
+	_ conversations.Store        = (*Store)(nil)
+	_ conversations.WebhookStore = (*Store)(nil)
+)
 
 var majority = options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority())
 
@@ -124,6 +130,9 @@ func New(db *mongo.Database) *Store {
 		events:      db.Collection("events", majority),
 		eventFloors: db.Collection("event_floors", majority),
 		leases:      db.Collection("leases"),
+		webhooks:    db.Collection("webhooks"),
+		deliveries:  db.Collection("webhook_deliveries"),
+		quotas:      db.Collection("webhook_quotas"),
 	}
 }
 
@@ -196,6 +205,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			Options: options.Index().SetName("by_timestamp"),
 		}},
 	}
+	indexes = append(indexes, s.webhookIndexes()...)
 	// One at a time: the embedded server drops the connection when
 	// createIndexes with several indexes meets existing ones.
 	for _, ix := range indexes {

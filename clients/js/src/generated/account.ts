@@ -2200,7 +2200,8 @@ export interface operations {
                      *         "conversations:read",
                      *         "conversations:write",
                      *         "users:read",
-                     *         "users:write"
+                     *         "users:write",
+                     *         "webhooks:manage"
                      *       ],
                      *       "id_token_signing_alg_values_supported": [
                      *         "RS256"

@@ -361,6 +361,188 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the account's webhook endpoints
+         * @description Newest first, keyset-paged like the conversations (`limit`, `cursor`, `Link`).
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Create a webhook endpoint
+         * @description Creates an endpoint that receives the account's events by `POST`,
+         *     signed per Standard Webhooks v1 (headers `webhook-id`,
+         *     `webhook-timestamp`, `webhook-signature`). The response carries the
+         *     endpoint's `secret` (`whsec_` and the base64 of 32 bytes): the only
+         *     time it is shown. The endpoint receives the events recorded from now
+         *     on whose type it subscribes to.
+         *
+         *     For service clients with both `webhooks:manage` and
+         *     `conversations:read`; any other token is a `403`. At most 20
+         *     endpoints per account (`409 too_many_endpoints`).
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        /** Get one webhook endpoint */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint
+         * @description Its pending deliveries end `failed`.
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a webhook endpoint
+         * @description A JSON merge patch (RFC 7396) of `url`, `events`, `description` and
+         *     `enabled`; none may be null. Enabling a disabled endpoint clears
+         *     `disabledReason`; it then receives the events recorded from then on.
+         */
+        patch: operations["updateWebhook"];
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the secret of a webhook endpoint
+         * @description Returns a new secret. The previous one keeps signing beside it for
+         *     `overlap` seconds (default 86400, 24 h; 0 stops it at once), so
+         *     every delivery meanwhile carries two signatures. A secret still in
+         *     the overlap of an earlier rotation stops now. The body is optional.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a webhook.test event to this endpoint
+         * @description Records a `webhook.test` event (`sequence` null, never in the feed)
+         *     for this endpoint only and delivers it now, like any event. At most
+         *     10 a minute per endpoint (`429` with `Retry-After`).
+         */
+        post: operations["testWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The deliveries log of an endpoint
+         * @description One delivery per (endpoint, event), newest first, keyset-paged
+         *     (`limit`, `cursor`, `Link`), with the outcome of its last attempt.
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+                /**
+                 * @description A delivery id (`dlv_` and 24 lowercase hex digits).
+                 * @example dlv_5d41402abc4b2a76b9719d91
+                 */
+                deliveryId: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Deliver one delivery again now
+         * @description Sets the delivery back to `pending` and delivers it now, with the
+         *     same `webhook-id`. At most 10 a minute per endpoint (`429`).
+         */
+        post: operations["retryWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.yaml": {
         parameters: {
             query?: never;
@@ -642,6 +824,7 @@ export interface components {
              *     `too_many_participants`, `last_participant`, `conflict`,
              *     `precondition_failed`, `body_too_large`,
              *     `unsupported_media_type`, `idempotency_key_reused`,
+             *     `too_many_endpoints`, `too_many_requests`,
              *     `service_unavailable`, `internal_error`. New codes may be added.
              * @example validation_failed
              */
@@ -667,6 +850,82 @@ export interface components {
              * @example must be an integer from 1 to 100
              */
             reason: string;
+        };
+        /**
+         * @description The event types the endpoint receives, or `["*"]` (the default) for
+         *     all: `conversation.created`, `conversation.updated`,
+         *     `conversation.participant_added`, `conversation.participant_removed`,
+         *     `message.created`.
+         * @example [
+         *       "message.created"
+         *     ]
+         */
+        WebhookEventTypes: ("*" | "conversation.created" | "conversation.updated" | "conversation.participant_added" | "conversation.participant_removed" | "message.created")[];
+        /**
+         * Format: uri
+         * @description An absolute `https` URL (`http` only where the operator allows it),
+         *     without credentials or fragment. Its addresses are checked on every
+         *     delivery, when dialling: only globally reachable ones are used.
+         * @example https://crm.example.com/hooks/acme
+         */
+        WebhookUrl: string;
+        /**
+         * @description The signing secret, `whsec_` and the standard base64 of 32 random bytes (the HMAC key).
+         * @example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw2YkBJ0eJ+Ic=
+         */
+        WebhookSecret: string;
+        NewWebhook: {
+            url: components["schemas"]["WebhookUrl"];
+            events?: components["schemas"]["WebhookEventTypes"];
+            description?: string;
+            /** @default true */
+            enabled?: boolean;
+        };
+        WebhookPatch: {
+            url?: components["schemas"]["WebhookUrl"];
+            events?: components["schemas"]["WebhookEventTypes"];
+            description?: string;
+            enabled?: boolean;
+        };
+        Webhook: {
+            /** @example whk_3f9a1c2e9b1d4a0f8c3e2a71 */
+            id: string;
+            url: components["schemas"]["WebhookUrl"];
+            events: components["schemas"]["WebhookEventTypes"];
+            description: string;
+            enabled: boolean;
+            /** @description Why the service disabled the endpoint (a 410, or failing for 5 days); null otherwise. */
+            disabledReason: string | null;
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
+        };
+        CreatedWebhook: components["schemas"]["Webhook"] & {
+            secret: components["schemas"]["WebhookSecret"];
+        };
+        WebhookDelivery: {
+            id: string;
+            /** @description The event's id, sent as `webhook-id` on every attempt. */
+            eventId: string;
+            eventType: string;
+            attempts: number;
+            /** @enum {string} */
+            state: "pending" | "succeeded" | "failed";
+            /** @description The status of the last attempt's response; null when it got none. */
+            responseStatus: number | null;
+            durationMs: number | null;
+            /** @description Why the last attempt failed, e.g. an address that is not globally reachable, a redirect, a timeout. */
+            error: string | null;
+            /**
+             * Format: date-time
+             * @description When the next attempt is due, while pending.
+             */
+            nextAttemptAt: string | null;
+            /** Format: date-time */
+            createdAt: string;
+            /** Format: date-time */
+            updatedAt: string;
         };
     };
     responses: {
@@ -742,6 +1001,75 @@ export interface components {
                  *       "title": "Too Many Requests",
                  *       "status": 429,
                  *       "detail": "You have the largest number of open event streams (10).",
+                 *       "code": "too_many_requests"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 429;
+                };
+            };
+        };
+        /**
+         * @description No webhook endpoint (or delivery of it) with this id in the caller's
+         *     account; another account's gives this same response.
+         */
+        WebhookNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:not_found",
+                 *       "title": "Not Found",
+                 *       "status": 404,
+                 *       "detail": "No webhook endpoint with this id in your account.",
+                 *       "code": "not_found"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 404;
+                };
+            };
+        };
+        /** @description The account has the largest number of endpoints allowed (20 by default). */
+        TooManyEndpoints: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:too_many_endpoints",
+                 *       "title": "Conflict",
+                 *       "status": 409,
+                 *       "detail": "The account has the largest number of webhook endpoints allowed: delete one first.",
+                 *       "code": "too_many_endpoints"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 409;
+                    /** @constant */
+                    code?: "too_many_endpoints";
+                };
+            };
+        };
+        /** @description Too many test or retry requests for this endpoint; wait `Retry-After` seconds. */
+        TooManyRequests: {
+            headers: {
+                "Retry-After": components["headers"]["RetryAfter"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "urn:problem-type:too_many_requests",
+                 *       "title": "Too Many Requests",
+                 *       "status": 429,
+                 *       "detail": "Too many test or retry requests for this webhook endpoint; retry later.",
                  *       "code": "too_many_requests"
                  *     }
                  */
@@ -1099,6 +1427,11 @@ export interface components {
          */
         LastEventID: number;
         /**
+         * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+         * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+         */
+        WebhookId: string;
+        /**
          * @description The `id` of a conversation of the caller: `cnv_` and 24 lowercase
          *     hex digits, as the service makes them. An id that does not exist,
          *     belongs to another account, names a conversation the caller does
@@ -1208,6 +1541,15 @@ export interface components {
          * @example </v1/events?after=42&limit=100>; rel="next"
          */
         LinkNextEvents: string;
+        /**
+         * @description The URL of the created endpoint, `/v1/webhooks/{id}`.
+         * @example /v1/webhooks/whk_3f9a1c2e9b1d4a0f8c3e2a71
+         */
+        WebhookLocation: string;
+        /** @description Present when more endpoints follow; an RFC 8288 link to the next page. */
+        LinkNextWebhooks: string;
+        /** @description Present when more deliveries follow; an RFC 8288 link to the next page. */
+        LinkNextDeliveries: string;
         /**
          * @description The entity tag of the conversation's state after the request, e.g.
          *     `"3"`: it changes with every change of the conversation (a patch, a
@@ -1965,6 +2307,352 @@ export interface operations {
             403: components["responses"]["InsufficientScope"];
             410: components["responses"]["CursorExpired"];
             429: components["responses"]["TooManyStreams"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The largest number of items (conversations or messages) to return
+                 *     in the page, 1 to 100; 10 when left out. Any other value (`0`, a negative number, a
+                 *     number over 100, a value that is not an integer such as `abc` or
+                 *     `1.5`) or a `limit` given more than once is a `400`
+                 *     (`validation_failed`, field `limit`).
+                 * @example 10
+                 */
+                limit?: components["parameters"]["Limit"];
+                /**
+                 * @description Where the page starts: the opaque value from the `cursor` parameter
+                 *     of a `Link: <...>; rel="next"` URL. Leave it out for the first page.
+                 *     A malformed or altered cursor, or one used with a different `status`
+                 *     filter, by another user or service client, or by a user where a
+                 *     service client got it (or the other way round), is a `400`
+                 *     (`validation_failed`, field `cursor`).
+                 * @example AQAAAY9Kx2AAY252XzNmOWExYzJlOWIxZDRhMGY4YzNlMmE3MT7kq9Xv0m2cWJ5t8bLr1gA
+                 */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of endpoints; possibly none. */
+            200: {
+                headers: {
+                    Link: components["headers"]["LinkNextWebhooks"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"][];
+                };
+            };
+            400: components["responses"]["InvalidQuery"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "https://crm.example.com/hooks/acme",
+                 *       "events": [
+                 *         "message.created",
+                 *         "conversation.updated"
+                 *       ],
+                 *       "description": "CRM sync"
+                 *     }
+                 */
+                "application/json": components["schemas"]["NewWebhook"];
+            };
+        };
+        responses: {
+            /** @description Created; the body alone carries the secret. */
+            201: {
+                headers: {
+                    Location: components["headers"]["WebhookLocation"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedWebhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            409: components["responses"]["TooManyEndpoints"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint (never its secret). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    updateWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "enabled": true
+                 *     }
+                 */
+                "application/merge-patch+json": components["schemas"]["WebhookPatch"];
+            };
+        };
+        responses: {
+            /** @description The endpoint after the change. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /** @description Seconds the previous secret keeps signing. */
+                    overlap?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The new secret, shown this once. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        secret: components["schemas"]["WebhookSecret"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    testWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery, pending. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The largest number of items (conversations or messages) to return
+                 *     in the page, 1 to 100; 10 when left out. Any other value (`0`, a negative number, a
+                 *     number over 100, a value that is not an integer such as `abc` or
+                 *     `1.5`) or a `limit` given more than once is a `400`
+                 *     (`validation_failed`, field `limit`).
+                 * @example 10
+                 */
+                limit?: components["parameters"]["Limit"];
+                /**
+                 * @description Where the page starts: the opaque value from the `cursor` parameter
+                 *     of a `Link: <...>; rel="next"` URL. Leave it out for the first page.
+                 *     A malformed or altered cursor, or one used with a different `status`
+                 *     filter, by another user or service client, or by a user where a
+                 *     service client got it (or the other way round), is a `400`
+                 *     (`validation_failed`, field `cursor`).
+                 * @example AQAAAY9Kx2AAY252XzNmOWExYzJlOWIxZDRhMGY4YzNlMmE3MT7kq9Xv0m2cWJ5t8bLr1gA
+                 */
+                cursor?: components["parameters"]["Cursor"];
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of deliveries; possibly none. */
+            200: {
+                headers: {
+                    Link: components["headers"]["LinkNextDeliveries"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"][];
+                };
+            };
+            400: components["responses"]["InvalidQuery"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    retryWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description A webhook endpoint id (`whk_` and 24 lowercase hex digits); any other is a `404`.
+                 * @example whk_3f9a1c2e9b1d4a0f8c3e2a71
+                 */
+                id: components["parameters"]["WebhookId"];
+                /**
+                 * @description A delivery id (`dlv_` and 24 lowercase hex digits).
+                 * @example dlv_5d41402abc4b2a76b9719d91
+                 */
+                deliveryId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Pending again. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["WebhookNotFound"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

@@ -43,6 +43,7 @@ from ._errors import (
     CODE_SERVER_ERROR,
     CODE_PRECONDITION_FAILED,
     CODE_SERVICE_UNAVAILABLE,
+    CODE_TOO_MANY_ENDPOINTS,
     CODE_TOO_MANY_PARTICIPANTS,
     CODE_TOO_MANY_REQUESTS,
     CODE_UNAUTHORIZED_CLIENT,
@@ -75,6 +76,12 @@ from ._events import (
     SseParser,
 )
 from ._secret import Secret
+from ._webhooks import (
+    WEBHOOK_TOLERANCE_SECONDS,
+    WebhookEvent,
+    WebhookVerificationError,
+    verify_webhook,
+)
 from ._types import (
     STATUS_CLOSED,
     STATUS_OPEN,
@@ -123,6 +130,7 @@ __all__ = [
     "CODE_SERVER_ERROR",
     "CODE_PRECONDITION_FAILED",
     "CODE_SERVICE_UNAVAILABLE",
+    "CODE_TOO_MANY_ENDPOINTS",
     "CODE_TOO_MANY_PARTICIPANTS",
     "CODE_TOO_MANY_REQUESTS",
     "CODE_UNAUTHORIZED_CLIENT",
@@ -162,4 +170,8 @@ __all__ = [
     "TransportError",
     "User",
     "UserInfo",
+    "verify_webhook",
+    "WEBHOOK_TOLERANCE_SECONDS",
+    "WebhookEvent",
+    "WebhookVerificationError",
 ]

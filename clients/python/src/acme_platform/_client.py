@@ -937,6 +937,105 @@ class Client:
         for page in self.message_pages(conversation_id, limit=limit):
             yield from page.items
 
+    # Webhook endpoints (contract 11.3): a service client with the scopes
+    # webhooks:manage and conversations:read.
+
+    def _webhook_url(self, webhook_id: str, suffix: str = "") -> str:
+        if not webhook_id:
+            raise ValueError("empty webhook endpoint id")
+        return self._conversations(
+            "/v1/webhooks/" + urllib.parse.quote(webhook_id, safe="") + suffix
+        )
+
+    def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Optional[List[str]] = None,
+        description: Optional[str] = None,
+        enabled: Optional[bool] = None,
+    ) -> Dict[str, Any]:
+        """Creates an endpoint (``POST /v1/webhooks``). The answer alone
+        carries its ``secret``: keep it to verify deliveries
+        (verify_webhook). A 21st endpoint is an ApiError 409
+        ``too_many_endpoints``."""
+        payload: Dict[str, Any] = {"url": url}
+        if events is not None:
+            payload["events"] = list(events)
+        if description is not None:
+            payload["description"] = description
+        if enabled is not None:
+            payload["enabled"] = enabled
+        target = self._conversations("/v1/webhooks")
+        return cast(
+            Dict[str, Any], self._json(self._call("POST", target, payload=payload), "POST", target)
+        )
+
+    def webhook_pages(self, *, limit: Optional[int] = None) -> Iterator[Page[Dict[str, Any]]]:
+        """The account's endpoints page by page, newest first."""
+        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
+        return self._walk(self._conversations("/v1/webhooks" + query))
+
+    def webhooks(self, *, limit: Optional[int] = None) -> Iterator[Dict[str, Any]]:
+        """Every endpoint of the account."""
+        for page in self.webhook_pages(limit=limit):
+            yield from page.items
+
+    def get_webhook(self, webhook_id: str) -> Dict[str, Any]:
+        """One endpoint (never its secret)."""
+        url = self._webhook_url(webhook_id)
+        return cast(Dict[str, Any], self._json(self._call("GET", url, retry=True), "GET", url))
+
+    def update_webhook(self, webhook_id: str, **patch: Any) -> Dict[str, Any]:
+        """Changes ``url``, ``events``, ``description`` and/or ``enabled``
+        (a JSON merge patch); enabling clears ``disabledReason``."""
+        unknown = set(patch) - {"url", "events", "description", "enabled"}
+        if unknown or not patch:
+            raise ValueError("update_webhook: give url, events, description and/or enabled")
+        url = self._webhook_url(webhook_id)
+        resp = self._call("PATCH", url, payload=patch, content_type="application/merge-patch+json")
+        return cast(Dict[str, Any], self._json(resp, "PATCH", url))
+
+    def delete_webhook(self, webhook_id: str) -> None:
+        """Deletes an endpoint."""
+        self._call("DELETE", self._webhook_url(webhook_id))
+
+    def rotate_webhook_secret(
+        self, webhook_id: str, *, overlap_seconds: Optional[int] = None
+    ) -> str:
+        """A new secret; the previous one keeps signing beside it for
+        ``overlap_seconds`` (default: the service's, 24 h; 0 stops it)."""
+        payload: Dict[str, Any] = {} if overlap_seconds is None else {"overlap": overlap_seconds}
+        url = self._webhook_url(webhook_id, "/rotate-secret")
+        return cast(
+            str, self._json(self._call("POST", url, payload=payload), "POST", url)["secret"]
+        )
+
+    def test_webhook(self, webhook_id: str) -> Dict[str, Any]:
+        """Sends a ``webhook.test`` event to this endpoint only; returns its
+        delivery, pending."""
+        url = self._webhook_url(webhook_id, "/test")
+        return cast(Dict[str, Any], self._json(self._call("POST", url), "POST", url))
+
+    def webhook_deliveries(
+        self, webhook_id: str, *, limit: Optional[int] = None
+    ) -> Iterator[Dict[str, Any]]:
+        """Every delivery of the endpoint, newest first."""
+        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
+        for page in self._walk(self._webhook_url(webhook_id, "/deliveries" + query)):
+            yield from page.items
+
+    def retry_webhook_delivery(self, webhook_id: str, delivery_id: str) -> None:
+        """Delivers one delivery again now, with the same ``webhook-id``."""
+        if not delivery_id:
+            raise ValueError("empty delivery id")
+        self._call(
+            "POST",
+            self._webhook_url(
+                webhook_id, "/deliveries/" + urllib.parse.quote(delivery_id, safe="") + "/retry"
+            ),
+        )
+
     # -- events ---------------------------------------------------------
 
     def _events_url(

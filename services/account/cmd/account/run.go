@@ -34,7 +34,8 @@ Usage:
                                   its client_id and client_secret, the secret only this once;
                                   scopes: definitions:read, definitions:write,
                                   conversations:read, conversations:write,
-                                  users:read, users:write
+                                  users:read, users:write,
+                                  webhooks:manage (with conversations:read)
   account create-client --account NAME --name CLIENT_NAME --public
                                   create a public client (an app that cannot keep a secret:
                                   single-page, mobile); it has no secret and sends its

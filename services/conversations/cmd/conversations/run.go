@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
@@ -20,6 +23,7 @@ import (
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 const usage = `conversations runs the conversations service (Interface B).
@@ -205,7 +209,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background)
+			if err != nil {
+				return nil, err
+			}
 			return conversationshttp.NewHandler(conversationshttp.Deps{
+				Webhooks:        webhooks,
 				Logger:          logger,
 				Metrics:         registry,
 				Store:           store,
@@ -234,4 +243,50 @@ func newCursorSecret() (string, error) {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails since Go 1.24
 	return base64.RawStdEncoding.EncodeToString(b), nil
+}
+
+// startWebhooks builds the webhooks' use cases and starts this replica's
+// delivery engine, which ends with ctx (background waits for it).
+func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
+	registry prometheus.Registerer, background *sync.WaitGroup,
+) (*conversations.Webhooks, error) {
+	key, err := cfg.webhookKey()
+	if err != nil {
+		return nil, err
+	}
+	if key == nil {
+		logger.Warn("CONVERSATIONS_WEBHOOK_SECRET_KEY is not set: webhook secrets are encrypted under a key kept in MongoDB beside them; set it in production")
+		stored, err := store.LoadOrCreateSecret(ctx, "webhook_secret_key", newWebhookKey)
+		if err != nil {
+			return nil, err
+		}
+		if key, err = base64.StdEncoding.DecodeString(stored); err != nil {
+			return nil, fmt.Errorf("stored webhook secret key: %w", err)
+		}
+	}
+	box, err := conversations.NewSecretBox(key)
+	if err != nil {
+		return nil, err
+	}
+	schedule, _ := cfg.webhookSchedule() // checked by validate
+	allowed, _ := webhook.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
+	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), cfg.WebhookTimeout)
+	engine := &webhook.Engine{
+		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
+		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
+	}
+	webhooks := &conversations.Webhooks{
+		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP},
+		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
+		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake, Logger: logger,
+	}
+	engine.Webhooks = webhooks
+	background.Go(func() { engine.Run(ctx) })
+	return webhooks, nil
+}
+
+func newWebhookKey() (string, error) {
+	b := make([]byte, conversations.SecretBoxKeyLen)
+	_, _ = rand.Read(b) // never fails since Go 1.24
+	return base64.StdEncoding.EncodeToString(b), nil
 }

@@ -1,0 +1,228 @@
+package http
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/cursor"
+)
+
+// Webhook endpoints (contract section 11.3), for service clients with
+// webhooks:manage and conversations:read (routes.go).
+
+// pathEndpointID is the {id} of a webhook path: ErrEndpointNotFound unless
+// it has the form of an endpoint id.
+func pathEndpointID(c *echo.Context) (string, error) {
+	id := c.Param("id")
+	if !conversations.ValidWebhookEndpointID(id) {
+		return "", fmt.Errorf("endpoint id of another form: %w", conversations.ErrEndpointNotFound)
+	}
+	return id, nil
+}
+
+// createdEndpoint is the 201 body: the endpoint and, this once, its secret.
+type createdEndpoint struct {
+	conversations.WebhookEndpoint
+	Secret string `json:"secret"`
+}
+
+func (c createdEndpoint) MarshalJSON() ([]byte, error) {
+	base, err := json.Marshal(c.WebhookEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(base, &members); err != nil {
+		return nil, err
+	}
+	secret, _ := json.Marshal(c.Secret)
+	members["secret"] = secret
+	return json.Marshal(members)
+}
+
+func handleCreateWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		var in conversations.NewWebhookEndpoint
+		if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
+			return err
+		}
+		e, secret, err := wh.CreateEndpoint(c.Request().Context(), caller(c), in)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Location", "/v1/webhooks/"+e.ID)
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return c.JSON(http.StatusCreated, createdEndpoint{WebhookEndpoint: e, Secret: secret})
+	}
+}
+
+func handleListWebhooks(wh *conversations.Webhooks, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
+		if err != nil {
+			return err
+		}
+		who := caller(c)
+		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, Listing: "webhooks"}
+		after, err := pageAfter(cursors, scope, p.cursor)
+		if err != nil {
+			return err
+		}
+		page, err := wh.ListEndpoints(c.Request().Context(), who, p.limit, after)
+		if err != nil {
+			return err
+		}
+		setNextLink(c, "/v1/webhooks", url.Values{"limit": {strconv.Itoa(p.limit)}}, cursors, scope, page.Next)
+		return c.JSON(http.StatusOK, page.Endpoints)
+	}
+}
+
+func handleGetWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		e, err := wh.GetEndpoint(c.Request().Context(), caller(c), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, e)
+	}
+}
+
+func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		var members map[string]json.RawMessage
+		if err := web.DecodeJSONAs(c, mergePatchType, conversations.MaxBodyLen, &members); err != nil {
+			return err
+		}
+		patch, err := conversations.ParseWebhookPatch(members, wh.URLs)
+		if err != nil {
+			return err
+		}
+		e, err := wh.UpdateEndpoint(c.Request().Context(), caller(c), id, patch)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, e)
+	}
+}
+
+func handleDeleteWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		if err := wh.DeleteEndpoint(c.Request().Context(), caller(c), id); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+// rotateRequest is the optional body of rotate-secret.
+type rotateRequest struct {
+	// Overlap is how long the previous secret keeps signing, in seconds.
+	Overlap *int64 `json:"overlap"`
+}
+
+func handleRotateWebhookSecret(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		overlap := conversations.DefaultRotationOverlap
+		if c.Request().ContentLength != 0 {
+			var in rotateRequest
+			if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
+				return err
+			}
+			if in.Overlap != nil {
+				longest := int64(conversations.MaxRotationOverlap / time.Second)
+				if *in.Overlap < 0 || *in.Overlap > longest {
+					return problem.Validation(problem.FieldError{Field: "overlap",
+						Reason: fmt.Sprintf("must be a number of seconds from 0 to %d", longest)})
+				}
+				overlap = time.Duration(*in.Overlap) * time.Second
+			}
+		}
+		secret, err := wh.RotateSecret(c.Request().Context(), caller(c), id, overlap)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return c.JSON(http.StatusOK, map[string]string{"secret": secret})
+	}
+}
+
+func handleTestWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		d, err := wh.SendTest(c.Request().Context(), caller(c), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusAccepted, d)
+	}
+}
+
+func handleListDeliveries(wh *conversations.Webhooks, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
+		if err != nil {
+			return err
+		}
+		who := caller(c)
+		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, Listing: "webhook-deliveries", ParentID: id}
+		after, err := pageAfter(cursors, scope, p.cursor)
+		if err != nil {
+			return err
+		}
+		page, err := wh.ListDeliveries(c.Request().Context(), who, id, p.limit, after)
+		if err != nil {
+			return err
+		}
+		setNextLink(c, "/v1/webhooks/"+id+"/deliveries", url.Values{"limit": {strconv.Itoa(p.limit)}}, cursors, scope, page.Next)
+		return c.JSON(http.StatusOK, page.Deliveries)
+	}
+}
+
+func handleRetryDelivery(wh *conversations.Webhooks) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		id, err := pathEndpointID(c)
+		if err != nil {
+			return err
+		}
+		deliveryID := c.Param("deliveryId")
+		if !conversations.ValidDeliveryID(deliveryID) {
+			return fmt.Errorf("delivery id of another form: %w", conversations.ErrDeliveryNotFound)
+		}
+		if err := wh.RetryDelivery(c.Request().Context(), caller(c), id, deliveryID); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusAccepted)
+	}
+}

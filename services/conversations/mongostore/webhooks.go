@@ -1,0 +1,485 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/acme/platform/pkg/mongoconn"
+	"github.com/acme/platform/services/conversations"
+)
+
+// Webhooks (contract section 11.3). Collections, documents and indexes:
+//
+// webhooks: {_id, account_id, url, events[], description, enabled,
+// disabled_reason, secrets[{sealed, not_after}], event_cursor,
+// failing_since, fanout_at, fanout_claim, created_at, updated_at, version}
+//
+//	by_account        {account_id:1, created_at:-1, _id:-1}
+//	    the account's endpoints newest first, keyset-paged; the count
+//	    against the limit of 20 (equality on account_id).
+//	by_fanout         {enabled:1, fanout_at:1}
+//	    the enabled endpoint whose events were looked at longest ago:
+//	    equality on enabled, the oldest fanout_at first (a lease: a
+//	    claimed endpoint's fanout_at is its lease's end).
+//
+// webhook_deliveries: {_id, account_id, endpoint_id, event_id, event_type,
+// event_time, payload, state, attempts, response_status, duration_ms,
+// error, next_attempt_at, claim, created_at, updated_at}
+//
+//	by_endpoint_event (unique) {endpoint_id:1, event_id:1}
+//	    one delivery per (endpoint, event): a fan-out repeated after a
+//	    lost lease inserts nothing twice.
+//	by_endpoint       {account_id:1, endpoint_id:1, created_at:-1, _id:-1}
+//	    the deliveries log of an endpoint, newest first, keyset-paged.
+//	by_due            {state:1, next_attempt_at:1}
+//	    the pending delivery due longest ago (a lease: a claimed
+//	    delivery's next_attempt_at is its lease's end, so a crashed
+//	    replica's claim falls due again); how overdue it is (a metric).
+//
+// webhook_quotas: {_id: endpoint id + kind, window_start, count}: the
+// test and retry budget of an endpoint, one conditional update per request.
+
+type webhookDoc struct {
+	ID             string      `bson:"_id"`
+	AccountID      string      `bson:"account_id"`
+	URL            string      `bson:"url"`
+	Events         []string    `bson:"events"`
+	Description    string      `bson:"description"`
+	Enabled        bool        `bson:"enabled"`
+	DisabledReason *string     `bson:"disabled_reason"`
+	Secrets        []sealedDoc `bson:"secrets"`
+	EventCursor    int64       `bson:"event_cursor"`
+	FailingSince   *time.Time  `bson:"failing_since"`
+	FanoutAt       time.Time   `bson:"fanout_at"`
+	FanoutClaim    string      `bson:"fanout_claim"`
+	CreatedAt      time.Time   `bson:"created_at"`
+	UpdatedAt      time.Time   `bson:"updated_at"`
+	Version        int64       `bson:"version"`
+}
+
+type sealedDoc struct {
+	Sealed   []byte     `bson:"sealed"`
+	NotAfter *time.Time `bson:"not_after"`
+}
+
+func toWebhookDoc(e conversations.WebhookEndpoint) webhookDoc {
+	d := webhookDoc{
+		ID: e.ID, AccountID: e.AccountID, URL: e.URL, Events: e.Events, Description: e.Description,
+		Enabled: e.Enabled, DisabledReason: e.DisabledReason, EventCursor: e.EventCursor,
+		FailingSince: utcPtr(e.FailingSince), CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(), Version: e.Version,
+	}
+	for _, s := range e.Secrets {
+		d.Secrets = append(d.Secrets, sealedDoc{Sealed: s.Sealed, NotAfter: utcPtr(s.NotAfter)})
+	}
+	return d
+}
+
+func (d webhookDoc) domain() conversations.WebhookEndpoint {
+	e := conversations.WebhookEndpoint{
+		ID: d.ID, AccountID: d.AccountID, URL: d.URL, Events: d.Events, Description: d.Description,
+		Enabled: d.Enabled, DisabledReason: d.DisabledReason, EventCursor: d.EventCursor,
+		FailingSince: utcPtr(d.FailingSince), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Version: d.Version,
+	}
+	if e.Events == nil {
+		e.Events = []string{}
+	}
+	for _, s := range d.Secrets {
+		e.Secrets = append(e.Secrets, conversations.SealedSecret{Sealed: s.Sealed, NotAfter: utcPtr(s.NotAfter)})
+	}
+	return e
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+type deliveryDoc struct {
+	ID             string     `bson:"_id"`
+	AccountID      string     `bson:"account_id"`
+	EndpointID     string     `bson:"endpoint_id"`
+	EventID        string     `bson:"event_id"`
+	EventType      string     `bson:"event_type"`
+	EventTime      time.Time  `bson:"event_time"`
+	Payload        []byte     `bson:"payload"`
+	State          string     `bson:"state"`
+	Attempts       int        `bson:"attempts"`
+	ResponseStatus *int       `bson:"response_status"`
+	DurationMs     *int64     `bson:"duration_ms"`
+	Error          *string    `bson:"error"`
+	NextAttemptAt  *time.Time `bson:"next_attempt_at"`
+	Claim          string     `bson:"claim"`
+	CreatedAt      time.Time  `bson:"created_at"`
+	UpdatedAt      time.Time  `bson:"updated_at"`
+}
+
+func (d deliveryDoc) domain() conversations.WebhookDelivery {
+	return conversations.WebhookDelivery{
+		ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
+		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: conversations.DeliveryState(d.State),
+		Attempts: d.Attempts, ResponseStatus: d.ResponseStatus, DurationMs: d.DurationMs, Error: d.Error,
+		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Claim: d.Claim,
+	}
+}
+
+// webhookIndexes are the indexes of the package doc above.
+func (s *Store) webhookIndexes() []struct {
+	coll  *mongo.Collection
+	model mongo.IndexModel
+} {
+	return []struct {
+		coll  *mongo.Collection
+		model mongo.IndexModel
+	}{
+		{s.webhooks, mongo.IndexModel{
+			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+			Options: options.Index().SetName("by_account"),
+		}},
+		{s.webhooks, mongo.IndexModel{
+			Keys:    bson.D{{Key: "enabled", Value: 1}, {Key: "fanout_at", Value: 1}},
+			Options: options.Index().SetName("by_fanout"),
+		}},
+		{s.deliveries, mongo.IndexModel{
+			Keys:    bson.D{{Key: "endpoint_id", Value: 1}, {Key: "event_id", Value: 1}},
+			Options: options.Index().SetName("by_endpoint_event").SetUnique(true),
+		}},
+		{s.deliveries, mongo.IndexModel{
+			Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "endpoint_id", Value: 1},
+				{Key: "created_at", Value: -1}, {Key: "_id", Value: -1}},
+			Options: options.Index().SetName("by_endpoint"),
+		}},
+		{s.deliveries, mongo.IndexModel{
+			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "next_attempt_at", Value: 1}},
+			Options: options.Index().SetName("by_due"),
+		}},
+	}
+}
+
+func endpointFilter(accountID, id string) bson.D {
+	return bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}}
+}
+
+// InsertEndpoint implements conversations.WebhookStore.
+func (s *Store) InsertEndpoint(ctx context.Context, e conversations.WebhookEndpoint) error {
+	d := toWebhookDoc(e)
+	d.FanoutAt = e.CreatedAt.UTC()
+	_, err := s.webhooks.InsertOne(ctx, d)
+	return mongoconn.Wrap(err, "insert webhook endpoint")
+}
+
+// CountEndpoints implements conversations.WebhookStore.
+func (s *Store) CountEndpoints(ctx context.Context, accountID string) (int, error) {
+	n, err := s.webhooks.CountDocuments(ctx, bson.D{{Key: "account_id", Value: accountID}},
+		options.Count().SetHint("by_account"))
+	return int(n), mongoconn.Wrap(err, "count webhook endpoints")
+}
+
+func (s *Store) findEndpoint(ctx context.Context, filter bson.D) (conversations.WebhookEndpoint, error) {
+	var d webhookDoc
+	err := s.webhooks.FindOne(ctx, filter).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return conversations.WebhookEndpoint{}, conversations.ErrEndpointNotFound
+	}
+	if err != nil {
+		return conversations.WebhookEndpoint{}, mongoconn.Wrap(err, "find webhook endpoint")
+	}
+	return d.domain(), nil
+}
+
+// FindEndpoint implements conversations.WebhookStore.
+func (s *Store) FindEndpoint(ctx context.Context, accountID, id string) (conversations.WebhookEndpoint, error) {
+	return s.findEndpoint(ctx, endpointFilter(accountID, id))
+}
+
+// FindEndpointByID implements conversations.WebhookStore.
+func (s *Store) FindEndpointByID(ctx context.Context, id string) (conversations.WebhookEndpoint, error) {
+	return s.findEndpoint(ctx, bson.D{{Key: "_id", Value: id}})
+}
+
+// ListEndpoints implements conversations.WebhookStore.
+func (s *Store) ListEndpoints(ctx context.Context, accountID string, limit int, after *conversations.Position) (conversations.WebhookPage, error) {
+	items, next, err := findPage(ctx, s.webhooks, bson.D{{Key: "account_id", Value: accountID}}, "created_at", "by_account", after, limit,
+		webhookDoc.domain, func(e conversations.WebhookEndpoint) conversations.Position {
+			return conversations.Position{Time: e.CreatedAt, ID: e.ID}
+		})
+	if err != nil {
+		return conversations.WebhookPage{}, mongoconn.Wrap(err, "list webhook endpoints")
+	}
+	return conversations.WebhookPage{Endpoints: items, Next: next}, nil
+}
+
+// SaveEndpoint implements conversations.WebhookStore: one update
+// conditional on the version read. The fan-out's fields (its lease) are
+// not the caller's and stay; a cursor moved by an enable is stored.
+func (s *Store) SaveEndpoint(ctx context.Context, e conversations.WebhookEndpoint, fromVersion int64) (bool, error) {
+	d := toWebhookDoc(e)
+	filter := append(endpointFilter(e.AccountID, e.ID), bson.E{Key: "version", Value: fromVersion})
+	res, err := s.webhooks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "url", Value: d.URL}, {Key: "events", Value: d.Events}, {Key: "description", Value: d.Description},
+		{Key: "enabled", Value: d.Enabled}, {Key: "disabled_reason", Value: d.DisabledReason},
+		{Key: "secrets", Value: d.Secrets}, {Key: "event_cursor", Value: d.EventCursor},
+		{Key: "failing_since", Value: d.FailingSince}, {Key: "updated_at", Value: d.UpdatedAt},
+		{Key: "version", Value: d.Version},
+	}}})
+	if err != nil {
+		return false, mongoconn.Wrap(err, "save webhook endpoint")
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// DeleteEndpoint implements conversations.WebhookStore.
+func (s *Store) DeleteEndpoint(ctx context.Context, accountID, id string) (bool, error) {
+	res, err := s.webhooks.DeleteOne(ctx, endpointFilter(accountID, id))
+	if err != nil {
+		return false, mongoconn.Wrap(err, "delete webhook endpoint")
+	}
+	return res.DeletedCount == 1, nil
+}
+
+// TakeQuota implements conversations.WebhookStore: a fixed window per
+// endpoint and kind, counted by conditional updates (no transaction): a
+// window that ended is restarted by an update conditional on its start,
+// a running one counts up while below limit.
+func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error) {
+	id := endpointID + "/" + kind
+	for range 5 {
+		var q struct {
+			WindowStart time.Time `bson:"window_start"`
+			Count       int       `bson:"count"`
+		}
+		err := s.quotas.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&q)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			_, err = s.quotas.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: now}, {Key: "count", Value: 1}})
+			if mongo.IsDuplicateKeyError(err) {
+				continue
+			}
+			return 0, mongoconn.Wrap(err, "take webhook quota")
+		}
+		if err != nil {
+			return 0, mongoconn.Wrap(err, "read webhook quota")
+		}
+		start := q.WindowStart.UTC()
+		if !now.Before(start.Add(window)) {
+			res, err := s.quotas.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: start}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "window_start", Value: now}, {Key: "count", Value: 1}}}})
+			if err != nil {
+				return 0, mongoconn.Wrap(err, "take webhook quota")
+			}
+			if res.MatchedCount == 1 {
+				return 0, nil
+			}
+			continue
+		}
+		if q.Count >= limit {
+			return start.Add(window).Sub(now), nil
+		}
+		res, err := s.quotas.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: start}, {Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}})
+		if err != nil {
+			return 0, mongoconn.Wrap(err, "take webhook quota")
+		}
+		if res.MatchedCount == 1 {
+			return 0, nil
+		}
+	}
+	return window, nil
+}
+
+// InsertDeliveries implements conversations.WebhookStore: an unordered
+// insert whose duplicate keys (a delivery stored already) are not errors.
+func (s *Store) InsertDeliveries(ctx context.Context, ds []conversations.WebhookDelivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	docs := make([]any, 0, len(ds))
+	for _, d := range ds {
+		docs = append(docs, deliveryDoc{
+			ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
+			EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
+			NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
+		})
+	}
+	_, err := s.deliveries.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if err != nil && onlyDuplicates(err) {
+		return nil
+	}
+	return mongoconn.Wrap(err, "insert webhook deliveries")
+}
+
+// onlyDuplicates reports whether every write error of err is a duplicate key.
+func onlyDuplicates(err error) bool {
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) {
+		if bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+			return false
+		}
+		for _, we := range bwe.WriteErrors {
+			if we.Code != 11000 {
+				return false
+			}
+		}
+		return true
+	}
+	return mongo.IsDuplicateKeyError(err)
+}
+
+// ListDeliveries implements conversations.WebhookStore.
+func (s *Store) ListDeliveries(ctx context.Context, accountID, endpointID string, limit int, after *conversations.Position) (conversations.DeliveryPage, error) {
+	filter := bson.D{{Key: "account_id", Value: accountID}, {Key: "endpoint_id", Value: endpointID}}
+	items, next, err := findPage(ctx, s.deliveries, filter, "created_at", "by_endpoint", after, limit,
+		deliveryDoc.domain, func(d conversations.WebhookDelivery) conversations.Position {
+			return conversations.Position{Time: d.CreatedAt, ID: d.ID}
+		})
+	if err != nil {
+		return conversations.DeliveryPage{}, mongoconn.Wrap(err, "list webhook deliveries")
+	}
+	return conversations.DeliveryPage{Deliveries: items, Next: next}, nil
+}
+
+// RequeueDelivery implements conversations.WebhookStore.
+func (s *Store) RequeueDelivery(ctx context.Context, accountID, endpointID, id string, now time.Time) (bool, error) {
+	res, err := s.deliveries.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}, {Key: "endpoint_id", Value: endpointID}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "state", Value: string(conversations.DeliveryPending)}, {Key: "next_attempt_at", Value: now.UTC()},
+			{Key: "claim", Value: ""}, {Key: "updated_at", Value: now.UTC()},
+		}}})
+	if err != nil {
+		return false, mongoconn.Wrap(err, "requeue webhook delivery")
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// ClaimDelivery implements conversations.WebhookStore: one
+// find-and-modify on by_due.
+func (s *Store) ClaimDelivery(ctx context.Context, now, leaseUntil time.Time, claim string, busy []string) (conversations.WebhookDelivery, bool, error) {
+	filter := bson.D{
+		{Key: "state", Value: string(conversations.DeliveryPending)},
+		{Key: "next_attempt_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}},
+	}
+	if len(busy) > 0 {
+		filter = append(filter, bson.E{Key: "endpoint_id", Value: bson.D{{Key: "$nin", Value: busy}}})
+	}
+	var d deliveryDoc
+	err := s.deliveries.FindOneAndUpdate(ctx, filter,
+		bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: claim}, {Key: "next_attempt_at", Value: leaseUntil.UTC()}}}},
+		options.FindOneAndUpdate().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").
+			SetReturnDocument(options.After),
+	).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return conversations.WebhookDelivery{}, false, nil
+	}
+	if err != nil {
+		return conversations.WebhookDelivery{}, false, mongoconn.Wrap(err, "claim webhook delivery")
+	}
+	return d.domain(), true, nil
+}
+
+// FinishAttempt implements conversations.WebhookStore: one update
+// conditional on the claim.
+func (s *Store) FinishAttempt(ctx context.Context, id, claim string, o conversations.AttemptOutcome) (bool, error) {
+	duration := o.DurationMs
+	res, err := s.deliveries.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: claim}, {Key: "state", Value: string(conversations.DeliveryPending)}},
+		bson.D{
+			{Key: "$set", Value: bson.D{
+				{Key: "state", Value: string(o.State)}, {Key: "response_status", Value: o.ResponseStatus},
+				{Key: "duration_ms", Value: &duration}, {Key: "error", Value: o.Error},
+				{Key: "next_attempt_at", Value: utcPtr(o.NextAttemptAt)}, {Key: "claim", Value: ""},
+				{Key: "updated_at", Value: o.At.UTC()},
+			}},
+			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+		})
+	if err != nil {
+		return false, mongoconn.Wrap(err, "record webhook attempt")
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// OldestPending implements conversations.WebhookStore: the due time of
+// the pending delivery due longest ago, the first entry of by_due's
+// pending range (a claimed one's due time is its lease's end).
+func (s *Store) OldestPending(ctx context.Context) (*time.Time, error) {
+	var d deliveryDoc
+	err := s.deliveries.FindOne(ctx, bson.D{{Key: "state", Value: string(conversations.DeliveryPending)}},
+		options.FindOne().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").
+			SetProjection(bson.D{{Key: "next_attempt_at", Value: 1}})).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mongoconn.Wrap(err, "oldest pending webhook delivery")
+	}
+	return utcPtr(d.NextAttemptAt), nil
+}
+
+// ClaimFanout implements conversations.WebhookStore.
+func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (conversations.WebhookEndpoint, bool, error) {
+	var d webhookDoc
+	err := s.webhooks.FindOneAndUpdate(ctx,
+		bson.D{{Key: "enabled", Value: true}, {Key: "fanout_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "fanout_claim", Value: claim}, {Key: "fanout_at", Value: leaseUntil.UTC()}}}},
+		options.FindOneAndUpdate().SetSort(bson.D{{Key: "fanout_at", Value: 1}}).SetHint("by_fanout").
+			SetReturnDocument(options.After),
+	).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return conversations.WebhookEndpoint{}, false, nil
+	}
+	if err != nil {
+		return conversations.WebhookEndpoint{}, false, mongoconn.Wrap(err, "claim webhook fan-out")
+	}
+	return d.domain(), true, nil
+}
+
+// ReleaseFanout implements conversations.WebhookStore. The cursor only
+// moves forward; a PATCH that re-enabled the endpoint meanwhile (and
+// moved the cursor to the newest event) wins.
+func (s *Store) ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error) {
+	res, err := s.webhooks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "fanout_claim", Value: claim}, {Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "event_cursor", Value: cursor}, {Key: "fanout_at", Value: next.UTC()}, {Key: "fanout_claim", Value: ""}}}})
+	if err != nil {
+		return false, mongoconn.Wrap(err, "release webhook fan-out")
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// MarkEndpointFailing implements conversations.WebhookStore.
+func (s *Store) MarkEndpointFailing(ctx context.Context, id string, at time.Time) (conversations.WebhookEndpoint, error) {
+	if _, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "failing_since", Value: nil}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: at.UTC()}}}}); err != nil {
+		return conversations.WebhookEndpoint{}, mongoconn.Wrap(err, "mark webhook endpoint failing")
+	}
+	return s.FindEndpointByID(ctx, id)
+}
+
+// MarkEndpointHealthy implements conversations.WebhookStore; an endpoint
+// already healthy is not written.
+func (s *Store) MarkEndpointHealthy(ctx context.Context, id string) error {
+	_, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "failing_since", Value: bson.D{{Key: "$ne", Value: nil}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: nil}}}})
+	return mongoconn.Wrap(err, "mark webhook endpoint healthy")
+}
+
+// DisableEndpoint implements conversations.WebhookStore.
+func (s *Store) DisableEndpoint(ctx context.Context, id, reason string, at time.Time) (bool, error) {
+	res, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "enabled", Value: true}},
+		bson.D{
+			{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "disabled_reason", Value: reason}, {Key: "updated_at", Value: at.UTC()}}},
+			{Key: "$inc", Value: bson.D{{Key: "version", Value: 1}}},
+		})
+	if err != nil {
+		return false, mongoconn.Wrap(err, fmt.Sprintf("disable webhook endpoint %s", id))
+	}
+	return res.ModifiedCount == 1, nil
+}

@@ -1,0 +1,201 @@
+package mongostore_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/services/conversations"
+)
+
+// The rules of conversations.Webhooks on the real store, with a clock the
+// test moves: events of the log become deliveries once, claims are
+// leases, an outcome is recorded only while its claim holds, the retry
+// schedule with its jitter and Retry-After, and an endpoint failing for
+// DisableAfter is disabled. (HTTP delivery itself: deploy/e2e.)
+func TestWebhookRules(t *testing.T) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &conversations.Webhooks{
+		Store: store, Events: conversations.EventLogOf(store), Box: box, Now: clock,
+		RetrySchedule: []time.Duration{time.Minute, time.Hour}, DisableAfter: 24 * time.Hour,
+	}
+	svc := &conversations.Service{Store: store, Now: clock}
+	relay := &conversations.Relay{Store: store, Now: clock}
+	client := conversations.Caller{AccountID: "acc_rules", ID: "cli_rules", Client: true}
+	user := conversations.Caller{AccountID: "acc_rules", ID: "usr_9f86d081884c7d659a2feaa0"}
+
+	// An event before the endpoint exists is not its.
+	if _, err := svc.CreateConversation(ctx, user, conversations.Conversation{Participants: []string{user.ID}, Status: conversations.StatusOpen}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.RelayOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	url := "https://hooks.example.com/in"
+	messagesOnly := []string{"message.created"}
+	e, secret, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &url, Events: &messagesOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The secret is sealed at rest under the box's key, with the endpoint
+	// id bound: it opens for this endpoint only.
+	stored, _ := store.FindEndpoint(ctx, client.AccountID, e.ID)
+	if strings.Contains(string(stored.Secrets[0].Sealed), secret[6:]) {
+		t.Fatal("the secret is stored in the clear")
+	}
+	if got, err := box.Open(e.ID, stored.Secrets[0].Sealed); err != nil || got != secret {
+		t.Fatalf("open: %v", err)
+	}
+	if _, err := box.Open("whk_000000000000000000000000", stored.Secrets[0].Sealed); err == nil {
+		t.Fatal("a sealed secret opened for another endpoint")
+	}
+
+	// Events after its creation: a conversation and a message; only the
+	// message matches the subscription.
+	conv, err := svc.CreateConversation(ctx, user, conversations.Conversation{Participants: []string{user.ID}, Status: conversations.StatusOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.PostMessage(ctx, user, conversations.Message{ConversationID: conv.ID, Body: "hello", Metadata: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.RelayOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a second fan-out finds nothing new
+		if _, err := wh.FanOut(ctx, "fanout-1", time.Second, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
+	if err != nil || len(page.Deliveries) != 1 || page.Deliveries[0].EventType != "message.created" {
+		t.Fatalf("deliveries %+v %v", page.Deliveries, err)
+	}
+	var payload struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Sequence int64  `json:"sequence"`
+		Data     struct {
+			Message struct{ Body string } `json:"message"`
+		} `json:"data"`
+	}
+	d := page.Deliveries[0]
+	if err := json.Unmarshal(d.Payload, &payload); err != nil || payload.ID != d.EventID || payload.Sequence == 0 || payload.Data.Message.Body != "hello" {
+		t.Fatalf("payload %s", d.Payload)
+	}
+
+	// A claim holds for its lease; then another replica takes it, and
+	// the first one's outcome is not recorded.
+	a1, ok, err := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	if err != nil || !ok || a1.Delivery.ID != d.ID || a1.URL != url || len(a1.Secrets) != 1 || a1.Secrets[0] != secret {
+		t.Fatalf("claim: %+v %v %v", a1, ok, err)
+	}
+	if _, ok, _ := wh.ClaimAttempt(ctx, "replica-2", 30*time.Second, nil); ok {
+		t.Fatal("a claimed delivery was claimed again within its lease")
+	}
+	now = now.Add(31 * time.Second)
+	a2, ok, err := wh.ClaimAttempt(ctx, "replica-2", 30*time.Second, nil)
+	if err != nil || !ok || a2.Delivery.ID != d.ID {
+		t.Fatalf("takeover: %v %v", ok, err)
+	}
+	if out, err := wh.FinishAttempt(ctx, a1, conversations.AttemptResult{Status: 200}); err != nil || out.Recorded {
+		t.Fatalf("an expired claim recorded its outcome: %+v %v", out, err)
+	}
+	// A failure: the next attempt in a minute ±20 %.
+	out, err := wh.FinishAttempt(ctx, a2, conversations.AttemptResult{Status: 500, Error: "the endpoint answered 500"})
+	if err != nil || !out.Recorded || out.State != conversations.DeliveryPending {
+		t.Fatalf("failure: %+v %v", out, err)
+	}
+	d = delivery(t, wh, client, e.ID)
+	if d.Attempts != 1 || d.NextAttemptAt == nil || d.NextAttemptAt.Before(now.Add(48*time.Second)) || d.NextAttemptAt.After(now.Add(72*time.Second)) {
+		t.Fatalf("after one failure: attempts %d, next %v (now %v)", d.Attempts, d.NextAttemptAt, now)
+	}
+	if _, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, []string{}); ok {
+		t.Fatal("claimed before it was due")
+	}
+	// Retry-After beyond the schedule postpones it, at most 24 h.
+	now = now.Add(2 * time.Minute)
+	a3, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	if !ok {
+		t.Fatal("not due after its wait")
+	}
+	if _, ok, _ := wh.ClaimAttempt(ctx, "replica-2", 30*time.Second, nil); ok {
+		t.Fatal("claimed twice")
+	}
+	wh.FinishAttempt(ctx, a3, conversations.AttemptResult{Status: 429, RetryAfter: 48 * time.Hour})
+	d = delivery(t, wh, client, e.ID)
+	if d.State != conversations.DeliveryPending || !d.NextAttemptAt.Equal(now.Add(conversations.MaxRetryAfter)) {
+		t.Fatalf("Retry-After 48 h: next %v, want %v", d.NextAttemptAt, now.Add(conversations.MaxRetryAfter))
+	}
+	// The last attempt of the schedule fails the delivery; failing since
+	// the first failure for DisableAfter disables the endpoint.
+	now = now.Add(24*time.Hour + time.Second)
+	a4, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	if !ok {
+		t.Fatal("not due after Retry-After")
+	}
+	out, err = wh.FinishAttempt(ctx, a4, conversations.AttemptResult{Error: "no response within 15s"})
+	if err != nil || out.State != conversations.DeliveryFailed || !out.Disabled {
+		t.Fatalf("last attempt: %+v %v", out, err)
+	}
+	got, _ := wh.GetEndpoint(ctx, client, e.ID)
+	if got.Enabled || got.DisabledReason == nil || !strings.Contains(*got.DisabledReason, "no delivery succeeded") {
+		t.Fatalf("endpoint after a day of failures: %+v", got)
+	}
+
+	// A disabled endpoint's pending delivery ends failed, unsent; so does
+	// a deleted one's.
+	if _, err := wh.SendTest(ctx, client, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	a5, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	if !ok || a5.Refusal == "" || len(a5.Secrets) != 0 {
+		t.Fatalf("disabled endpoint's delivery: %+v", a5)
+	}
+	if out, _ := wh.FinishAttempt(ctx, a5, conversations.AttemptResult{}); out.State != conversations.DeliveryFailed {
+		t.Fatalf("disabled endpoint's delivery: %+v", out)
+	}
+	// Re-enabled, it starts at the newest event: what happened while it
+	// was disabled is not delivered.
+	if _, err := svc.PostMessage(ctx, user, conversations.Message{ConversationID: conv.ID, Body: "while disabled", Metadata: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	relay.RelayOnce(ctx)
+	enable := true
+	if _, err := wh.UpdateEndpoint(ctx, client, e.ID, conversations.WebhookPatch{Enabled: &enable}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wh.FanOut(ctx, "fanout-2", time.Second, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	page, _ = wh.ListDeliveries(ctx, client, e.ID, 10, nil)
+	for _, d := range page.Deliveries {
+		var p struct {
+			Data struct{ Message struct{ Body string } }
+		}
+		json.Unmarshal(d.Payload, &p)
+		if p.Data.Message.Body == "while disabled" {
+			t.Fatal("an event recorded while the endpoint was disabled was delivered")
+		}
+	}
+}
+
+// delivery is the newest delivery of the endpoint.
+func delivery(t *testing.T, wh *conversations.Webhooks, who conversations.Caller, endpointID string) conversations.WebhookDelivery {
+	t.Helper()
+	page, err := wh.ListDeliveries(context.Background(), who, endpointID, 1, nil)
+	if err != nil || len(page.Deliveries) != 1 {
+		t.Fatalf("deliveries: %v", err)
+	}
+	return page.Deliveries[0]
+}

@@ -1,0 +1,161 @@
+// Package webhook sends webhook deliveries over HTTP (contract section
+// 11.3): the dialler that refuses every address the IANA special-purpose
+// registries do not mark globally reachable, checked when dialling, after
+// DNS, on every address (Dialer); one signed POST per attempt (Sender);
+// and the engine that claims fan-out and delivery work from MongoDB with
+// leases and runs it with a bounded number of requests per endpoint
+// (Engine). The rules of what an outcome means are
+// conversations.Webhooks'.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/acme/platform/services/conversations"
+)
+
+// MaxResponseBody is how much of a response body is read (and dropped).
+const MaxResponseBody = 64 << 10
+
+// DefaultTimeout is how long an attempt waits for a 2xx.
+const DefaultTimeout = 15 * time.Second
+
+// Sender makes the HTTP request of one attempt.
+type Sender struct {
+	client  *http.Client
+	timeout time.Duration
+	// UserAgent names the sender to receivers.
+	UserAgent string
+}
+
+// NewSender returns a Sender dialling through d, waiting at most timeout
+// for a response, following no redirect and using no proxy.
+func NewSender(d *Dialer, timeout time.Duration) *Sender {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	transport := &http.Transport{
+		Proxy:                  nil, // never a proxy from the environment
+		DialContext:            d.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConnsPerHost:    8,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &Sender{
+		client: &http.Client{
+			Transport: transport,
+			Timeout:   timeout,
+			// A redirect is a failed attempt, never followed: it could
+			// lead anywhere, past the address check of the first URL.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		timeout:   timeout,
+		UserAgent: "acme-webhooks/1",
+	}
+}
+
+// Send POSTs the attempt's payload to its URL, signed with its secrets at
+// the current time, and reports the outcome.
+func (s *Sender) Send(ctx context.Context, a conversations.Attempt) conversations.AttemptResult {
+	start := time.Now()
+	result := func(status int, msg string, retryAfter time.Duration) conversations.AttemptResult {
+		return conversations.AttemptResult{Status: status, Duration: time.Since(start), Error: msg, RetryAfter: retryAfter}
+	}
+	sig, err := conversations.SignWebhook(a.Secrets, a.Delivery.EventID, start, a.Delivery.Payload)
+	if err != nil {
+		return result(0, "cannot sign: "+err.Error(), 0)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.URL, bytes.NewReader(a.Delivery.Payload))
+	if err != nil {
+		return result(0, "invalid endpoint URL", 0)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", s.UserAgent)
+	req.Header.Set("webhook-id", a.Delivery.EventID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return result(0, describe(err, s.timeout), 0)
+	}
+	defer resp.Body.Close()
+	// Read a little of the body (so the connection can be reused), never
+	// more than MaxResponseBody.
+	_, readErr := io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBody))
+	status := resp.StatusCode
+	switch {
+	case status >= 200 && status < 300:
+		if readErr != nil && errors.Is(readErr, context.DeadlineExceeded) {
+			return result(status, fmt.Sprintf("no complete response within %s", s.timeout), 0)
+		}
+		return result(status, "", 0)
+	case status >= 300 && status < 400:
+		return result(status, fmt.Sprintf("the endpoint answered a redirect (%d), which is not followed", status), 0)
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		return result(status, fmt.Sprintf("the endpoint answered %d", status), retryAfter(resp.Header.Get("Retry-After"), time.Now()))
+	default:
+		return result(status, fmt.Sprintf("the endpoint answered %d", status), 0)
+	}
+}
+
+// retryAfter parses a Retry-After: seconds or an HTTP date; 0 when absent
+// or malformed.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, int64(conversations.MaxRetryAfter/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), conversations.MaxRetryAfter)
+	}
+	return 0
+}
+
+// describe is the error of an attempt that got no response: clear to the
+// account's operators, and never an internal detail beyond the address.
+func describe(err error, timeout time.Duration) string {
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return refused.Error()
+	}
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &dnsErr):
+		return "the endpoint's host name does not resolve: " + dnsErr.Name
+	case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+		return fmt.Sprintf("no response within %s", timeout)
+	case errors.Is(err, context.Canceled):
+		return "the attempt was interrupted (the service stopped)"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return "cannot connect to the endpoint: " + opErr.Err.Error()
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err
+	}
+	return "the request failed: " + err.Error()
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

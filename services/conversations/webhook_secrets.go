@@ -1,0 +1,122 @@
+package conversations
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WebhookSecretPrefix starts every endpoint secret (Standard Webhooks).
+const WebhookSecretPrefix = "whsec_"
+
+// webhookSecretLen is the number of random bytes of a secret.
+const webhookSecretLen = 32
+
+// NewWebhookSecret returns a secret: "whsec_" and the standard (padded)
+// base64 of 32 random bytes, which are the HMAC key.
+func NewWebhookSecret() string {
+	b := make([]byte, webhookSecretLen)
+	_, _ = rand.Read(b) // never fails since Go 1.24
+	return WebhookSecretPrefix + base64.StdEncoding.EncodeToString(b)
+}
+
+// webhookKey is the HMAC key of a secret: its decoded bytes, as the
+// Standard Webhooks libraries decode it.
+func webhookKey(secret string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, WebhookSecretPrefix))
+	if err != nil {
+		return nil, fmt.Errorf("webhook secret is not base64: %w", err)
+	}
+	return key, nil
+}
+
+// SignWebhook returns the webhook-signature header of one attempt: one
+// "v1,<base64 HMAC-SHA256 of id.timestamp.body>" per secret, separated by
+// spaces.
+func SignWebhook(secrets []string, id string, timestamp time.Time, body []byte) (string, error) {
+	sigs := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		key, err := webhookKey(s)
+		if err != nil {
+			return "", err
+		}
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(id + "." + strconv.FormatInt(timestamp.Unix(), 10) + "."))
+		mac.Write(body)
+		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	}
+	return strings.Join(sigs, " "), nil
+}
+
+// SecretBox seals endpoint secrets with AES-256-GCM under a key from the
+// configuration, with the endpoint id as associated data, so that a
+// sealed secret copied to another endpoint does not open.
+type SecretBox struct {
+	aead cipher.AEAD
+}
+
+// SecretBoxKeyLen is the length of the key-encryption key.
+const SecretBoxKeyLen = 32
+
+// NewSecretBox returns a SecretBox under key (32 bytes).
+func NewSecretBox(key []byte) (*SecretBox, error) {
+	if len(key) != SecretBoxKeyLen {
+		return nil, fmt.Errorf("the webhook secret key must be %d bytes, got %d", SecretBoxKeyLen, len(key))
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("webhook secret key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("webhook secret key: %w", err)
+	}
+	return &SecretBox{aead: aead}, nil
+}
+
+// Seal encrypts secret for the endpoint endpointID: a random nonce, then
+// the ciphertext and tag.
+func (b *SecretBox) Seal(endpointID, secret string) []byte {
+	nonce := make([]byte, b.aead.NonceSize())
+	_, _ = rand.Read(nonce)
+	return b.aead.Seal(nonce, nonce, []byte(secret), []byte(endpointID))
+}
+
+// errSealed: a sealed secret that does not open under the configured key
+// (another key, or another endpoint's secret).
+var errSealed = errors.New("a webhook secret does not open under the configured key")
+
+// Open decrypts a secret Seal made for endpointID.
+func (b *SecretBox) Open(endpointID string, sealed []byte) (string, error) {
+	n := b.aead.NonceSize()
+	if len(sealed) < n {
+		return "", errSealed
+	}
+	plain, err := b.aead.Open(nil, sealed[:n], sealed[n:], []byte(endpointID))
+	if err != nil {
+		return "", errSealed
+	}
+	return string(plain), nil
+}
+
+// SigningSecrets opens the secrets of e that sign at now, newest first.
+func (b *SecretBox) SigningSecrets(e WebhookEndpoint, now time.Time) ([]string, error) {
+	active := e.activeSecrets(now)
+	out := make([]string, 0, len(active))
+	for _, s := range active {
+		plain, err := b.Open(e.ID, s.Sealed)
+		if err != nil {
+			return nil, fmt.Errorf("endpoint %s: %w", e.ID, err)
+		}
+		out = append(out, plain)
+	}
+	return out, nil
+}

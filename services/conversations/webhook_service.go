@@ -1,0 +1,517 @@
+package conversations
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// Webhooks is the one place of the rules of contract section 11.3: who
+// may manage endpoints (the HTTP layer checks the scopes; every call here
+// is scoped by the caller's account), their limits, secrets and their
+// rotation, which events become deliveries, and what an attempt's outcome
+// does: the retry schedule with jitter, Retry-After, 410 and five days of
+// failures disabling the endpoint. The delivery engine (package webhook)
+// makes the HTTP requests and calls FanOut, ClaimAttempt and
+// FinishAttempt; the store persists.
+type Webhooks struct {
+	Store WebhookStore
+	// Events is the account's event log; nil: only webhook.test events
+	// are delivered.
+	Events EventLog
+	Box    *SecretBox
+	URLs   WebhookURLPolicy
+	// MaxEndpoints per account (contract: 20).
+	MaxEndpoints int
+	// ManualPerMinute bounds test and retry requests per endpoint.
+	ManualPerMinute int
+	// RetrySchedule is the wait before each retry after a failure; an
+	// attempt failing after the last is final.
+	RetrySchedule []time.Duration
+	// DisableAfter disables an endpoint failing without a success for
+	// that long.
+	DisableAfter time.Duration
+	// Wake tells the local delivery engine that a delivery is due now
+	// (nil: it finds it at its next poll).
+	Wake   func()
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// DefaultRetrySchedule is contract 11.3's.
+var DefaultRetrySchedule = []time.Duration{
+	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour,
+}
+
+// Defaults of the limits.
+const (
+	DefaultMaxEndpoints    = 20
+	DefaultManualPerMinute = 10
+	DefaultDisableAfter    = 5 * 24 * time.Hour
+	// MaxRetryAfter caps how far a Retry-After postpones an attempt.
+	MaxRetryAfter = 24 * time.Hour
+	// retryJitter is the ± share of each retry delay.
+	retryJitter = 0.2
+	// fanoutBatch is how many events one fan-out step reads.
+	fanoutBatch = 100
+)
+
+func (w *Webhooks) now() time.Time {
+	t := time.Now()
+	if w.Now != nil {
+		t = w.Now()
+	}
+	return t.UTC().Truncate(time.Millisecond)
+}
+
+func (w *Webhooks) maxEndpoints() int {
+	if w.MaxEndpoints > 0 {
+		return w.MaxEndpoints
+	}
+	return DefaultMaxEndpoints
+}
+
+func (w *Webhooks) wake() {
+	if w.Wake != nil {
+		w.Wake()
+	}
+}
+
+// latestSequence is where a new or re-enabled endpoint starts: events
+// recorded from now on are its.
+func (w *Webhooks) latestSequence(ctx context.Context, accountID string) (int64, error) {
+	if w.Events == nil {
+		return 0, nil
+	}
+	return w.Events.LatestSequence(ctx, accountID)
+}
+
+// CreateEndpoint validates in and stores a new endpoint of who's account
+// with a new secret, which it returns: the only time it is shown.
+func (w *Webhooks) CreateEndpoint(ctx context.Context, who Caller, in NewWebhookEndpoint) (WebhookEndpoint, string, error) {
+	e, err := in.Endpoint(w.URLs)
+	if err != nil {
+		return WebhookEndpoint{}, "", err
+	}
+	n, err := w.Store.CountEndpoints(ctx, who.AccountID)
+	if err != nil {
+		return WebhookEndpoint{}, "", err
+	}
+	if n >= w.maxEndpoints() {
+		return WebhookEndpoint{}, "", ErrTooManyEndpoints
+	}
+	if e.EventCursor, err = w.latestSequence(ctx, who.AccountID); err != nil {
+		return WebhookEndpoint{}, "", err
+	}
+	now := w.now()
+	e.ID, e.AccountID, e.CreatedAt, e.UpdatedAt, e.Version = NewWebhookEndpointID(), who.AccountID, now, now, 1
+	secret := NewWebhookSecret()
+	e.Secrets = []SealedSecret{{Sealed: w.Box.Seal(e.ID, secret)}}
+	if err := w.Store.InsertEndpoint(ctx, e); err != nil {
+		return WebhookEndpoint{}, "", err
+	}
+	// Concurrent creations may have passed the count together: the one
+	// that finds more than the limit after its insert takes it back.
+	if n, err := w.Store.CountEndpoints(ctx, who.AccountID); err != nil || n > w.maxEndpoints() {
+		if _, delErr := w.Store.DeleteEndpoint(ctx, who.AccountID, e.ID); delErr != nil {
+			return WebhookEndpoint{}, "", delErr
+		}
+		if err != nil {
+			return WebhookEndpoint{}, "", err
+		}
+		return WebhookEndpoint{}, "", ErrTooManyEndpoints
+	}
+	return e, secret, nil
+}
+
+// GetEndpoint returns the endpoint id of who's account.
+func (w *Webhooks) GetEndpoint(ctx context.Context, who Caller, id string) (WebhookEndpoint, error) {
+	return w.Store.FindEndpoint(ctx, who.AccountID, id)
+}
+
+// ListEndpoints returns a page of who's account's endpoints, newest first.
+func (w *Webhooks) ListEndpoints(ctx context.Context, who Caller, limit int, after *Position) (WebhookPage, error) {
+	return w.Store.ListEndpoints(ctx, who.AccountID, limit, after)
+}
+
+// UpdateEndpoint applies patch (compare-and-set, retried on a concurrent
+// change). Enabling a disabled endpoint clears its reason and starts it
+// at the account's newest event.
+func (w *Webhooks) UpdateEndpoint(ctx context.Context, who Caller, id string, patch WebhookPatch) (WebhookEndpoint, error) {
+	return w.changeEndpoint(ctx, who, id, func(e *WebhookEndpoint) error {
+		if patch.URL != nil {
+			e.URL = *patch.URL
+		}
+		if patch.Events != nil {
+			e.Events = *patch.Events
+		}
+		if patch.Description != nil {
+			e.Description = *patch.Description
+		}
+		if patch.Enabled != nil && *patch.Enabled != e.Enabled {
+			e.Enabled = *patch.Enabled
+			e.DisabledReason, e.FailingSince = nil, nil
+			if e.Enabled {
+				seq, err := w.latestSequence(ctx, who.AccountID)
+				if err != nil {
+					return err
+				}
+				e.EventCursor = seq
+			}
+		}
+		return nil
+	})
+}
+
+// RotateSecret gives the endpoint a new secret, which it returns; the
+// current one keeps signing beside it for overlap (0: stops at once). A
+// secret still in its overlap from an earlier rotation stops now.
+func (w *Webhooks) RotateSecret(ctx context.Context, who Caller, id string, overlap time.Duration) (string, error) {
+	secret := NewWebhookSecret()
+	_, err := w.changeEndpoint(ctx, who, id, func(e *WebhookEndpoint) error {
+		now := w.now()
+		next := []SealedSecret{{Sealed: w.Box.Seal(e.ID, secret)}}
+		if overlap > 0 && len(e.Secrets) > 0 {
+			until := now.Add(overlap)
+			next = append(next, SealedSecret{Sealed: e.Secrets[0].Sealed, NotAfter: &until})
+		}
+		e.Secrets = next
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// changeEndpoint reads, applies apply and stores with a compare-and-set,
+// retried while other changes win.
+func (w *Webhooks) changeEndpoint(ctx context.Context, who Caller, id string, apply func(*WebhookEndpoint) error) (WebhookEndpoint, error) {
+	for range MaxChangeAttempts {
+		e, err := w.Store.FindEndpoint(ctx, who.AccountID, id)
+		if err != nil {
+			return WebhookEndpoint{}, err
+		}
+		from := e.Version
+		if err := apply(&e); err != nil {
+			return WebhookEndpoint{}, err
+		}
+		e.UpdatedAt = w.now()
+		if !e.UpdatedAt.After(e.CreatedAt) {
+			e.UpdatedAt = e.CreatedAt
+		}
+		e.Version = from + 1
+		ok, err := w.Store.SaveEndpoint(ctx, e, from)
+		if err != nil {
+			return WebhookEndpoint{}, err
+		}
+		if ok {
+			return e, nil
+		}
+	}
+	return WebhookEndpoint{}, ErrContended
+}
+
+// DeleteEndpoint deletes the endpoint; its pending deliveries end failed
+// when the engine meets them.
+func (w *Webhooks) DeleteEndpoint(ctx context.Context, who Caller, id string) error {
+	ok, err := w.Store.DeleteEndpoint(ctx, who.AccountID, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("endpoint %q: %w", id, ErrEndpointNotFound)
+	}
+	return nil
+}
+
+// takeManualQuota charges a test or retry request to the endpoint.
+func (w *Webhooks) takeManualQuota(ctx context.Context, endpointID, kind string) error {
+	limit := w.ManualPerMinute
+	if limit <= 0 {
+		limit = DefaultManualPerMinute
+	}
+	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), time.Minute, limit)
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		return &RateLimitedError{RetryAfter: wait}
+	}
+	return nil
+}
+
+// SendTest records a webhook.test event for this endpoint only, due now.
+func (w *Webhooks) SendTest(ctx context.Context, who Caller, id string) (WebhookDelivery, error) {
+	e, err := w.Store.FindEndpoint(ctx, who.AccountID, id)
+	if err != nil {
+		return WebhookDelivery{}, err
+	}
+	if err := w.takeManualQuota(ctx, e.ID, "test"); err != nil {
+		return WebhookDelivery{}, err
+	}
+	now := w.now()
+	ev := WebhookEvent{ID: NewTestEventID(), Type: EventTypeWebhookTest, Time: now}
+	payload, err := json.Marshal(map[string]any{
+		"id": ev.ID, "type": ev.Type, "sequence": nil, "timestamp": FormatTime(now),
+		"data": map[string]any{"endpointId": e.ID},
+	})
+	if err != nil {
+		return WebhookDelivery{}, fmt.Errorf("encode test event: %w", err)
+	}
+	ev.Payload = payload
+	d := w.newDelivery(e, ev, now)
+	if err := w.Store.InsertDeliveries(ctx, []WebhookDelivery{d}); err != nil {
+		return WebhookDelivery{}, err
+	}
+	w.wake()
+	return d, nil
+}
+
+func (w *Webhooks) newDelivery(e WebhookEndpoint, ev WebhookEvent, now time.Time) WebhookDelivery {
+	due := now
+	return WebhookDelivery{
+		ID: NewDeliveryID(), AccountID: e.AccountID, EndpointID: e.ID,
+		EventID: ev.ID, EventType: ev.Type, EventTime: ev.Time.UTC(), Payload: ev.Payload,
+		State: DeliveryPending, NextAttemptAt: &due, CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// ListDeliveries returns a page of the endpoint's deliveries, newest first.
+func (w *Webhooks) ListDeliveries(ctx context.Context, who Caller, endpointID string, limit int, after *Position) (DeliveryPage, error) {
+	if _, err := w.Store.FindEndpoint(ctx, who.AccountID, endpointID); err != nil {
+		return DeliveryPage{}, err
+	}
+	return w.Store.ListDeliveries(ctx, who.AccountID, endpointID, limit, after)
+}
+
+// RetryDelivery sets the delivery back to pending, due now (same event
+// id, so the same webhook-id).
+func (w *Webhooks) RetryDelivery(ctx context.Context, who Caller, endpointID, deliveryID string) error {
+	if _, err := w.Store.FindEndpoint(ctx, who.AccountID, endpointID); err != nil {
+		return err
+	}
+	if err := w.takeManualQuota(ctx, endpointID, "retry"); err != nil {
+		return err
+	}
+	ok, err := w.Store.RequeueDelivery(ctx, who.AccountID, endpointID, deliveryID, w.now())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("delivery %q: %w", deliveryID, ErrDeliveryNotFound)
+	}
+	w.wake()
+	return nil
+}
+
+// FanOut takes one enabled endpoint whose events were looked at longest
+// ago (a lease, so that replicas share the work and a crashed one's
+// endpoint is taken over), records a delivery for each new event it
+// subscribes to, and moves its cursor past them. It reports whether it
+// found an endpoint to look at. Deliveries are keyed by (endpoint,
+// event): an event recorded twice (a fan-out that lost its lease after
+// inserting) is stored once.
+func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.Duration) (bool, error) {
+	if w.Events == nil {
+		return false, nil
+	}
+	now := w.now()
+	e, ok, err := w.Store.ClaimFanout(ctx, now, now.Add(lease), claim)
+	if err != nil || !ok {
+		return false, err
+	}
+	events, err := w.Events.EventsAfter(ctx, e.AccountID, e.EventCursor, fanoutBatch)
+	if err != nil {
+		return true, err
+	}
+	cursor := e.EventCursor
+	var ds []WebhookDelivery
+	for _, ev := range events {
+		cursor = max(cursor, ev.Sequence)
+		if e.Subscribed(ev.Type) {
+			ds = append(ds, w.newDelivery(e, ev, now))
+		}
+	}
+	if len(ds) > 0 {
+		if err := w.Store.InsertDeliveries(ctx, ds); err != nil {
+			return true, err
+		}
+		w.wake()
+	}
+	next := now.Add(every)
+	if len(events) == fanoutBatch {
+		next = now // more are waiting
+	}
+	if _, err := w.Store.ReleaseFanout(ctx, e.ID, claim, cursor, next); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// Attempt is one claimed delivery, ready to send.
+type Attempt struct {
+	Delivery WebhookDelivery
+	URL      string
+	// Secrets sign this attempt (newest first); empty when the
+	// delivery cannot be attempted (Refusal says why).
+	Secrets []string
+	// Refusal is set when the delivery ends without a request: its
+	// endpoint was deleted or disabled.
+	Refusal string
+	claim   string
+	// failing: the endpoint had failed since its last success when read.
+	failing bool
+}
+
+// ClaimAttempt claims the delivery due longest ago of an endpoint not in
+// busy, for lease.
+func (w *Webhooks) ClaimAttempt(ctx context.Context, claim string, lease time.Duration, busy []string) (Attempt, bool, error) {
+	now := w.now()
+	d, ok, err := w.Store.ClaimDelivery(ctx, now, now.Add(lease), claim, busy)
+	if err != nil || !ok {
+		return Attempt{}, ok, err
+	}
+	a := Attempt{Delivery: d, claim: claim}
+	e, err := w.Store.FindEndpointByID(ctx, d.EndpointID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		a.Refusal = "the endpoint was deleted"
+		return a, true, nil
+	case err != nil:
+		return a, true, err
+	case !e.Enabled:
+		a.Refusal = "the endpoint is disabled"
+		return a, true, nil
+	}
+	a.URL, a.failing = e.URL, e.FailingSince != nil
+	if a.Secrets, err = w.Box.SigningSecrets(e, now); err != nil {
+		return a, true, err
+	}
+	return a, true, nil
+}
+
+// AttemptResult is what one HTTP attempt came to.
+type AttemptResult struct {
+	// Status is the response's status; 0 when there was none.
+	Status   int
+	Duration time.Duration
+	// Error says why the attempt failed ("" for a 2xx).
+	Error string
+	// RetryAfter is the response's Retry-After (429, 503), if any.
+	RetryAfter time.Duration
+}
+
+// Succeeded: a 2xx.
+func (r AttemptResult) Succeeded() bool { return r.Status >= 200 && r.Status < 300 }
+
+// FinishOutcome tells the engine what was recorded.
+type FinishOutcome struct {
+	// Recorded is false when the claim had expired and another replica
+	// holds the delivery: nothing was written.
+	Recorded bool
+	State    DeliveryState
+	// Disabled is set when this attempt disabled the endpoint.
+	Disabled bool
+}
+
+// FinishAttempt records the attempt's outcome while the claim holds: a
+// 2xx succeeds; otherwise the next retry of the schedule (±20 %, at
+// least a Retry-After) or, after the last, failed. A 410 disables the
+// endpoint and fails the delivery; so does failing without a success for
+// DisableAfter.
+func (w *Webhooks) FinishAttempt(ctx context.Context, a Attempt, r AttemptResult) (FinishOutcome, error) {
+	now := w.now()
+	d := a.Delivery
+	o := AttemptOutcome{At: now, DurationMs: r.Duration.Milliseconds()}
+	if r.Status != 0 {
+		status := r.Status
+		o.ResponseStatus = &status
+	}
+	if a.Refusal != "" {
+		r.Error = a.Refusal
+	}
+	if r.Error != "" {
+		msg := r.Error
+		o.Error = &msg
+	}
+	out := FinishOutcome{}
+	gone := r.Status == 410
+	switch {
+	case a.Refusal != "":
+		o.State = DeliveryFailed
+	case r.Succeeded():
+		o.State = DeliverySucceeded
+	case gone || d.Attempts+1 > len(w.schedule()):
+		o.State = DeliveryFailed
+	default:
+		o.State = DeliveryPending
+		next := now.Add(w.retryDelay(d.Attempts, r.RetryAfter))
+		o.NextAttemptAt = &next
+	}
+	ok, err := w.Store.FinishAttempt(ctx, d.ID, a.claim, o)
+	if err != nil || !ok {
+		return out, err
+	}
+	out.Recorded, out.State = true, o.State
+	if a.Refusal != "" {
+		return out, nil
+	}
+	if r.Succeeded() {
+		if !a.failing {
+			return out, nil // healthy already: no write
+		}
+		return out, w.Store.MarkEndpointHealthy(ctx, d.EndpointID)
+	}
+	if gone {
+		out.Disabled, err = w.Store.DisableEndpoint(ctx, d.EndpointID, "the endpoint answered 410 Gone", now)
+		return out, err
+	}
+	e, err := w.Store.MarkEndpointFailing(ctx, d.EndpointID, now)
+	if errors.Is(err, ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	if limit := w.disableAfter(); e.Enabled && e.FailingSince != nil && now.Sub(*e.FailingSince) >= limit {
+		reason := fmt.Sprintf("no delivery succeeded for %s (since %s)", limit, FormatTime(*e.FailingSince))
+		out.Disabled, err = w.Store.DisableEndpoint(ctx, d.EndpointID, reason, now)
+	}
+	return out, err
+}
+
+func (w *Webhooks) schedule() []time.Duration {
+	if len(w.RetrySchedule) > 0 {
+		return w.RetrySchedule
+	}
+	return DefaultRetrySchedule
+}
+
+func (w *Webhooks) disableAfter() time.Duration {
+	if w.DisableAfter > 0 {
+		return w.DisableAfter
+	}
+	return DefaultDisableAfter
+}
+
+// retryDelay is the wait after the failed attempt number done+1: the
+// schedule's, ±20 %, and at least retryAfter (at most MaxRetryAfter).
+func (w *Webhooks) retryDelay(done int, retryAfter time.Duration) time.Duration {
+	base := w.schedule()[min(done, len(w.schedule())-1)]
+	delay := time.Duration(float64(base) * (1 + retryJitter*(2*rand.Float64()-1)))
+	if retryAfter > delay {
+		delay = min(retryAfter, MaxRetryAfter)
+	}
+	return delay
+}
+
+// OldestPending is the due time of the pending delivery due longest ago
+// (nil: none pending): how long deliveries wait for a replica.
+func (w *Webhooks) OldestPending(ctx context.Context) (*time.Time, error) {
+	return w.Store.OldestPending(ctx)
+}
