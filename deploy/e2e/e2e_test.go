@@ -117,6 +117,8 @@ func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 		// which looks for other replicas' changes, would only load the
 		// shared embedded store (TestEventsOrderedAcrossReplicas sets it back).
 		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s",
+		// No endpoints but in TestWebhooks, which sets its own.
+		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=10s",
 	}
 	for _, args := range [][]string{
 		{"create-account", "acme"},

@@ -203,6 +203,7 @@ func newStackOnServer(t *testing.T, uri string) *stack {
 		"CONVERSATIONS_ISSUER=" + s.accountURL,
 		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
 		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s", // one replica: see newStack
+		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=10s",
 	}
 	provisionUsers(t, bin, s.accountEnv, "alice")
 	return s
