@@ -178,11 +178,9 @@ func (m *Manager) ReloadKeyring(ctx context.Context) error {
 		return nil // reloaded moments ago, and finished: the keyring is current
 	}
 	m.lastReload = now
-	err := m.Sync(ctx)
-	if ctx.Err() == nil {
-		m.report(err) // not when the caller gave up waiting: Run reports the store's health
-	}
-	return err
+	// Not reported: a caller may give up waiting (the JWKS waits a
+	// second), and Run reports the store's health on its own schedule.
+	return m.Sync(ctx)
 }
 
 // Sync loads the stored keys (creating the first one when there is none),
