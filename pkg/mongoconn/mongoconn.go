@@ -80,7 +80,12 @@ func ConnectReadiness(uri string, selectTimeout time.Duration) (*mongo.Client, e
 	opts := options.Client().
 		ApplyURI(uri).
 		SetServerSelectionTimeout(selectTimeout).
-		SetConnectTimeout(selectTimeout).
+		// The driver's monitor gives each heartbeat the connect timeout: a
+		// database busy with a burst (or a store that runs one command at
+		// a time, as the embedded one) may take longer than the requests'
+		// bound to answer it without being unreachable. A refused or reset
+		// connection still fails at once.
+		SetConnectTimeout(max(selectTimeout, readinessHeartbeatTimeout)).
 		SetMaxPoolSize(readinessPoolSize).
 		SetAppName("readiness")
 	client, err := mongo.Connect(opts)
@@ -89,6 +94,11 @@ func ConnectReadiness(uri string, selectTimeout time.Duration) (*mongo.Client, e
 	}
 	return client, nil
 }
+
+// readinessHeartbeatTimeout is the least time the readiness client's
+// monitor waits for a heartbeat before it takes the database for
+// unreachable.
+const readinessHeartbeatTimeout = 10 * time.Second
 
 // defaultPoolSize is the driver's maxPoolSize when the URI sets none.
 const defaultPoolSize = 100
