@@ -86,12 +86,15 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 	if err != nil {
 		return nil, err
 	}
+	// The closure keeps its own copies: a failed start runs it after
+	// "return nil, err" has set s to nil.
+	client, accountDB, convDB := s.client, s.accountDB, s.convDB
 	s.cleanup = append(s.cleanup, func() {
 		dropCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = s.client.Database(s.accountDB).Drop(dropCtx)
-		_ = s.client.Database(s.convDB).Drop(dropCtx)
-		_ = s.client.Disconnect(dropCtx)
+		_ = client.Database(accountDB).Drop(dropCtx)
+		_ = client.Database(convDB).Drop(dropCtx)
+		_ = client.Disconnect(dropCtx)
 	})
 
 	addrs := make([]string, 4)
@@ -136,7 +139,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 
 // readyTimeout bounds a service's start, stopTimeout its graceful stop.
 const (
-	readyTimeout = 30 * time.Second
+	readyTimeout = 2 * time.Minute // a loaded machine starts slowly
 	stopTimeout  = 20 * time.Second
 )
 

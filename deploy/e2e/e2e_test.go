@@ -68,7 +68,9 @@ type process struct{ *svcproc.Process }
 // test's cleanup kills it if it still runs.
 func start(t *testing.T, bin string, env []string, opsAddr string) *process {
 	t.Helper()
-	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 30*time.Second)
+	// A process that exits fails at once; one that is slow to be ready
+	// (a loaded machine) is waited for.
+	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
