@@ -199,7 +199,11 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 // hour at most): a position that the cache lets pass but the purge
 // deleted after shows itself as a page that does not begin right after
 // the position (sequences have no gaps but the purge's), and such a page,
-// or an empty one, is checked against the stored position.
+// or an empty one, is checked against the stored position. An empty page
+// that keeps the caller's own position (nothing after it in the log, the
+// usual answer to a consumer polling at the head) is not: it serves
+// nothing and moves nothing, so it cannot pass over a purged event, and
+// the next page from that position is checked.
 func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, error) {
 	account := q.Caller.AccountID
 	floor, err := s.purgedThrough(ctx, account, false)
@@ -218,7 +222,7 @@ func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, erro
 		if err != nil {
 			return EventPage{}, err
 		}
-		if len(page.Events) > 0 && page.Events[0].Sequence == after+1 {
+		if len(page.Events) > 0 && page.Events[0].Sequence == after+1 || q.After != nil && page.Next == after {
 			return page, nil
 		}
 		stored, err := s.purgedThrough(ctx, account, true)
