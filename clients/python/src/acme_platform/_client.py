@@ -123,6 +123,33 @@ def renew_margin(lifetime: float) -> float:
     return min(MAX_RENEW_MARGIN, lifetime / 10)
 
 
+def _session_of(path: str, start: float, tokens: Any, bearer_keys: Sequence[str]) -> Session:
+    """The session a token set from ``POST {path}`` holds: its bearer (the
+    first of ``bearer_keys`` it has), refresh token and lifetime, counted
+    from ``start``, the request's start (earlier is safe)."""
+    if not isinstance(tokens, dict):
+        tokens = {}
+    bearer = next((tokens[key] for key in bearer_keys if tokens.get(key)), None)
+    expires_in = tokens.get("expires_in")
+    if (
+        not isinstance(bearer, str)
+        or not bearer
+        or not isinstance(expires_in, (int, float))
+        or expires_in < 1
+    ):
+        raise ClientError(
+            f"acme_platform: POST {path}: the response has no token or no positive expires_in"
+        )
+    refresh = tokens.get("refresh_token")
+    lifetime = float(min(expires_in, 365 * 24 * 3600))
+    return Session(
+        bearer=Secret(bearer),
+        refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
+        expires_at=start + lifetime,
+        lifetime=lifetime,
+    )
+
+
 def _base_url(name: str, raw: Optional[str]) -> Optional[str]:
     if raw is None or raw == "":
         return None
@@ -387,25 +414,7 @@ class Client:
         tokens = doc.get("tokens", doc) if isinstance(doc, dict) else None
         if not isinstance(tokens, dict):
             raise ClientError(f"acme_platform: POST {path}: the response holds no token set")
-        bearer = tokens.get("id_token") or tokens.get("access_token")
-        expires_in = tokens.get("expires_in")
-        if (
-            not isinstance(bearer, str)
-            or not bearer
-            or not isinstance(expires_in, (int, float))
-            or expires_in < 1
-        ):
-            raise ClientError(
-                f"acme_platform: POST {path}: the response has no token or no positive expires_in"
-            )
-        refresh = tokens.get("refresh_token")
-        lifetime = float(min(expires_in, 365 * 24 * 3600))
-        return Session(
-            bearer=Secret(bearer),
-            refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
-            expires_at=start + lifetime,
-            lifetime=lifetime,
-        )
+        return _session_of(path, start, tokens, ("id_token", "access_token"))
 
     # -- HTTP ------------------------------------------------------------
 
@@ -713,25 +722,7 @@ class Client:
         )
         doc = self._json(resp, "POST", url)
         tokens = doc.get("tokens") if isinstance(doc, dict) else None
-        bearer = tokens.get("id_token") if isinstance(tokens, dict) else None
-        expires_in = tokens.get("expires_in") if isinstance(tokens, dict) else None
-        if (
-            not isinstance(bearer, str)
-            or not bearer
-            or not isinstance(expires_in, (int, float))
-            or expires_in < 1
-        ):
-            raise ClientError(
-                "acme_platform: POST /password: the response has no token or no positive expires_in"
-            )
-        refresh = tokens.get("refresh_token") if isinstance(tokens, dict) else None
-        lifetime = float(min(expires_in, 365 * 24 * 3600))
-        session = Session(
-            bearer=Secret(bearer),
-            refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
-            expires_at=start + lifetime,
-            lifetime=lifetime,
-        )
+        session = _session_of("/password", start, tokens, ("id_token",))
         with self._lock:
             self._password = Secret(new_password)
             self._loaded = True
