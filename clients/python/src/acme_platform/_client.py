@@ -1055,22 +1055,13 @@ class Client:
         ``next_url``). ``EventPage.position`` is where to continue from."""
         check_position(after)
         if page_url is None:
-            url = self._events_url("/v1/events", after, limit, types)
+            page = self._page(self._events_url("/v1/events", after, limit, types), None)
         else:
-            url = resolve_link(self._conversations(""), page_url, page_url)
-        resp = self._call("GET", url, retry=True)
-        items = self._json(resp, "GET", url)
-        if not isinstance(items, list):
-            raise ClientError("acme_platform: GET /v1/events: the response is no JSON array")
-        try:
-            target = next_link(resp.links)
-            following = (
-                resolve_link(self._conversations(""), url, target) if target is not None else None
-            )
-        except LinkHeaderError as err:
-            raise ClientError(f"acme_platform: GET /v1/events: {err}") from None
+            page = self._page(page_url, page_url)
         return EventPage(
-            items=cast(List[Event], items), next_url=following, position=position_of(following)
+            items=cast(List[Event], page.items),
+            next_url=page.next_url,
+            position=position_of(page.next_url),
         )
 
     def events(
