@@ -8,7 +8,6 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 )
 
@@ -147,21 +146,15 @@ func (c *Client) ListUsersPage(ctx context.Context, opts UserListOptions, cursor
 	if err != nil {
 		return UsersPage{}, err
 	}
-	q := url.Values{}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
+	q := limitQuery(opts.Limit)
 	if opts.Username != "" {
 		q.Set("username", opts.Username)
 	}
-	var page UsersPage
-	if page.NextURL, err = c.listPageOf(ctx, c.accountURL, list, q, cursorURL, &page.Users); err != nil {
+	items, next, err := listPage[User](ctx, c, c.accountURL, list, q, cursorURL)
+	if err != nil {
 		return UsersPage{}, err
 	}
-	if page.Users == nil {
-		page.Users = []User{}
-	}
-	return page, nil
+	return UsersPage{Users: items, NextURL: next}, nil
 }
 
 // Users iterates over every user of the account, oldest first, page after
