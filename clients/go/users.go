@@ -234,13 +234,7 @@ func (c *Client) ChangePassword(ctx context.Context, current, next string) error
 		return err
 	}
 	start := c.now()
-	var out struct {
-		Tokens struct {
-			IDToken      string `json:"id_token"`
-			RefreshToken string `json:"refresh_token"`
-			ExpiresIn    int64  `json:"expires_in"`
-		} `json:"tokens"`
-	}
+	var out tokensAnswer
 	_, err = c.call(ctx, request{method: http.MethodPost, url: u}, struct {
 		CurrentPassword string `json:"currentPassword"`
 		NewPassword     string `json:"newPassword"`
@@ -248,13 +242,13 @@ func (c *Client) ChangePassword(ctx context.Context, current, next string) error
 	if err != nil {
 		return err
 	}
-	t := out.Tokens
-	if t.IDToken == "" || t.ExpiresIn < 1 {
-		return errors.New("client: POST /password: response has no id_token or no positive expires_in")
+	set, err := out.tokenSet(u.Path, start)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	c.creds.Password = next
-	c.tokens = &tokenSet{bearer: t.IDToken, refreshToken: t.RefreshToken, renewAt: renewAt(start, t.ExpiresIn)}
+	c.tokens = set
 	c.stale = false
 	c.gen++
 	c.mu.Unlock()
