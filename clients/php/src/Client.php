@@ -324,7 +324,22 @@ final class Client
         if (!is_array($tokens)) {
             throw new ClientException("acme/platform: POST $path: the response holds no token set");
         }
-        $bearer = $tokens['id_token'] ?? $tokens['access_token'] ?? null;
+        return self::sessionOf($path, $start, $tokens, $tokens['id_token'] ?? $tokens['access_token'] ?? null);
+    }
+
+    /**
+     * The session a token set from POST $path holds: $bearer (the token the
+     * caller picked from it), the refresh token and the lifetime, counted
+     * from $start, the request's start (earlier is safe).
+     *
+     * @param array<mixed>|null $tokens
+     */
+    private static function sessionOf(
+        string $path,
+        float $start,
+        #[\SensitiveParameter] ?array $tokens,
+        #[\SensitiveParameter] mixed $bearer,
+    ): Session {
         $expiresIn = $tokens['expires_in'] ?? null;
         if (!is_string($bearer) || $bearer === '' || !(is_int($expiresIn) || is_float($expiresIn)) || $expiresIn < 1) {
             throw new ClientException("acme/platform: POST $path: the response has no token or no positive expires_in");
@@ -728,21 +743,11 @@ final class Client
         ])));
         $doc = self::decode($response, 'POST', $url);
         $tokens = is_array($doc) ? ($doc['tokens'] ?? null) : null;
-        $bearer = is_array($tokens) ? ($tokens['id_token'] ?? null) : null;
-        $expiresIn = is_array($tokens) ? ($tokens['expires_in'] ?? null) : null;
-        if (!is_string($bearer) || $bearer === '' || !(is_int($expiresIn) || is_float($expiresIn)) || $expiresIn < 1) {
-            throw new ClientException('acme/platform: POST /password: the response has no token or no positive expires_in');
-        }
-        $refresh = $tokens['refresh_token'] ?? null;
-        $lifetime = (float) min($expiresIn, 365 * 24 * 3600);
+        $tokens = is_array($tokens) ? $tokens : null;
+        $session = self::sessionOf('/password', $start, $tokens, $tokens['id_token'] ?? null);
         $this->password = new Secret($newPassword);
         $this->loaded = true;
-        $this->keep(new Session(
-            new Secret($bearer),
-            is_string($refresh) && $refresh !== '' ? new Secret($refresh) : null,
-            $start + $lifetime,
-            $lifetime,
-        ));
+        $this->keep($session);
     }
 
     // -- conversations ---------------------------------------------------
