@@ -525,14 +525,9 @@ final class Client
         $url = $firstUrl;
         $seen = [];
         while (true) {
-            $response = $this->call('GET', $url, retry: true);
-            $items = self::decode($response, 'GET', $url);
-            if (!is_array($items) || !array_is_list($items)) {
-                throw new ClientException('acme/platform: GET ' . self::path($url) . ': the response is no JSON array');
-            }
-            $target = LinkHeader::next($response->headerValues('link'));
-            $next = $target !== null ? LinkHeader::resolve($base, $url, $target) : null;
-            yield new Page($items, $next);
+            $page = $this->page($url, $base);
+            yield $page;
+            $next = $page->nextUrl;
             if ($next === null) {
                 return;
             }
@@ -542,6 +537,23 @@ final class Client
             $seen[$next] = true;
             $url = $next;
         }
+    }
+
+    /**
+     * One page of a listing: GET $url, its items and the absolute URL of its
+     * next link, resolved against $base, the service's root.
+     *
+     * @return Page<array<string, mixed>>
+     */
+    private function page(string $url, string $base): Page
+    {
+        $response = $this->call('GET', $url, retry: true);
+        $items = self::decode($response, 'GET', $url);
+        if (!is_array($items) || !array_is_list($items)) {
+            throw new ClientException('acme/platform: GET ' . self::path($url) . ': the response is no JSON array');
+        }
+        $target = LinkHeader::next($response->headerValues('link'));
+        return new Page($items, $target !== null ? LinkHeader::resolve($base, $url, $target) : null);
     }
 
     private function rememberEtag(string $conversationId, Response $response): void
@@ -1090,20 +1102,15 @@ final class Client
         $url = $pageUrl !== null
             ? LinkHeader::resolve($base, $pageUrl, $pageUrl)
             : $this->eventsUrl('/v1/events', $after, $limit, $types);
-        $response = $this->call('GET', $url, retry: true);
-        $items = self::decode($response, 'GET', $url);
-        if (!is_array($items) || !array_is_list($items)) {
-            throw new ClientException('acme/platform: GET /v1/events: the response is no JSON array');
-        }
-        $target = LinkHeader::next($response->headerValues('link'));
-        $next = $target !== null ? LinkHeader::resolve($base, $url, $target) : null;
+        $page = $this->page($url, $base);
+        $next = $page->nextUrl;
         $position = null;
         if ($next !== null) {
             parse_str((string) parse_url($next, PHP_URL_QUERY), $query);
             $after = $query['after'] ?? null;
             $position = is_string($after) && ctype_digit($after) ? (int) $after : null;
         }
-        return new EventPage(array_map(Event::fromArray(...), $items), $next, $position);
+        return new EventPage(array_map(Event::fromArray(...), $page->items), $next, $position);
     }
 
     /**
