@@ -12,6 +12,7 @@ import type {
   Message,
   NewConversation,
   NewMessage,
+  PlatformEvent,
   CreatedWebhook,
   NewWebhook,
   Webhook,
@@ -309,10 +310,8 @@ export class PlatformClient {
    * {@link EventPage}).
    */
   async eventsPage(options: EventsOptions & { page?: string } = {}): Promise<EventPage> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#eventsUrl("/v1/events", options.after, options);
-    const res = await this.#call("GET", url, options);
-    const next = this.#next(res);
-    return { items: await res.json(), next, position: positionOf(next) };
+    const page = await this.#listPage<PlatformEvent>(() => this.#eventsUrl("/v1/events", options.after, options), options);
+    return { ...page, position: positionOf(page.next) };
   }
 
   /**
