@@ -150,6 +150,13 @@ def _session_of(path: str, start: float, tokens: Any, bearer_keys: Sequence[str]
     )
 
 
+def _with_query(url: str, query: Mapping[str, Any]) -> str:
+    """``url`` with the query of the members of ``query`` that are not
+    None."""
+    given = {name: str(value) for name, value in query.items() if value is not None}
+    return url + ("?" + urllib.parse.urlencode(given) if given else "")
+
+
 def _base_url(name: str, raw: Optional[str]) -> Optional[str]:
     if raw is None or raw == "":
         return None
@@ -650,14 +657,7 @@ class Client:
         (``GET /users``, ``users:read``), following ``Link: rel="next"``.
         ``username`` lists only the user of that name (exact,
         case-insensitive)."""
-        query: Dict[str, str] = {}
-        if limit is not None:
-            query["limit"] = str(limit)
-        if username is not None:
-            query["username"] = username
-        url = self._account_url + "/users"
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
+        url = _with_query(self._account_url + "/users", {"limit": limit, "username": username})
         return cast(Iterator[Page[User]], self._walk(url, self._account_url))
 
     def users(
@@ -763,16 +763,10 @@ class Client:
         following each page's ``Link: rel="next"``; the next page is only
         requested when the loop asks for it. ``limit`` is the page size
         (1..100; the service's default 10 when None)."""
-        query: Dict[str, str] = {}
-        if limit is not None:
-            query["limit"] = str(limit)
-        if status is not None:
-            query["status"] = status
-        if updated_after is not None:
-            query["updatedAfter"] = updated_after
-        url = self._conversations("/v1/conversations")
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
+        url = _with_query(
+            self._conversations("/v1/conversations"),
+            {"limit": limit, "status": status, "updatedAfter": updated_after},
+        )
         return cast(Iterator[Page[Conversation]], self._walk(url))
 
     def conversations(
@@ -917,9 +911,7 @@ class Client:
     ) -> Iterator[Page[Message]]:
         """The messages of a conversation page by page, newest first,
         following ``Link: rel="next"``."""
-        url = self._conversation_url(conversation_id) + "/messages"
-        if limit is not None:
-            url += "?" + urllib.parse.urlencode({"limit": str(limit)})
+        url = _with_query(self._conversation_url(conversation_id) + "/messages", {"limit": limit})
         return cast(Iterator[Page[Message]], self._walk(url))
 
     def messages(self, conversation_id: str, *, limit: Optional[int] = None) -> Iterator[Message]:
@@ -964,8 +956,7 @@ class Client:
 
     def webhook_pages(self, *, limit: Optional[int] = None) -> Iterator[Page[Dict[str, Any]]]:
         """The account's endpoints page by page, newest first."""
-        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
-        return self._walk(self._conversations("/v1/webhooks" + query))
+        return self._walk(_with_query(self._conversations("/v1/webhooks"), {"limit": limit}))
 
     def webhooks(self, *, limit: Optional[int] = None) -> Iterator[Dict[str, Any]]:
         """Every endpoint of the account."""
@@ -1012,8 +1003,9 @@ class Client:
         self, webhook_id: str, *, limit: Optional[int] = None
     ) -> Iterator[Dict[str, Any]]:
         """Every delivery of the endpoint, newest first."""
-        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
-        for page in self._walk(self._webhook_url(webhook_id, "/deliveries" + query)):
+        for page in self._walk(
+            _with_query(self._webhook_url(webhook_id, "/deliveries"), {"limit": limit})
+        ):
             yield from page.items
 
     def retry_webhook_delivery(self, webhook_id: str, delivery_id: str) -> None:
