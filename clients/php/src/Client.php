@@ -492,6 +492,17 @@ final class Client
         }
     }
 
+    /**
+     * $url with the query of the members of $query that are not null.
+     *
+     * @param array<string, string|int|null> $query
+     */
+    private static function withQuery(string $url, array $query): string
+    {
+        $given = array_filter($query, static fn ($v) => $v !== null);
+        return $given === [] ? $url : $url . '?' . http_build_query($given, '', '&', PHP_QUERY_RFC3986);
+    }
+
     private static function path(string $url): string
     {
         return (string) (parse_url($url, PHP_URL_PATH) ?: '/');
@@ -659,14 +670,7 @@ final class Client
      */
     public function userPages(?int $limit = null, ?string $username = null): \Generator
     {
-        $query = [];
-        if ($limit !== null) {
-            $query['limit'] = (string) $limit;
-        }
-        if ($username !== null) {
-            $query['username'] = $username;
-        }
-        $url = $this->accountUrl . '/users' . ($query !== [] ? '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986) : '');
+        $url = self::withQuery($this->accountUrl . '/users', ['limit' => $limit, 'username' => $username]);
         /** @var \Generator<int, Page<User>> */
         return $this->walk($url, $this->accountUrl);
     }
@@ -777,15 +781,10 @@ final class Client
         ?string $status = null,
         ?string $updatedAfter = null,
     ): \Generator {
-        $query = array_filter(
+        return $this->walk(self::withQuery(
+            $this->conversationsEndpoint('/v1/conversations'),
             ['limit' => $limit, 'status' => $status, 'updatedAfter' => $updatedAfter],
-            static fn ($v) => $v !== null,
-        );
-        $url = $this->conversationsEndpoint('/v1/conversations');
-        if ($query !== []) {
-            $url .= '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986);
-        }
-        return $this->walk($url);
+        ));
     }
 
     /**
@@ -946,11 +945,7 @@ final class Client
      */
     public function messagePages(string $conversationId, ?int $limit = null): \Generator
     {
-        $url = $this->conversationUrl($conversationId) . '/messages';
-        if ($limit !== null) {
-            $url .= '?limit=' . $limit;
-        }
-        return $this->walk($url);
+        return $this->walk(self::withQuery($this->conversationUrl($conversationId) . '/messages', ['limit' => $limit]));
     }
 
     /**
@@ -1003,8 +998,7 @@ final class Client
      */
     public function webhooks(?int $limit = null): \Generator
     {
-        $query = $limit !== null ? '?' . http_build_query(['limit' => $limit]) : '';
-        foreach ($this->walk($this->conversationsEndpoint('/v1/webhooks' . $query)) as $page) {
+        foreach ($this->walk(self::withQuery($this->conversationsEndpoint('/v1/webhooks'), ['limit' => $limit])) as $page) {
             yield from $page->items;
         }
     }
@@ -1066,8 +1060,7 @@ final class Client
      */
     public function webhookDeliveries(string $webhookId, ?int $limit = null): \Generator
     {
-        $query = $limit !== null ? '?' . http_build_query(['limit' => $limit]) : '';
-        foreach ($this->walk($this->webhookUrl($webhookId, '/deliveries' . $query)) as $page) {
+        foreach ($this->walk(self::withQuery($this->webhookUrl($webhookId, '/deliveries'), ['limit' => $limit])) as $page) {
             yield from $page->items;
         }
     }
@@ -1169,12 +1162,10 @@ final class Client
     /** @param list<string>|null $types */
     private function eventsUrl(string $path, int|string|null $after, ?int $limit, ?array $types): string
     {
-        $query = array_filter(
+        return self::withQuery(
+            $this->conversationsEndpoint($path),
             ['after' => $after, 'limit' => $limit, 'types' => $types ? implode(',', $types) : null],
-            static fn ($v) => $v !== null,
         );
-        $url = $this->conversationsEndpoint($path);
-        return $query !== [] ? $url . '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986) : $url;
     }
 
     /** A stored position is a sequence: not negative. */
