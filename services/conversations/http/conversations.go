@@ -2,7 +2,6 @@ package http
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -49,36 +48,18 @@ func parseListParams(q url.Values, defaultLimit, maxLimit int) (listParams, erro
 // status and updatedAfter belong to it (conversations) or are ignored
 // like any other unknown parameter (messages).
 func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listParams, error) {
-	p := listParams{limit: defaultLimit}
 	var invalid validation.Collector
-	single := func(name string) (string, bool) {
-		v, ok := q[name]
-		if !ok {
-			return "", false
-		}
-		if len(v) != 1 {
-			invalid.Add(name, "must be given at most once")
-			return "", false
-		}
-		return v[0], true
-	}
-	if v, ok := single("limit"); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxLimit {
-			invalid.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", maxLimit))
-		} else {
-			p.limit = n
-		}
-	}
+	query := web.Query{Values: q, Invalid: &invalid}
+	p := listParams{limit: query.Limit(defaultLimit, maxLimit)}
 	if filters {
-		if v, ok := single("status"); ok {
+		if v, ok := query.Single("status"); ok {
 			if s := conversations.Status(v); s.Valid() {
 				p.status = s
 			} else {
 				invalid.Add("status", "must be open, snoozed or closed")
 			}
 		}
-		if v, ok := single("updatedAfter"); ok {
+		if v, ok := query.Single("updatedAfter"); ok {
 			if t, err := conversations.ParseTime(v); err == nil {
 				p.updatedAfter = &t
 			} else {
@@ -87,7 +68,7 @@ func parseParams(q url.Values, defaultLimit, maxLimit int, filters bool) (listPa
 			}
 		}
 	}
-	if v, ok := single("cursor"); ok {
+	if v, ok := query.Single("cursor"); ok {
 		p.cursor = v
 		if v == "" {
 			invalid.Add("cursor", "must be a cursor from a next link")

@@ -34,17 +34,7 @@ type eventParams struct {
 func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (eventParams, error) {
 	p := eventParams{limit: conversations.DefaultEventPageSize}
 	var invalid validation.Collector
-	single := func(name string) (string, bool) {
-		v, ok := q[name]
-		if !ok {
-			return "", false
-		}
-		if len(v) != 1 {
-			invalid.Add(name, "must be given at most once")
-			return "", false
-		}
-		return v[0], true
-	}
+	query := web.Query{Values: q, Invalid: &invalid}
 	sequence := func(field, v string) *int64 {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 || strings.HasPrefix(v, "+") {
@@ -53,10 +43,10 @@ func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (event
 		}
 		return &n
 	}
-	if v, ok := single("after"); ok {
+	if v, ok := query.Single("after"); ok {
 		p.after = sequence("after", v)
 	}
-	if v, ok := single("types"); ok {
+	if v, ok := query.Single("types"); ok {
 		for t := range strings.SplitSeq(v, ",") {
 			et := conversations.EventType(strings.TrimSpace(t))
 			if !et.Valid() {
@@ -67,14 +57,7 @@ func parseEventParams(q url.Values, lastEventID []string, withLimit bool) (event
 		}
 	}
 	if withLimit {
-		if v, ok := single("limit"); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > conversations.MaxEventPageSize {
-				invalid.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", conversations.MaxEventPageSize))
-			} else {
-				p.limit = n
-			}
-		}
+		p.limit = query.Limit(p.limit, conversations.MaxEventPageSize)
 	}
 	switch len(lastEventID) {
 	case 0:
