@@ -148,6 +148,33 @@ func (s *stack) createClient(ctx context.Context, scopes string) (id, secret str
 	return id, secret, nil
 }
 
+// clientCredentialsToken creates a service client with scopes
+// (comma-separated) and returns an access token of it.
+func (s *stack) clientCredentialsToken(ctx context.Context, client *http.Client, scopes string) (string, error) {
+	id, secret, err := s.createClient(ctx, scopes)
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token",
+		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
+	status, body, err := do(client, req)
+	if err != nil {
+		return "", err
+	}
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	if status != http.StatusOK || json.Unmarshal(body, &tok) != nil || tok.AccessToken == "" {
+		return "", fmt.Errorf("token endpoint answered %d: %s", status, body)
+	}
+	return tok.AccessToken, nil
+}
+
 // storedClientDoc is what the floor needs of a stored service client.
 type storedClientDoc struct {
 	AccountID   string   `bson:"account_id"`

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +63,7 @@ func eventsRows(ctx context.Context, s *stack) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientBearer, err := s.clientToken(ctx, client)
+	clientBearer, err := s.clientCredentialsToken(ctx, client, account.ScopeConversationsRead)
 	if err != nil {
 		return nil, err
 	}
@@ -298,33 +297,6 @@ func eventsRows(ctx context.Context, s *stack) ([]row, error) {
 		})
 	}
 	return rows, nil
-}
-
-// clientToken creates a service client with conversations:read and
-// returns an access token of it.
-func (s *stack) clientToken(ctx context.Context, client *http.Client) (string, error) {
-	id, secret, err := s.createClient(ctx, account.ScopeConversationsRead)
-	if err != nil {
-		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token",
-		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
-	status, body, err := do(client, req)
-	if err != nil {
-		return "", err
-	}
-	var tok struct {
-		AccessToken string `json:"access_token"`
-	}
-	if status != http.StatusOK || json.Unmarshal(body, &tok) != nil || tok.AccessToken == "" {
-		return "", fmt.Errorf("client credentials answered %d: %s", status, body)
-	}
-	return tok.AccessToken, nil
 }
 
 // metric reads one counter of the conversations process's /metrics.

@@ -132,21 +132,7 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil, fmt.Errorf("messages listing: %w", err)
 	}
 
-	postBody, _ := json.Marshal(map[string]string{"body": benchMessageBody})
-	post := func(ctx context.Context, w int) error {
-		url := s.convURL + messagesPath(posted[w])
-		status, body, err := postWithBearer(ctx, client, bearer, url, postBody)
-		if err != nil {
-			return err
-		}
-		if status != http.StatusCreated {
-			return fmt.Errorf("POST %s answered %d: %s", url, status, body)
-		}
-		return nil
-	}
-	driverPost := func(ctx context.Context, w int) error {
-		return postThroughDriver(ctx, convs, msgs, who, posted[w])
-	}
+	post, driverPost := s.postSides(client, bearer, who, posted)
 	postSamples, err := alternate(ctx, o.rounds, o.serviceRun,
 		side{name: "POST …/messages", workers: o.workers, op: post},
 		side{name: "driver writes", workers: o.workers, op: driverPost})
@@ -171,6 +157,30 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 			ratio:   vsFind, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsFind.median >= 0.90, id: "messages",
 		},
 	}, nil
+}
+
+// postSides are the two sides of a message-posting ratio: worker w posts
+// to conversation posted[w] as bearer (who), through the service and
+// through the driver's writes of the same post.
+func (s *stack) postSides(client *http.Client, bearer string, who conversations.Caller, posted []string) (post, driverPost func(context.Context, int) error) {
+	db := s.client.Database(s.convDB)
+	convs, msgs := db.Collection("conversations"), db.Collection("messages")
+	postBody, _ := json.Marshal(map[string]string{"body": benchMessageBody})
+	post = func(ctx context.Context, w int) error {
+		url := s.convURL + messagesPath(posted[w])
+		status, body, err := postWithBearer(ctx, client, bearer, url, postBody)
+		if err != nil {
+			return err
+		}
+		if status != http.StatusCreated {
+			return fmt.Errorf("POST %s answered %d: %s", url, status, body)
+		}
+		return nil
+	}
+	driverPost = func(ctx context.Context, w int) error {
+		return postThroughDriver(ctx, convs, msgs, who, posted[w])
+	}
+	return post, driverPost
 }
 
 // postThroughDriver issues the writes of the store's PostMessage

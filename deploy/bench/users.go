@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -154,33 +153,16 @@ func usersRows(ctx context.Context, s *stack) ([]row, error) {
 // usersClientToken creates a service client with users:read and
 // users:write and returns an access token of it, and its account's id.
 func (s *stack) usersClientToken(ctx context.Context, client *http.Client) (string, string, error) {
-	id, secret, err := s.createClient(ctx, "users:read,users:write")
+	token, err := s.clientCredentialsToken(ctx, client, "users:read,users:write")
 	if err != nil {
 		return "", "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token",
-		strings.NewReader(url.Values{"grant_type": {"client_credentials"}}.Encode()))
-	if err != nil {
-		return "", "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
-	status, body, err := do(client, req)
-	if err != nil {
-		return "", "", err
-	}
-	var resp struct {
-		AccessToken string `json:"access_token"`
-	}
-	if status != http.StatusOK || json.Unmarshal(body, &resp) != nil || resp.AccessToken == "" {
-		return "", "", fmt.Errorf("token endpoint answered %d: %s", status, body)
-	}
-	claims, err := jwtClaims(resp.AccessToken)
+	claims, err := jwtClaims(token)
 	if err != nil {
 		return "", "", err
 	}
 	accountID, _ := claims["account_id"].(string)
-	return resp.AccessToken, accountID, nil
+	return token, accountID, nil
 }
 
 // seedUsers stores users of the account through the driver until it has

@@ -99,7 +99,7 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil, err
 	}
 	defer sink.srv.Close()
-	bearer, err := s.webhookClientToken(ctx)
+	bearer, err := s.clientCredentialsToken(ctx, http.DefaultClient, "webhooks:manage,conversations:read")
 	if err != nil {
 		return nil, err
 	}
@@ -245,23 +245,7 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 			return nil, err
 		}
 	}
-	db := s.client.Database(s.convDB)
-	convs, msgs := db.Collection("conversations"), db.Collection("messages")
-	postBody, _ := json.Marshal(map[string]string{"body": benchMessageBody})
-	post := func(ctx context.Context, w int) error {
-		url := s.convURL + messagesPath(posted[w])
-		status, body, err := postWithBearer(ctx, client, user, url, postBody)
-		if err != nil {
-			return err
-		}
-		if status != http.StatusCreated {
-			return fmt.Errorf("POST %s answered %d: %s", url, status, body)
-		}
-		return nil
-	}
-	driverPost := func(ctx context.Context, w int) error {
-		return postThroughDriver(ctx, convs, msgs, who, posted[w])
-	}
+	post, driverPost := s.postSides(client, user, who, posted)
 	before := time.Now()
 	postSamples, err := alternate(ctx, o.rounds, o.serviceRun,
 		side{name: "POST …/messages, 3 endpoints", workers: o.workers, op: post},
@@ -339,30 +323,6 @@ func (s *stack) deliveryLatencies(ctx context.Context, sink *hookSink, before ti
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-// webhookClientToken creates a service client that may manage webhooks
-// and returns an access token of it.
-func (s *stack) webhookClientToken(ctx context.Context) (string, error) {
-	id, secret, err := s.createClient(ctx, "webhooks:manage,conversations:read")
-	if err != nil {
-		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token",
-		strings.NewReader("grant_type=client_credentials"))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(id, secret)
-	status, body, err := do(http.DefaultClient, req)
-	var tok struct {
-		AccessToken string `json:"access_token"`
-	}
-	if err == nil && (status != http.StatusOK || json.Unmarshal(body, &tok) != nil || tok.AccessToken == "") {
-		err = fmt.Errorf("token endpoint answered %d: %s", status, body)
-	}
-	return tok.AccessToken, err
 }
 
 // signedPost is one delivery as the floor makes it: sign with HMAC-SHA256
