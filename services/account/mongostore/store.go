@@ -155,21 +155,10 @@ type userDoc struct {
 	LastLoginAt time.Time `bson:"last_login_at,omitempty"`
 }
 
-// CreateUser stores a new user; a username taken in the account is
-// account.ErrDuplicate.
+// CreateUser stores a new user of only a name and a password hash (see
+// InsertUser); a username taken in the account is account.ErrDuplicate.
 func (s *Store) CreateUser(ctx context.Context, accountID, username, passwordHash string) (account.User, error) {
-	now := s.now()
-	doc := userDoc{
-		ID: newID("usr"), AccountID: accountID, Username: account.NormalizeName(username),
-		PasswordHash: passwordHash, CreatedAt: now, UpdatedAt: now,
-	}
-	if _, err := s.users.InsertOne(ctx, doc); err != nil {
-		if mongo.IsDuplicateKeyError(err) {
-			return account.User{}, fmt.Errorf("create user %q: %w", doc.Username, account.ErrDuplicate)
-		}
-		return account.User{}, mongoconn.Wrap(err, "create user")
-	}
-	return doc.domain(), nil
+	return s.InsertUser(ctx, account.User{AccountID: accountID, Username: username, PasswordHash: passwordHash})
 }
 
 // UserByName finds a user of an account.
