@@ -41,10 +41,7 @@ type api struct {
 func newAPI(t *testing.T) *api {
 	t.Helper()
 	ctx := context.Background()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "RS256")
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
@@ -70,10 +67,7 @@ func newAPI(t *testing.T) *api {
 				t.Fatal(err)
 			}
 		}
-		hash, _ := hasher.Hash(ctx, u.pw)
-		if _, err := store.CreateUser(ctx, acc.ID, u.user, hash); err != nil {
-			t.Fatal(err)
-		}
+		addUser(t, store, hasher, acc.ID, u.user, u.pw)
 	}
 	return a
 }
