@@ -106,3 +106,17 @@ func userManagement(t testing.TB, store *mongostore.Store, hasher account.Passwo
 	sessions.Users = users
 	return users
 }
+
+// setUserDisabled disables or re-enables a user in the store alone, as an
+// operator's change that the service has not acted on (its sessions stay).
+func setUserDisabled(t testing.TB, store *mongostore.Store, accountID, username string, disabled bool) {
+	t.Helper()
+	ctx := context.Background()
+	u, err := store.UserByName(ctx, accountID, username)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.UpdateUserByID(ctx, accountID, u.ID, account.UserChange{Disabled: &disabled}); err != nil {
+		t.Fatal(err)
+	}
+}
