@@ -247,25 +247,18 @@ func (c *Client) ListConversationsPage(ctx context.Context, opts ListOptions, cu
 	if err != nil {
 		return Page{}, err
 	}
-	q := url.Values{}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
+	q := limitQuery(opts.Limit)
 	if opts.Status != "" {
 		q.Set("status", opts.Status)
 	}
 	if !opts.UpdatedAfter.IsZero() {
 		q.Set("updatedAfter", opts.UpdatedAfter.UTC().Format(time.RFC3339Nano))
 	}
-	var page Page
-	page.NextURL, err = c.listPage(ctx, list, q, cursorURL, &page.Conversations)
+	items, next, err := listPage[Conversation](ctx, c, c.convURL, list, q, cursorURL)
 	if err != nil {
 		return Page{}, err
 	}
-	if page.Conversations == nil {
-		page.Conversations = []Conversation{}
-	}
-	return page, nil
+	return Page{Conversations: items, NextURL: next}, nil
 }
 
 // Conversations iterates over every conversation of the caller, newest
@@ -287,42 +280,48 @@ func (c *Client) Conversations(ctx context.Context, opts ListOptions) iter.Seq2[
 	})
 }
 
-// listPage requests one page of the listing at list: with query when
-// cursorURL is "", at cursorURL otherwise. It decodes the JSON array into
-// out and returns the absolute URL of the next page ("" on the last).
-func (c *Client) listPage(ctx context.Context, list *url.URL, query url.Values, cursorURL string, out any) (string, error) {
-	base, err := c.conversationsBase()
-	if err != nil {
-		return "", err
-	}
-	return c.listPageOf(ctx, base, list, query, cursorURL, out)
-}
-
-// listPageOf is listPage for a listing of the service whose root is base.
-func (c *Client) listPageOf(ctx context.Context, base, list *url.URL, query url.Values, cursorURL string, out any) (string, error) {
+// listPage requests one page of the listing at list, of the service whose
+// root is base: with query when cursorURL is "", at cursorURL otherwise. It
+// returns the page's items (never nil) and the absolute URL of the next
+// page ("" on the last).
+func listPage[T any](ctx context.Context, c *Client, base, list *url.URL, query url.Values, cursorURL string) ([]T, string, error) {
 	var err error
 	u := list
 	if cursorURL == "" {
 		u.RawQuery = query.Encode()
 	} else if u, err = resolveLink(base, list, cursorURL); err != nil {
-		return "", err
+		return nil, "", err
 	}
-	h, err := c.call(ctx, request{method: http.MethodGet, url: u}, nil, out)
+	var items []T
+	h, err := c.call(ctx, request{method: http.MethodGet, url: u}, nil, &items)
 	if err != nil {
-		return "", err
+		return nil, "", err
+	}
+	if items == nil {
+		items = []T{}
 	}
 	next, err := nextLink(h.Values("Link"))
 	if err != nil {
-		return "", fmt.Errorf("client: GET %s: %w", u.Path, err)
+		return nil, "", fmt.Errorf("client: GET %s: %w", u.Path, err)
 	}
 	if next == "" {
-		return "", nil
+		return items, "", nil
 	}
 	nu, err := resolveLink(base, u, next)
 	if err != nil {
-		return "", fmt.Errorf("client: GET %s: %w", u.Path, err)
+		return nil, "", fmt.Errorf("client: GET %s: %w", u.Path, err)
 	}
-	return nu.String(), nil
+	return items, nu.String(), nil
+}
+
+// limitQuery is the query of a listing's first page of limit items (0: the
+// service's default).
+func limitQuery(limit int) url.Values {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return q
 }
 
 // paginate iterates over the items of the pages that page returns, from the

@@ -6,7 +6,6 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 )
 
@@ -103,19 +102,11 @@ func (c *Client) ListMessagesPage(ctx context.Context, conversationID string, op
 	if err != nil {
 		return MessagePage{}, err
 	}
-	q := url.Values{}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
-	var page MessagePage
-	page.NextURL, err = c.listPage(ctx, list, q, cursorURL, &page.Messages)
+	items, next, err := listPage[Message](ctx, c, c.convURL, list, limitQuery(opts.Limit), cursorURL)
 	if err != nil {
 		return MessagePage{}, err
 	}
-	if page.Messages == nil {
-		page.Messages = []Message{}
-	}
-	return page, nil
+	return MessagePage{Messages: items, NextURL: next}, nil
 }
 
 // Messages iterates over every message of the conversation, newest first,

@@ -229,19 +229,29 @@ func (c *Client) tokenRequest(ctx context.Context, path string, body []byte) (*t
 	if err != nil {
 		return nil, err
 	}
-	var out struct {
-		Tokens struct {
-			IDToken      string `json:"id_token"`
-			RefreshToken string `json:"refresh_token"`
-			ExpiresIn    int64  `json:"expires_in"`
-		} `json:"tokens"`
-	}
+	var out tokensAnswer
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, fmt.Errorf("client: POST %s: decode response: %w", u.Path, err)
 	}
-	t := out.Tokens
+	return out.tokenSet(u.Path, start)
+}
+
+// tokensAnswer is the {"tokens":{...}} answer of POST /login,
+// /token/refresh and /password.
+type tokensAnswer struct {
+	Tokens struct {
+		IDToken      string `json:"id_token"`
+		RefreshToken string `json:"refresh_token"`
+		ExpiresIn    int64  `json:"expires_in"`
+	} `json:"tokens"`
+}
+
+// tokenSet is the session the answer to POST path holds, its lifetime
+// counted from start (the request's start: earlier is safe).
+func (a tokensAnswer) tokenSet(path string, start time.Time) (*tokenSet, error) {
+	t := a.Tokens
 	if t.IDToken == "" || t.ExpiresIn < 1 {
-		return nil, fmt.Errorf("client: POST %s: response has no id_token or no positive expires_in", u.Path)
+		return nil, fmt.Errorf("client: POST %s: response has no id_token or no positive expires_in", path)
 	}
 	return &tokenSet{
 		bearer:       t.IDToken,

@@ -8,7 +8,6 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 )
 
@@ -102,10 +101,13 @@ type UserInfo struct {
 }
 
 // usersURL is the account service's /users, with segments appended
-// (escaped).
-func (c *Client) usersURL(segments ...string) (*url.URL, error) {
+// (escaped); an empty one (an id) is an error of the operation op.
+func (c *Client) usersURL(op string, segments ...string) (*url.URL, error) {
 	path := "/users"
 	for _, s := range segments {
+		if s == "" {
+			return nil, fmt.Errorf("client: %s: empty id", op)
+		}
 		path += "/" + url.PathEscape(s)
 	}
 	return endpoint(c.accountURL, path)
@@ -115,7 +117,7 @@ func (c *Client) usersURL(segments ...string) (*url.URL, error) {
 // /users; scope users:write). A taken username is an *Error with code
 // CodeUsernameTaken.
 func (c *Client) CreateUser(ctx context.Context, nu NewUser) (User, error) {
-	u, err := c.usersURL()
+	u, err := c.usersURL("CreateUser")
 	if err != nil {
 		return User{}, err
 	}
@@ -127,10 +129,7 @@ func (c *Client) CreateUser(ctx context.Context, nu NewUser) (User, error) {
 // GetUser returns a user of the account (GET /users/{id}; scope
 // users:read); an id of another account is CodeNotFound.
 func (c *Client) GetUser(ctx context.Context, id string) (User, error) {
-	if id == "" {
-		return User{}, errors.New("client: GetUser: empty id")
-	}
-	u, err := c.usersURL(id)
+	u, err := c.usersURL("GetUser", id)
 	if err != nil {
 		return User{}, err
 	}
@@ -143,25 +142,19 @@ func (c *Client) GetUser(ctx context.Context, id string) (User, error) {
 // (GET /users; scope users:read). With cursorURL "" it is the first page,
 // per opts; otherwise cursorURL is the NextURL of the previous page.
 func (c *Client) ListUsersPage(ctx context.Context, opts UserListOptions, cursorURL string) (UsersPage, error) {
-	list, err := c.usersURL()
+	list, err := c.usersURL("ListUsersPage")
 	if err != nil {
 		return UsersPage{}, err
 	}
-	q := url.Values{}
-	if opts.Limit != 0 {
-		q.Set("limit", strconv.Itoa(opts.Limit))
-	}
+	q := limitQuery(opts.Limit)
 	if opts.Username != "" {
 		q.Set("username", opts.Username)
 	}
-	var page UsersPage
-	if page.NextURL, err = c.listPageOf(ctx, c.accountURL, list, q, cursorURL, &page.Users); err != nil {
+	items, next, err := listPage[User](ctx, c, c.accountURL, list, q, cursorURL)
+	if err != nil {
 		return UsersPage{}, err
 	}
-	if page.Users == nil {
-		page.Users = []User{}
-	}
-	return page, nil
+	return UsersPage{Users: items, NextURL: next}, nil
 }
 
 // Users iterates over every user of the account, oldest first, page after
@@ -178,10 +171,7 @@ func (c *Client) Users(ctx context.Context, opts UserListOptions) iter.Seq2[User
 // /users/{id}, a merge patch; scope users:write). Disabling ends every
 // session of the user.
 func (c *Client) PatchUser(ctx context.Context, id string, patch UserPatch) (User, error) {
-	if id == "" {
-		return User{}, errors.New("client: PatchUser: empty id")
-	}
-	u, err := c.usersURL(id)
+	u, err := c.usersURL("PatchUser", id)
 	if err != nil {
 		return User{}, err
 	}
@@ -193,10 +183,7 @@ func (c *Client) PatchUser(ctx context.Context, id string, patch UserPatch) (Use
 // SetUserPassword sets a user's password (PUT /users/{id}/password; scope
 // users:write) and so ends every session of the user.
 func (c *Client) SetUserPassword(ctx context.Context, id, password string) error {
-	if id == "" {
-		return errors.New("client: SetUserPassword: empty id")
-	}
-	u, err := c.usersURL(id, "password")
+	u, err := c.usersURL("SetUserPassword", id, "password")
 	if err != nil {
 		return err
 	}
@@ -209,10 +196,7 @@ func (c *Client) SetUserPassword(ctx context.Context, id, password string) error
 // DeleteUser erases a user: its document, sessions and login counters
 // (DELETE /users/{id}; scope users:write).
 func (c *Client) DeleteUser(ctx context.Context, id string) error {
-	if id == "" {
-		return errors.New("client: DeleteUser: empty id")
-	}
-	u, err := c.usersURL(id)
+	u, err := c.usersURL("DeleteUser", id)
 	if err != nil {
 		return err
 	}
@@ -250,13 +234,7 @@ func (c *Client) ChangePassword(ctx context.Context, current, next string) error
 		return err
 	}
 	start := c.now()
-	var out struct {
-		Tokens struct {
-			IDToken      string `json:"id_token"`
-			RefreshToken string `json:"refresh_token"`
-			ExpiresIn    int64  `json:"expires_in"`
-		} `json:"tokens"`
-	}
+	var out tokensAnswer
 	_, err = c.call(ctx, request{method: http.MethodPost, url: u}, struct {
 		CurrentPassword string `json:"currentPassword"`
 		NewPassword     string `json:"newPassword"`
@@ -264,13 +242,13 @@ func (c *Client) ChangePassword(ctx context.Context, current, next string) error
 	if err != nil {
 		return err
 	}
-	t := out.Tokens
-	if t.IDToken == "" || t.ExpiresIn < 1 {
-		return errors.New("client: POST /password: response has no id_token or no positive expires_in")
+	set, err := out.tokenSet(u.Path, start)
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	c.creds.Password = next
-	c.tokens = &tokenSet{bearer: t.IDToken, refreshToken: t.RefreshToken, renewAt: renewAt(start, t.ExpiresIn)}
+	c.tokens = set
 	c.stale = false
 	c.gen++
 	c.mu.Unlock()

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -193,12 +192,11 @@ func (c *Client) ListWebhooksPage(ctx context.Context, limit int, cursorURL stri
 	if err != nil {
 		return WebhookPage{}, err
 	}
-	var page WebhookPage
-	page.NextURL, err = c.listPage(ctx, list, limitQuery(limit), cursorURL, &page.Webhooks)
-	if page.Webhooks == nil {
-		page.Webhooks = []Webhook{}
+	items, next, err := listPage[Webhook](ctx, c, c.convURL, list, limitQuery(limit), cursorURL)
+	if err != nil {
+		return WebhookPage{}, err
 	}
-	return page, err
+	return WebhookPage{Webhooks: items, NextURL: next}, nil
 }
 
 // Webhooks iterates over every endpoint of the account, page by page.
@@ -216,12 +214,11 @@ func (c *Client) ListWebhookDeliveriesPage(ctx context.Context, id string, limit
 	if err != nil {
 		return DeliveryPage{}, err
 	}
-	var page DeliveryPage
-	page.NextURL, err = c.listPage(ctx, list, limitQuery(limit), cursorURL, &page.Deliveries)
-	if page.Deliveries == nil {
-		page.Deliveries = []WebhookDelivery{}
+	items, next, err := listPage[WebhookDelivery](ctx, c, c.convURL, list, limitQuery(limit), cursorURL)
+	if err != nil {
+		return DeliveryPage{}, err
 	}
-	return page, err
+	return DeliveryPage{Deliveries: items, NextURL: next}, nil
 }
 
 // WebhookDeliveries iterates over every delivery of the endpoint, newest first.
@@ -230,14 +227,6 @@ func (c *Client) WebhookDeliveries(ctx context.Context, id string) iter.Seq2[Web
 		page, err := c.ListWebhookDeliveriesPage(ctx, id, 0, next)
 		return page.Deliveries, page.NextURL, err
 	})
-}
-
-func limitQuery(limit int) url.Values {
-	q := url.Values{}
-	if limit != 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	return q
 }
 
 // WebhookEvent is a verified delivery's event.

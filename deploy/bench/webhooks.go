@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -225,7 +224,7 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 	// The drain endpoints take every event type too: delete them, so that
 	// exactly 3 are subscribed.
 	for _, id := range endpoints {
-		if status, _, _, err := doWithBearer(ctx, client, http.MethodDelete, s.convURL+"/v1/webhooks/"+id, bearer); err != nil || status != http.StatusNoContent {
+		if status, _, err := doWithBearer(ctx, client, http.MethodDelete, s.convURL+"/v1/webhooks/"+id, bearer); err != nil || status != http.StatusNoContent {
 			return nil, fmt.Errorf("delete webhook: %d %v", status, err)
 		}
 	}
@@ -345,20 +344,9 @@ func (s *stack) deliveryLatencies(ctx context.Context, sink *hookSink, before ti
 // webhookClientToken creates a service client that may manage webhooks
 // and returns an access token of it.
 func (s *stack) webhookClientToken(ctx context.Context) (string, error) {
-	out, err := runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "",
-		"create-client", "--account", benchAccount, "--name", fmt.Sprintf("bench-hooks-%d", time.Now().UnixNano()),
-		"--scopes", "webhooks:manage,conversations:read")
+	id, secret, err := s.createClient(ctx, "webhooks:manage,conversations:read")
 	if err != nil {
 		return "", err
-	}
-	var id, secret string
-	for line := range strings.Lines(string(out)) {
-		if v, ok := strings.CutPrefix(line, "client_id: "); ok {
-			id = strings.TrimSpace(v)
-		}
-		if v, ok := strings.CutPrefix(line, "client_secret: "); ok {
-			secret = strings.TrimSpace(v)
-		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.accountURL+"/oauth2/token",
 		strings.NewReader("grant_type=client_credentials"))
@@ -401,17 +389,11 @@ func signedPost(ctx context.Context, c *http.Client, url string, secret, body []
 }
 
 // doWithBearer sends a request without a body.
-func doWithBearer(ctx context.Context, c *http.Client, method, url, bearer string) (int, http.Header, []byte, error) {
+func doWithBearer(ctx context.Context, c *http.Client, method, url, bearer string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+bearer)
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, body, err
+	return do(c, req)
 }

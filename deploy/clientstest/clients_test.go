@@ -278,10 +278,9 @@ func runCommand(t *testing.T, ctx context.Context, dir string, args, env []strin
 
 // stack is both services on a fresh database.
 type stack struct {
-	bin                    string
+	pair                   *svcproc.Pair
 	tokenTTL               time.Duration
 	accountURL, convURL    string
-	accountEnv             []string
 	definitionFile         string
 	definitionName, defTyp string
 }
@@ -300,26 +299,11 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	uri := mongotest.URI(t)
-	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
-	accAddr, convAddr, accOps, convOps := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
-	s := &stack{bin: bin, tokenTTL: ttl, accountURL: "http://" + accAddr, convURL: "http://" + convAddr,
-		definitionName: "CRM", defTyp: "salesforce"}
-	s.accountEnv = []string{
-		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
-		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + accOps,
-		"ACCOUNT_ISSUER=" + s.accountURL,
+	accountEnv := []string{
 		"ACCOUNT_TOKEN_TTL=" + ttl.String(),
 		"ACCOUNT_CORS_ORIGINS=" + browserOrigin,
-		// Cheap hashes: the suites log in often; the parameters are not
-		// what they test.
-		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
 	}
 	convEnv := []string{
-		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=" + convDB,
-		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + convOps,
-		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
-		"CONVERSATIONS_ISSUER=" + s.accountURL,
 		"CONVERSATIONS_CORS_ORIGINS=" + browserOrigin,
 		// One replica: its own changes wake its relay and streams at once;
 		// the poll, which looks for other replicas' changes, would only
@@ -333,27 +317,21 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=100ms",
 		"CONVERSATIONS_WEBHOOK_RETRY_SCHEDULE=200ms,400ms",
 	}
+	s := &stack{tokenTTL: ttl, definitionName: "CRM", defTyp: "salesforce"}
 	s.definitionFile = filepath.Join(t.TempDir(), "definition.json")
 	def := fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp)
 	if err := os.WriteFile(s.definitionFile, []byte(def), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svcproc.StartForTest(t, filepath.Join(bin, "account"), s.accountEnv, accOps)
-	svcproc.StartForTest(t, filepath.Join(bin, "conversations"), convEnv, convOps)
+	s.pair = svcproc.StartPairForTest(t, bin, mongotest.URI(t), mongotest.New(t).Name(), mongotest.New(t).Name(), accountEnv, convEnv)
+	s.accountURL, s.convURL = s.pair.AccountURL, s.pair.ConversationsURL
 	return s
 }
 
 // admin runs a subcommand of the account binary and returns its output.
 func (s *stack) admin(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(s.bin, "account"), args...)
-	cmd.Env = append(os.Environ(), s.accountEnv...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("account %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return s.pair.Account(t, stdin, args...)
 }
 
 var (

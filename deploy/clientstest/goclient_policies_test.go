@@ -18,16 +18,14 @@ import (
 	"testing"
 
 	client "github.com/acme/platform/clients/go"
-	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
-// TestGoClientPolicies proves, against both real binaries, the behaviours
-// that every client library shares (the "Client libraries" table of the
-// top-level README) for the Go client; the JS, Python and PHP suites prove
-// the same of theirs. Faults are injected in front of the real answers,
-// through the client's own Config.HTTPClient.
-func TestGoClientPolicies(t *testing.T) {
-	st := startStack(t, "http://"+svcproc.FreeAddrForTest(t))
+// runGoPolicies proves, against both real binaries (the Go suite's: see
+// runGoSuite), the behaviours that every client library shares (the
+// "Client libraries" table of the top-level README) for the Go client; the
+// JS, Python and PHP suites prove the same of theirs. Faults are injected
+// in front of the real answers, through the client's own Config.HTTPClient.
+func runGoPolicies(t *testing.T, st *stack) {
 	env := map[string]string{}
 	for _, kv := range st.seed(t, "gopolicies") {
 		k, v, _ := strings.Cut(kv, "=")

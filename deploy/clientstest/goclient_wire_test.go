@@ -71,6 +71,9 @@ func runGoSuite(t *testing.T, st *stack) {
 			})
 		})
 	}
+	// The policies on the same services, with an account of their own:
+	// another pair of services would cost a start-up for nothing.
+	shards.Go(func() { t.Run("policies", func(t *testing.T) { runGoPolicies(t, st) }) })
 	shards.Wait()
 }
 

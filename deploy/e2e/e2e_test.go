@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,12 +93,21 @@ type stack struct {
 	accountEnv, convEnv      []string
 }
 
+// newStack is a stack on fresh databases of the shared test server, with
+// account acme and its users alice and bob.
 func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 	t.Helper()
-	bin := binaries(t)
-	uri := mongotest.URI(t)
-	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
-	s := &stack{bin: bin, accountDB: accDB}
+	s := stackOn(t, mongotest.URI(t), mongotest.New(t).Name(), mongotest.New(t).Name(), accountExtraEnv...)
+	provisionUsers(t, s.bin, s.accountEnv, "alice", "bob")
+	return s
+}
+
+// stackOn is the configuration of a stack on the databases accDB and
+// convDB of the server at uri, on free addresses; nothing is started or
+// stored yet.
+func stackOn(t *testing.T, uri, accDB, convDB string, accountExtraEnv ...string) *stack {
+	t.Helper()
+	s := &stack{bin: binaries(t), accountDB: accDB}
 	accAddr, convAddr := freeAddr(t), freeAddr(t)
 	s.accountOps, s.convOps = freeAddr(t), freeAddr(t)
 	s.accountURL, s.convURL = "http://"+accAddr, "http://"+convAddr
@@ -121,18 +129,6 @@ func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s",
 		// No endpoints but in TestWebhooks, which sets its own.
 		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=10s",
-	}
-	for _, args := range [][]string{
-		{"create-account", "acme"},
-		{"create-user", "--account", "acme", "--username", "alice"},
-		{"create-user", "--account", "acme", "--username", "bob"},
-	} {
-		cmd := exec.Command(filepath.Join(bin, "account"), args...)
-		cmd.Env = append(os.Environ(), s.accountEnv...)
-		cmd.Stdin = strings.NewReader(userPassword(args[len(args)-1]) + "\n")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("account %v: %v\n%s", args, err, out)
-		}
 	}
 	return s
 }

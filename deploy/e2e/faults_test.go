@@ -185,27 +185,8 @@ func provisionFileUsers(t *testing.T, bin string, env []string, users []string) 
 // and "conversations") instead of the shared test server, with user alice.
 func newStackOnServer(t *testing.T, uri string) *stack {
 	t.Helper()
-	bin := binaries(t)
-	s := &stack{bin: bin}
-	accAddr, convAddr := freeAddr(t), freeAddr(t)
-	s.accountOps, s.convOps = freeAddr(t), freeAddr(t)
-	s.accountURL, s.convURL = "http://"+accAddr, "http://"+convAddr
-	s.accountEnv = []string{
-		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=account",
-		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + s.accountOps,
-		"ACCOUNT_ISSUER=" + s.accountURL,
-		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
-	}
-	s.convEnv = []string{
-		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=conversations",
-		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + s.convOps,
-		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
-		"CONVERSATIONS_ISSUER=" + s.accountURL,
-		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
-		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s", // one replica: see newStack
-		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=10s",
-	}
-	provisionUsers(t, bin, s.accountEnv, "alice")
+	s := stackOn(t, uri, "account", "conversations")
+	provisionUsers(t, s.bin, s.accountEnv, "alice")
 	return s
 }
 

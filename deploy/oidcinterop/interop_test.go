@@ -86,43 +86,15 @@ func startAndSeed(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uri := mongotest.URI(t)
-	accDB, convDB := mongotest.New(t).Name(), mongotest.New(t).Name()
-	accAddr, convAddr, accOps, convOps := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
-	issuer := "http://" + accAddr
-	accountEnv := []string{
-		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,
-		"ACCOUNT_HTTP_ADDR=" + accAddr, "ACCOUNT_OPS_ADDR=" + accOps,
-		"ACCOUNT_ISSUER=" + issuer, "ACCOUNT_AUDIENCE=" + audience,
-		// Cheap hashes: the hashing parameters are not what this tests.
-		"ACCOUNT_ARGON2_MEMORY_KIB=1024", "ACCOUNT_ARGON2_ITERATIONS=1",
-	}
-	svcproc.StartForTest(t, filepath.Join(bin, "account"), accountEnv, accOps)
-	svcproc.StartForTest(t, filepath.Join(bin, "conversations"), []string{
-		"CONVERSATIONS_MONGODB_URI=" + uri, "CONVERSATIONS_MONGODB_DATABASE=" + convDB,
-		"CONVERSATIONS_HTTP_ADDR=" + convAddr, "CONVERSATIONS_OPS_ADDR=" + convOps,
-		"CONVERSATIONS_JWKS_URL=" + issuer + "/.well-known/jwks.json",
-		"CONVERSATIONS_ISSUER=" + issuer, "CONVERSATIONS_AUDIENCE=" + audience,
-	}, convOps)
-
-	admin := func(stdin string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(bin, "account"), args...)
-		cmd.Env = append(os.Environ(), accountEnv...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("account %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	pair := svcproc.StartPairForTest(t, bin, mongotest.URI(t), mongotest.New(t).Name(), mongotest.New(t).Name(),
+		[]string{"ACCOUNT_AUDIENCE=" + audience}, []string{"CONVERSATIONS_AUDIENCE=" + audience})
 	const accountName, username = "interop", "alice"
 	password := randomSecret(t)
-	admin("", "create-account", accountName)
-	admin(password+"\n", "create-user", "--account", accountName, "--username", username)
-	confidential := admin("", "create-client", "--account", accountName, "--name", "backend",
+	pair.Account(t, "", "create-account", accountName)
+	pair.Account(t, password+"\n", "create-user", "--account", accountName, "--username", username)
+	confidential := pair.Account(t, "", "create-client", "--account", accountName, "--name", "backend",
 		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
-	public := admin("", "create-client", "--account", accountName, "--name", "spa", "--public")
+	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public")
 	id, secret := clientIDPattern.FindStringSubmatch(confidential), clientSecretPattern.FindStringSubmatch(confidential)
 	publicID := clientIDPattern.FindStringSubmatch(public)
 	if id == nil || secret == nil || publicID == nil || clientSecretPattern.MatchString(public) {
@@ -130,9 +102,9 @@ func startAndSeed(t *testing.T) []string {
 		t.Fatalf("create-client printed no client_id and client_secret (%d bytes), or create-client --public a secret:\n%s", len(confidential), public)
 	}
 	return []string{
-		"OIDC_TEST_ISSUER=" + issuer,
+		"OIDC_TEST_ISSUER=" + pair.AccountURL,
 		"OIDC_TEST_AUDIENCE=" + audience,
-		"OIDC_TEST_CONVERSATIONS_URL=http://" + convAddr,
+		"OIDC_TEST_CONVERSATIONS_URL=" + pair.ConversationsURL,
 		"OIDC_TEST_ACCOUNT_NAME=" + accountName,
 		"OIDC_TEST_USERNAME=" + username,
 		"OIDC_TEST_PASSWORD=" + password,

@@ -110,8 +110,10 @@ func (e *ScopeError) Error() string { return "the token lacks the scope " + e.Sc
 
 // RequireClientScopes lets only a service client's token through, and
 // only when it grants every one of scopes (else a *ScopeError naming them
-// all: a 403 insufficient_scope). A user's token is refused: these routes
-// manage what belongs to the account, not to a user (CONTRACT.md 11.3).
+// all: a 403 insufficient_scope). A user's token is refused the same way:
+// these routes act on the account's behalf, not on a user's own (the
+// webhooks of CONTRACT.md section 11.3, the users management of section
+// 12). It runs after Middleware.
 func RequireClientScopes(scopes ...string) echo.MiddlewareFunc {
 	all := strings.Join(scopes, " ")
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -127,26 +129,6 @@ func RequireClientScopes(scopes ...string) echo.MiddlewareFunc {
 				if !claims.HasScope(s) {
 					return &ScopeError{Scope: all}
 				}
-			}
-			return next(c)
-		}
-	}
-}
-
-// RequireClientScope lets only a service client's token that grants scope
-// through: a user's token is refused with a *ScopeError too (a 403
-// insufficient_scope), for routes that act on the account's behalf, not
-// on a user's own (the users management of CONTRACT.md section 12). It
-// runs after Middleware.
-func RequireClientScope(scope string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c *echo.Context) error {
-			claims, ok := ClaimsFromContext(c.Request().Context())
-			if !ok {
-				return &BearerError{Reason: "missing bearer token"}
-			}
-			if !claims.IsClient() || !claims.HasScope(scope) {
-				return &ScopeError{Scope: scope}
 			}
 			return next(c)
 		}

@@ -69,10 +69,7 @@ func decodeJSONBytes(data []byte, dst any) error {
 	if err := dec.Decode(dst); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return &validation.Error{Fields: []validation.Field{{
-				Name:   typeErr.Field,
-				Reason: fmt.Sprintf("must be a JSON %s", jsonKind(typeErr.Type.Kind().String())),
-			}}}
+			return validation.Invalid(typeErr.Field, fmt.Sprintf("must be a JSON %s", jsonKind(typeErr.Type.Kind().String())))
 		}
 		if errors.As(err, &typeErr) {
 			return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body must be a JSON object."}

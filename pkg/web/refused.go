@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -163,13 +164,13 @@ func refusalProblem(netStatus int, netReason string) (*problem.Problem, string) 
 	switch netStatus {
 	case http.StatusRequestHeaderFieldsTooLarge:
 		return problem.New(netStatus, problem.CodeHeadersTooLarge, "The request's headers are over the limit."),
-			reasonOr(netReason, "headers over the limit")
+			cmp.Or(netReason, "headers over the limit")
 	case http.StatusNotImplemented:
 		return problem.New(http.StatusBadRequest, problem.CodeUnsupportedEncoding, "The request's transfer coding is not supported (only chunked is)."),
-			reasonOr(netReason, "unsupported transfer encoding")
+			cmp.Or(netReason, "unsupported transfer encoding")
 	case http.StatusHTTPVersionNotSupported:
 		return problem.New(http.StatusBadRequest, problem.CodeMalformedRequest, "The request's HTTP version is not supported (only HTTP/1.x is)."),
-			reasonOr(netReason, "unsupported HTTP version")
+			cmp.Or(netReason, "unsupported HTTP version")
 	}
 	status := netStatus
 	if status >= 500 {
@@ -179,14 +180,7 @@ func refusalProblem(netStatus int, netReason string) (*problem.Problem, string) 
 	if netReason != "" {
 		detail = "The request is not valid HTTP: " + netReason + "."
 	}
-	return problem.New(status, problem.CodeMalformedRequest, detail), reasonOr(netReason, "malformed request")
-}
-
-func reasonOr(reason, fallback string) string {
-	if reason != "" {
-		return reason
-	}
-	return fallback
+	return problem.New(status, problem.CodeMalformedRequest, detail), cmp.Or(netReason, "malformed request")
 }
 
 // refusalResponse is the whole HTTP response of a refusal: p, with a

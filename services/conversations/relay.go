@@ -95,6 +95,10 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 			r.Copied(copied)
 		}
 	}()
+	// The newest sequence of each account this round knows of: read once,
+	// then the one it appended itself, so that a batch of an account's
+	// events costs one read of the newest, not one per event.
+	newest := map[string]int64{}
 	first := true
 	for {
 		batch, err := r.Store.FindPending(ctx, relayBatch)
@@ -120,7 +124,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 			return cmp.Compare(typeRank(a.Type), typeRank(b.Type))
 		})
 		for _, e := range events {
-			n, err := r.copy(ctx, e)
+			n, err := r.copy(ctx, e, newest)
 			if err != nil {
 				return copied, err
 			}
@@ -150,25 +154,36 @@ func (r *Relay) lag(batch []Pending) time.Duration {
 }
 
 // copy appends e with the next sequence of its account: 1 when appended,
-// 0 when the log held it already.
-func (r *Relay) copy(ctx context.Context, e Event) (int, error) {
-	newest, err := r.Store.NewestSequence(ctx, e.AccountID)
-	if err != nil {
-		return 0, err
+// 0 when the log held it already. newest holds the accounts' newest
+// sequences known to this round: each is stored (read as the newest, or
+// appended by this round), so the number above it may be taken; one that
+// another relay has passed since costs a refused insert and a read.
+func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int, error) {
+	seq, known := newest[e.AccountID]
+	if !known {
+		var err error
+		if seq, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+			return 0, err
+		}
 	}
 	for range maxSequenceAttempts {
-		e.Sequence = newest + 1
+		e.Sequence = seq + 1
 		err := r.Store.AppendEvent(ctx, e)
 		switch {
 		case err == nil:
+			newest[e.AccountID] = e.Sequence
 			return 1, nil
 		case errors.Is(err, ErrDuplicateID):
+			// Copied before, by another relay or before a crash: the
+			// account's newest may be past what this round knows, so
+			// the next event reads it again.
+			delete(newest, e.AccountID)
 			return 0, nil
 		case errors.Is(err, ErrSequenceTaken):
-			if newest, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+			if seq, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
 				return 0, err
 			}
-			newest = max(newest, e.Sequence)
+			seq = max(seq, e.Sequence)
 		default:
 			return 0, err
 		}
@@ -184,7 +199,11 @@ func (r *Relay) copy(ctx context.Context, e Event) (int, error) {
 // hour at most): a position that the cache lets pass but the purge
 // deleted after shows itself as a page that does not begin right after
 // the position (sequences have no gaps but the purge's), and such a page,
-// or an empty one, is checked against the stored position.
+// or an empty one, is checked against the stored position. An empty page
+// that keeps the caller's own position (nothing after it in the log, the
+// usual answer to a consumer polling at the head) is not: it serves
+// nothing and moves nothing, so it cannot pass over a purged event, and
+// the next page from that position is checked.
 func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, error) {
 	account := q.Caller.AccountID
 	floor, err := s.purgedThrough(ctx, account, false)
@@ -203,7 +222,7 @@ func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, erro
 		if err != nil {
 			return EventPage{}, err
 		}
-		if len(page.Events) > 0 && page.Events[0].Sequence == after+1 {
+		if len(page.Events) > 0 && page.Events[0].Sequence == after+1 || q.After != nil && page.Next == after {
 			return page, nil
 		}
 		stored, err := s.purgedThrough(ctx, account, true)

@@ -2,7 +2,6 @@ package conversations
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 )
 
@@ -20,7 +19,9 @@ func (l storeEventLog) EventsAfter(ctx context.Context, accountID string, after 
 	}
 	out := make([]WebhookEvent, 0, len(events))
 	for _, e := range events {
-		payload, err := json.Marshal(e)
+		// As the feed writes it: the stored data as it is, not validated
+		// again by json.Marshal for every endpoint that reads the event.
+		payload, err := e.AppendJSON(nil)
 		if err != nil {
 			return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 		}

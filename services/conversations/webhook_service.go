@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"time"
 )
@@ -37,9 +36,8 @@ type Webhooks struct {
 	DisableAfter time.Duration
 	// Wake tells the local delivery engine that a delivery is due now
 	// (nil: it finds it at its next poll).
-	Wake   func()
-	Logger *slog.Logger
-	Now    func() time.Time
+	Wake func()
+	Now  func() time.Time
 }
 
 // DefaultRetrySchedule is contract 11.3's.

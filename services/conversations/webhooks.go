@@ -452,8 +452,8 @@ type WebhookStore interface {
 	// ReleaseFanout stores the endpoint's new cursor and when it is looked
 	// at next, only while claim holds it.
 	ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error)
-	// MarkEndpointFailing sets failing_since to at unless it is set;
-	// MarkEndpointHealthy clears it. Both return the endpoint after.
+	// MarkEndpointFailing sets failing_since to at unless it is set and
+	// returns the endpoint after; MarkEndpointHealthy clears it.
 	MarkEndpointFailing(ctx context.Context, id string, at time.Time) (WebhookEndpoint, error)
 	MarkEndpointHealthy(ctx context.Context, id string) error
 	// DisableEndpoint disables an enabled endpoint with reason.

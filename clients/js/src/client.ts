@@ -12,6 +12,7 @@ import type {
   Message,
   NewConversation,
   NewMessage,
+  PlatformEvent,
   CreatedWebhook,
   NewWebhook,
   Webhook,
@@ -179,9 +180,7 @@ export class PlatformClient {
 
   /** One page of conversations; `next` is the URL of the following one. */
   async listConversationsPage(options: ListConversationsOptions & { page?: string } = {}): Promise<Page<Conversation>> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#listUrl(options);
-    const res = await this.#call("GET", url, options);
-    return { items: await res.json(), next: this.#next(res) };
+    return this.#listPage(() => this.#listUrl(options), options);
   }
 
   /**
@@ -190,12 +189,7 @@ export class PlatformClient {
    * the `Link: rel="next"` header.
    */
   async *conversations(options: ListConversationsOptions = {}): AsyncGenerator<Conversation, void, undefined> {
-    let url: string | undefined = this.#listUrl(options);
-    while (url !== undefined) {
-      const page: Page<Conversation> = await this.listConversationsPage({ ...options, page: url });
-      yield* page.items;
-      url = page.next;
-    }
+    yield* this.#everyItem(this.#listUrl(options), (page) => this.listConversationsPage({ ...options, page }));
   }
 
   /** A conversation; remembers its ETag for the next update. */
@@ -296,19 +290,12 @@ export class PlatformClient {
 
   /** One page of a conversation's messages, newest first. */
   async listMessagesPage(conversationId: string, options: ListMessagesOptions & { page?: string } = {}): Promise<Page<Message>> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#messagesUrl(conversationId, options);
-    const res = await this.#call("GET", url, options);
-    return { items: await res.json(), next: this.#next(res) };
+    return this.#listPage(() => this.#messagesUrl(conversationId, options), options);
   }
 
   /** Every message of a conversation, newest first, following `Link`. */
   async *messages(conversationId: string, options: ListMessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
-    let url: string | undefined = this.#messagesUrl(conversationId, options);
-    while (url !== undefined) {
-      const page: Page<Message> = await this.listMessagesPage(conversationId, { ...options, page: url });
-      yield* page.items;
-      url = page.next;
-    }
+    yield* this.#everyItem(this.#messagesUrl(conversationId, options), (page) => this.listMessagesPage(conversationId, { ...options, page }));
   }
 
   /** A message of a conversation. */
@@ -323,10 +310,8 @@ export class PlatformClient {
    * {@link EventPage}).
    */
   async eventsPage(options: EventsOptions & { page?: string } = {}): Promise<EventPage> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#eventsUrl("/v1/events", options.after, options);
-    const res = await this.#call("GET", url, options);
-    const next = this.#next(res);
-    return { items: await res.json(), next, position: positionOf(next) };
+    const page = await this.#listPage<PlatformEvent>(() => this.#eventsUrl("/v1/events", options.after, options), options);
+    return { ...page, position: positionOf(page.next) };
   }
 
   /**
@@ -399,19 +384,12 @@ export class PlatformClient {
 
   /** One page of the account's users, oldest first (`users:read`). */
   async listUsersPage(options: ListUsersOptions & { page?: string } = {}): Promise<Page<User>> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page, this.accountUrl) : this.#usersUrl(options);
-    const res = await this.#call("GET", url, options);
-    return { items: await res.json(), next: this.#next(res, this.accountUrl) };
+    return this.#listPage(() => this.#usersUrl(options), options, this.accountUrl);
   }
 
   /** Every user of the account, oldest first, following `Link`. */
   async *users(options: ListUsersOptions = {}): AsyncGenerator<User, void, undefined> {
-    let url: string | undefined = this.#usersUrl(options);
-    while (url !== undefined) {
-      const page: Page<User> = await this.listUsersPage({ ...options, page: url });
-      yield* page.items;
-      url = page.next;
-    }
+    yield* this.#everyItem(this.#usersUrl(options), (page) => this.listUsersPage({ ...options, page }));
   }
 
   /**
@@ -482,19 +460,12 @@ export class PlatformClient {
 
   /** One page of the account's endpoints, newest first. */
   async listWebhooksPage(options: CallOptions & { limit?: number; page?: string } = {}): Promise<Page<Webhook>> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit);
-    const res = await this.#call("GET", url, options);
-    return { items: await res.json(), next: this.#next(res) };
+    return this.#listPage(() => this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit), options);
   }
 
   /** Every endpoint of the account, following `Link`. */
   async *webhooks(options: CallOptions & { limit?: number } = {}): AsyncGenerator<Webhook, void, undefined> {
-    let page: string | undefined = this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit);
-    while (page !== undefined) {
-      const p: Page<Webhook> = await this.listWebhooksPage({ ...options, page });
-      yield* p.items;
-      page = p.next;
-    }
+    yield* this.#everyItem(this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit), (page) => this.listWebhooksPage({ ...options, page }));
   }
 
   /** One endpoint (without its secret). */
@@ -537,19 +508,12 @@ export class PlatformClient {
 
   /** One page of the endpoint's deliveries, newest first. */
   async listWebhookDeliveriesPage(id: string, options: CallOptions & { limit?: number; page?: string } = {}): Promise<Page<WebhookDelivery>> {
-    const url = options.page !== undefined ? this.#sameOrigin(options.page) : this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit);
-    const res = await this.#call("GET", url, options);
-    return { items: await res.json(), next: this.#next(res) };
+    return this.#listPage(() => this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit), options);
   }
 
   /** Every delivery of the endpoint, newest first, following `Link`. */
   async *webhookDeliveries(id: string, options: CallOptions & { limit?: number } = {}): AsyncGenerator<WebhookDelivery, void, undefined> {
-    let page: string | undefined = this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit);
-    while (page !== undefined) {
-      const p: Page<WebhookDelivery> = await this.listWebhookDeliveriesPage(id, { ...options, page });
-      yield* p.items;
-      page = p.next;
-    }
+    yield* this.#everyItem(this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit), (page) => this.listWebhookDeliveriesPage(id, { ...options, page }));
   }
 
   /** Delivers one delivery again now, with the same `webhook-id`. */
@@ -654,8 +618,7 @@ export class PlatformClient {
   }
 
   #messagesUrl(conversationId: string, options: ListMessagesOptions): string {
-    const qs = options.limit !== undefined ? `?limit=${encodeURIComponent(String(options.limit))}` : "";
-    return this.#conversationUrl(conversationId) + "/messages" + qs;
+    return this.#limited(this.#conversationUrl(conversationId) + "/messages", options.limit);
   }
 
   #usersUrl(options: ListUsersOptions): string {
@@ -674,6 +637,25 @@ export class PlatformClient {
   #conversationUrl(id: string): string {
     if (!id) throw new TypeError("a conversation id is required");
     return this.conversationsUrl + "/v1/conversations/" + encodeURIComponent(id);
+  }
+
+  /**
+   * One page of a listing of the service at base: the page at options.page
+   * (a previous page's `next`) when given, else the first, first().
+   */
+  async #listPage<T>(first: () => string, options: CallOptions & { page?: string }, base: string = this.conversationsUrl): Promise<Page<T>> {
+    const url = options.page !== undefined ? this.#sameOrigin(options.page, base) : first();
+    const res = await this.#call("GET", url, options);
+    return { items: await res.json(), next: this.#next(res, base) };
+  }
+
+  /** Every item of a listing, page after page from first, following each page's `next`. */
+  async *#everyItem<T>(first: string, page: (url: string) => Promise<Page<T>>): AsyncGenerator<T, void, undefined> {
+    for (let url: string | undefined = first; url !== undefined; ) {
+      const p: Page<T> = await page(url);
+      yield* p.items;
+      url = p.next;
+    }
   }
 
   /** The absolute URL of a response's next link, if any. */

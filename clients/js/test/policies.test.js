@@ -7,18 +7,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { readFile } from "node:fs/promises";
-import { ApiError, ErrorCodes, PlatformClient, isApiError } from "../dist/index.js";
-import { env, userClient } from "../testsupport/env.js";
-
-async function apiError(fn) {
-  try {
-    await fn();
-  } catch (err) {
-    assert.ok(err instanceof ApiError, `want an ApiError, got ${err}`);
-    return err;
-  }
-  assert.fail("no error");
-}
+import { ErrorCodes, PlatformClient, isApiError } from "../dist/index.js";
+import { apiError, env, userClient } from "../testsupport/env.js";
 
 /** A fetch that fails as the network would, for the requests fail(method, url, n) picks (n counts them from 1). */
 function faultyFetch(fail) {

@@ -3,19 +3,8 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { inspect } from "node:util";
-import { ApiError, PlatformClient, isApiError, newIdempotencyKey } from "../dist/index.js";
-import { env, recordingFetch, serviceClient, sleep, userClient } from "../testsupport/env.js";
-
-/** Runs fn, which must throw an ApiError; returns it. */
-async function apiError(fn) {
-  try {
-    await fn();
-  } catch (err) {
-    assert.ok(err instanceof ApiError, `want an ApiError, got ${err}`);
-    return err;
-  }
-  assert.fail("no error");
-}
+import { PlatformClient, isApiError, newIdempotencyKey } from "../dist/index.js";
+import { apiError, env, recordingFetch, serviceClient, sleep, userClient } from "../testsupport/env.js";
 
 /** Everything an iterator yields. */
 async function all(iterable) {

@@ -6,28 +6,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { ApiError, PlatformClient } from "../dist/index.js";
-import { env, recordingFetch, serviceClient } from "../testsupport/env.js";
+import { apiError, env, recordingFetch, serviceClient, userClient } from "../testsupport/env.js";
 
 const password = () => "pw-" + randomBytes(16).toString("hex");
 
-async function apiError(fn) {
-  try {
-    await fn();
-  } catch (err) {
-    assert.ok(err instanceof ApiError, `want an ApiError, got ${err}`);
-    return err;
-  }
-  assert.fail("no error");
-}
-
 function userOf(username, pw, overrides = {}) {
-  return new PlatformClient({
-    accountUrl: env.accountUrl,
-    conversationsUrl: env.conversationsUrl,
-    credentials: { accountName: env.accountName, username, password: pw },
-    ...overrides,
-  });
+  return userClient({ credentials: { accountName: env.accountName, username, password: pw }, ...overrides });
 }
 
 test("a backend manages a user who serves itself", async () => {

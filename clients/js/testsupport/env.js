@@ -1,6 +1,7 @@
 // The environment deploy/clientstest gives the suite (see its doc.go): the
 // services' URLs and the credentials of the suite's own account.
-import { PlatformClient } from "../dist/index.js";
+import assert from "node:assert/strict";
+import { ApiError, PlatformClient } from "../dist/index.js";
 
 function required(name) {
   const v = process.env[name];
@@ -68,6 +69,17 @@ export function recordingFetch() {
     return res;
   };
   return { fetch: f, calls, tokenBodies };
+}
+
+/** Runs fn, which must throw an ApiError; returns it. */
+export async function apiError(fn) {
+  try {
+    await fn();
+  } catch (err) {
+    assert.ok(err instanceof ApiError, `want an ApiError, got ${err}`);
+    return err;
+  }
+  assert.fail("no error");
 }
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

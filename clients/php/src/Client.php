@@ -324,7 +324,22 @@ final class Client
         if (!is_array($tokens)) {
             throw new ClientException("acme/platform: POST $path: the response holds no token set");
         }
-        $bearer = $tokens['id_token'] ?? $tokens['access_token'] ?? null;
+        return self::sessionOf($path, $start, $tokens, $tokens['id_token'] ?? $tokens['access_token'] ?? null);
+    }
+
+    /**
+     * The session a token set from POST $path holds: $bearer (the token the
+     * caller picked from it), the refresh token and the lifetime, counted
+     * from $start, the request's start (earlier is safe).
+     *
+     * @param array<mixed>|null $tokens
+     */
+    private static function sessionOf(
+        string $path,
+        float $start,
+        #[\SensitiveParameter] ?array $tokens,
+        #[\SensitiveParameter] mixed $bearer,
+    ): Session {
         $expiresIn = $tokens['expires_in'] ?? null;
         if (!is_string($bearer) || $bearer === '' || !(is_int($expiresIn) || is_float($expiresIn)) || $expiresIn < 1) {
             throw new ClientException("acme/platform: POST $path: the response has no token or no positive expires_in");
@@ -477,6 +492,17 @@ final class Client
         }
     }
 
+    /**
+     * $url with the query of the members of $query that are not null.
+     *
+     * @param array<string, string|int|null> $query
+     */
+    private static function withQuery(string $url, array $query): string
+    {
+        $given = array_filter($query, static fn ($v) => $v !== null);
+        return $given === [] ? $url : $url . '?' . http_build_query($given, '', '&', PHP_QUERY_RFC3986);
+    }
+
     private static function path(string $url): string
     {
         return (string) (parse_url($url, PHP_URL_PATH) ?: '/');
@@ -510,14 +536,9 @@ final class Client
         $url = $firstUrl;
         $seen = [];
         while (true) {
-            $response = $this->call('GET', $url, retry: true);
-            $items = self::decode($response, 'GET', $url);
-            if (!is_array($items) || !array_is_list($items)) {
-                throw new ClientException('acme/platform: GET ' . self::path($url) . ': the response is no JSON array');
-            }
-            $target = LinkHeader::next($response->headerValues('link'));
-            $next = $target !== null ? LinkHeader::resolve($base, $url, $target) : null;
-            yield new Page($items, $next);
+            $page = $this->page($url, $base);
+            yield $page;
+            $next = $page->nextUrl;
             if ($next === null) {
                 return;
             }
@@ -527,6 +548,23 @@ final class Client
             $seen[$next] = true;
             $url = $next;
         }
+    }
+
+    /**
+     * One page of a listing: GET $url, its items and the absolute URL of its
+     * next link, resolved against $base, the service's root.
+     *
+     * @return Page<array<string, mixed>>
+     */
+    private function page(string $url, string $base): Page
+    {
+        $response = $this->call('GET', $url, retry: true);
+        $items = self::decode($response, 'GET', $url);
+        if (!is_array($items) || !array_is_list($items)) {
+            throw new ClientException('acme/platform: GET ' . self::path($url) . ': the response is no JSON array');
+        }
+        $target = LinkHeader::next($response->headerValues('link'));
+        return new Page($items, $target !== null ? LinkHeader::resolve($base, $url, $target) : null);
     }
 
     private function rememberEtag(string $conversationId, Response $response): void
@@ -632,14 +670,7 @@ final class Client
      */
     public function userPages(?int $limit = null, ?string $username = null): \Generator
     {
-        $query = [];
-        if ($limit !== null) {
-            $query['limit'] = (string) $limit;
-        }
-        if ($username !== null) {
-            $query['username'] = $username;
-        }
-        $url = $this->accountUrl . '/users' . ($query !== [] ? '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986) : '');
+        $url = self::withQuery($this->accountUrl . '/users', ['limit' => $limit, 'username' => $username]);
         /** @var \Generator<int, Page<User>> */
         return $this->walk($url, $this->accountUrl);
     }
@@ -728,21 +759,11 @@ final class Client
         ])));
         $doc = self::decode($response, 'POST', $url);
         $tokens = is_array($doc) ? ($doc['tokens'] ?? null) : null;
-        $bearer = is_array($tokens) ? ($tokens['id_token'] ?? null) : null;
-        $expiresIn = is_array($tokens) ? ($tokens['expires_in'] ?? null) : null;
-        if (!is_string($bearer) || $bearer === '' || !(is_int($expiresIn) || is_float($expiresIn)) || $expiresIn < 1) {
-            throw new ClientException('acme/platform: POST /password: the response has no token or no positive expires_in');
-        }
-        $refresh = $tokens['refresh_token'] ?? null;
-        $lifetime = (float) min($expiresIn, 365 * 24 * 3600);
+        $tokens = is_array($tokens) ? $tokens : null;
+        $session = self::sessionOf('/password', $start, $tokens, $tokens['id_token'] ?? null);
         $this->password = new Secret($newPassword);
         $this->loaded = true;
-        $this->keep(new Session(
-            new Secret($bearer),
-            is_string($refresh) && $refresh !== '' ? new Secret($refresh) : null,
-            $start + $lifetime,
-            $lifetime,
-        ));
+        $this->keep($session);
     }
 
     // -- conversations ---------------------------------------------------
@@ -760,15 +781,10 @@ final class Client
         ?string $status = null,
         ?string $updatedAfter = null,
     ): \Generator {
-        $query = array_filter(
+        return $this->walk(self::withQuery(
+            $this->conversationsEndpoint('/v1/conversations'),
             ['limit' => $limit, 'status' => $status, 'updatedAfter' => $updatedAfter],
-            static fn ($v) => $v !== null,
-        );
-        $url = $this->conversationsEndpoint('/v1/conversations');
-        if ($query !== []) {
-            $url .= '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986);
-        }
-        return $this->walk($url);
+        ));
     }
 
     /**
@@ -929,11 +945,7 @@ final class Client
      */
     public function messagePages(string $conversationId, ?int $limit = null): \Generator
     {
-        $url = $this->conversationUrl($conversationId) . '/messages';
-        if ($limit !== null) {
-            $url .= '?limit=' . $limit;
-        }
-        return $this->walk($url);
+        return $this->walk(self::withQuery($this->conversationUrl($conversationId) . '/messages', ['limit' => $limit]));
     }
 
     /**
@@ -986,8 +998,7 @@ final class Client
      */
     public function webhooks(?int $limit = null): \Generator
     {
-        $query = $limit !== null ? '?' . http_build_query(['limit' => $limit]) : '';
-        foreach ($this->walk($this->conversationsEndpoint('/v1/webhooks' . $query)) as $page) {
+        foreach ($this->walk(self::withQuery($this->conversationsEndpoint('/v1/webhooks'), ['limit' => $limit])) as $page) {
             yield from $page->items;
         }
     }
@@ -1049,8 +1060,7 @@ final class Client
      */
     public function webhookDeliveries(string $webhookId, ?int $limit = null): \Generator
     {
-        $query = $limit !== null ? '?' . http_build_query(['limit' => $limit]) : '';
-        foreach ($this->walk($this->webhookUrl($webhookId, '/deliveries' . $query)) as $page) {
+        foreach ($this->walk(self::withQuery($this->webhookUrl($webhookId, '/deliveries'), ['limit' => $limit])) as $page) {
             yield from $page->items;
         }
     }
@@ -1085,20 +1095,15 @@ final class Client
         $url = $pageUrl !== null
             ? LinkHeader::resolve($base, $pageUrl, $pageUrl)
             : $this->eventsUrl('/v1/events', $after, $limit, $types);
-        $response = $this->call('GET', $url, retry: true);
-        $items = self::decode($response, 'GET', $url);
-        if (!is_array($items) || !array_is_list($items)) {
-            throw new ClientException('acme/platform: GET /v1/events: the response is no JSON array');
-        }
-        $target = LinkHeader::next($response->headerValues('link'));
-        $next = $target !== null ? LinkHeader::resolve($base, $url, $target) : null;
+        $page = $this->page($url, $base);
+        $next = $page->nextUrl;
         $position = null;
         if ($next !== null) {
             parse_str((string) parse_url($next, PHP_URL_QUERY), $query);
             $after = $query['after'] ?? null;
             $position = is_string($after) && ctype_digit($after) ? (int) $after : null;
         }
-        return new EventPage(array_map(Event::fromArray(...), $items), $next, $position);
+        return new EventPage(array_map(Event::fromArray(...), $page->items), $next, $position);
     }
 
     /**
@@ -1157,12 +1162,10 @@ final class Client
     /** @param list<string>|null $types */
     private function eventsUrl(string $path, int|string|null $after, ?int $limit, ?array $types): string
     {
-        $query = array_filter(
+        return self::withQuery(
+            $this->conversationsEndpoint($path),
             ['after' => $after, 'limit' => $limit, 'types' => $types ? implode(',', $types) : null],
-            static fn ($v) => $v !== null,
         );
-        $url = $this->conversationsEndpoint($path);
-        return $query !== [] ? $url . '?' . http_build_query($query, '', '&', PHP_QUERY_RFC3986) : $url;
     }
 
     /** A stored position is a sequence: not negative. */

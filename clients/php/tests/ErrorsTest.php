@@ -14,20 +14,10 @@ use Acme\Platform\Tests\Support\ServiceTestCase;
  */
 final class ErrorsTest extends ServiceTestCase
 {
-    private function expectApiError(callable $call): ApiError
-    {
-        try {
-            $call();
-        } catch (ApiError $e) {
-            return $e;
-        }
-        $this->fail('no ApiError');
-    }
-
     public function test400CarriesTheFieldErrors(): void
     {
         $client = Env::userClient();
-        $e = $this->expectApiError(fn () => $client->createConversation(
+        $e = self::apiError(fn () => $client->createConversation(
             subject: str_repeat('x', 301),
             participants: [Env::get('OTHER_USER_ID'), ''],
         ));
@@ -45,7 +35,7 @@ final class ErrorsTest extends ServiceTestCase
     public function test400OfAQueryParameter(): void
     {
         $client = Env::userClient();
-        $e = $this->expectApiError(fn () => $client->conversations(limit: 0)->current());
+        $e = self::apiError(fn () => $client->conversations(limit: 0)->current());
         $this->assertSame([400, ApiError::VALIDATION_FAILED], [$e->status, $e->code()]);
         $this->assertSame(['limit'], array_map(static fn ($f) => $f->field, $e->fieldErrors));
     }
@@ -53,7 +43,7 @@ final class ErrorsTest extends ServiceTestCase
     public function test401WrongCredentials(): void
     {
         $wrong = 'not-' . Env::get('OTHER_PASSWORD');
-        $e = $this->expectApiError(fn () => Env::userClient('OTHER_', password: $wrong)->listDefinitions());
+        $e = self::apiError(fn () => Env::userClient('OTHER_', password: $wrong)->listDefinitions());
         $this->assertSame([401, ApiError::INVALID_CREDENTIALS], [$e->status, $e->code()]);
         $this->assertNotSame('', $e->requestId);
         $this->assertStringNotContainsString($wrong, (string) $e);
@@ -62,14 +52,14 @@ final class ErrorsTest extends ServiceTestCase
     public function test404UnknownAndForeignConversations(): void
     {
         $client = Env::userClient();
-        $e = $this->expectApiError(fn () => $client->getConversation('cnv_does_not_exist'));
+        $e = self::apiError(fn () => $client->getConversation('cnv_does_not_exist'));
         $this->assertSame([404, ApiError::NOT_FOUND], [$e->status, $e->code()]);
         $this->assertSame('/v1/conversations/cnv_does_not_exist', $e->path);
 
         // A conversation of the account in which the caller takes no part
         // does not exist for them.
         $theirs = Env::userClient('OTHER_')->createConversation(subject: 'not yours');
-        $e = $this->expectApiError(fn () => $client->getConversation($theirs['id']));
+        $e = self::apiError(fn () => $client->getConversation($theirs['id']));
         $this->assertSame(404, $e->status);
     }
 
@@ -78,7 +68,7 @@ final class ErrorsTest extends ServiceTestCase
         $statuses = [];
         $locked = null;
         for ($i = 0; $i < 10 && $locked === null; $i++) {
-            $e = $this->expectApiError(
+            $e = self::apiError(
                 fn () => Env::userClient('LOCKOUT_', password: 'wrong-' . hrtime(true))->login()
             );
             $statuses[] = $e->status;
@@ -92,7 +82,7 @@ final class ErrorsTest extends ServiceTestCase
         $this->assertGreaterThan(0, $locked->retryAfter);
         $this->assertStringContainsString('retry after', $locked->getMessage());
         // The lock holds for the right password too; the client raises at once.
-        $e = $this->expectApiError(fn () => Env::userClient('LOCKOUT_')->login());
+        $e = self::apiError(fn () => Env::userClient('LOCKOUT_')->login());
         $this->assertSame(429, $e->status);
     }
 
@@ -121,7 +111,7 @@ final class ErrorsTest extends ServiceTestCase
                 password: $password,
                 accountName: Env::get('ACCOUNT_NAME'),
             );
-            $e = $this->expectApiError(fn () => $client->login());
+            $e = self::apiError(fn () => $client->login());
             $this->assertSame([401, ApiError::INVALID_CREDENTIALS], [$e->status, $e->code()]);
             $this->assertSame($detail, $e->detail, "password $password");
             $this->assertSame(

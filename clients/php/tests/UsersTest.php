@@ -35,16 +35,6 @@ final class UsersTest extends ServiceTestCase
         );
     }
 
-    private static function apiError(callable $fn): ApiError
-    {
-        try {
-            $fn();
-        } catch (ApiError $e) {
-            return $e;
-        }
-        self::fail('no ApiError');
-    }
-
     public function testABackendManagesAUserWhoServesItself(): void
     {
         $backend = Env::serviceClient();

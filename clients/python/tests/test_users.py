@@ -24,19 +24,11 @@ from acme_platform import (
     MemoryTokenStore,
 )
 
-from support import env, user_client
+from support import env, service_client, user_client
 
 
 def new_password() -> str:
     return "pw-" + secrets.token_hex(16)
-
-
-def backend() -> Client:
-    return Client(
-        account_url=env("ACCOUNT_URL"),
-        client_id=env("CLIENT_ID"),
-        client_secret=env("CLIENT_SECRET"),
-    )
 
 
 def user(username: str, password: str, store: MemoryTokenStore | None = None) -> Client:
@@ -51,7 +43,7 @@ def user(username: str, password: str, store: MemoryTokenStore | None = None) ->
 
 class UsersTest(unittest.TestCase):
     def test_a_backend_manages_a_user_who_serves_itself(self) -> None:
-        admin = backend()
+        admin = service_client()
         first, second = new_password(), new_password()
 
         with self.assertRaises(ApiError) as weak:

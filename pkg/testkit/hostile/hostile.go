@@ -11,6 +11,7 @@ package hostile
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -357,7 +358,7 @@ func newRequest(tg Target, op openapitest.Operation, over, query map[string]stri
 	for _, p := range op.PathParams {
 		v, ok := over[p]
 		if !ok {
-			v = cmpOr(tg.PathValues[p], "x")
+			v = cmp.Or(tg.PathValues[p], "x")
 		}
 		path = strings.ReplaceAll(path, "{"+p+"}", v)
 	}
@@ -391,13 +392,6 @@ func newRequest(tg Target, op openapitest.Operation, over, query map[string]stri
 		r.Header.Set("Authorization", "Bearer "+tg.Bearer)
 	}
 	return r, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // leaks are what no body may carry: driver and store messages, file paths,

@@ -27,7 +27,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 
 	// Users: a service client's, by scope; a user's own token is refused
 	// (CONTRACT.md section 12). /userinfo and /password are the user's.
-	usersRead, usersWrite := token.RequireClientScope(token.ScopeUsersRead), token.RequireClientScope(token.ScopeUsersWrite)
+	usersRead, usersWrite := token.RequireClientScopes(token.ScopeUsersRead), token.RequireClientScopes(token.ScopeUsersWrite)
 	e.POST("/users", handleCreateUser(d.Users), bearer, usersWrite)
 	e.GET("/users", handleListUsers(d.Users), bearer, usersRead)
 	e.GET("/users/:id", handleGetUser(d.Users), bearer, usersRead)

@@ -84,7 +84,7 @@ func NewHandler(d Deps) http.Handler {
 	if wh == nil {
 		store, _ := d.Store.(conversations.WebhookStore)
 		box, _ := conversations.NewSecretBox(randomKey())
-		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box, Logger: d.Logger}
+		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box}
 	}
 	addRoutes(e, d, svc, d.Hub, wh)
 	return e

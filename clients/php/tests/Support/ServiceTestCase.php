@@ -4,6 +4,7 @@ declare(strict_types=1);
 
 namespace Acme\Platform\Tests\Support;
 
+use Acme\Platform\ApiError;
 use PHPUnit\Framework\TestCase;
 
 /**
@@ -48,5 +49,16 @@ abstract class ServiceTestCase extends TestCase
     protected function logCount(string $text): int
     {
         return count(array_filter($this->logs, static fn (array $l): bool => str_contains($l[1], $text)));
+    }
+
+    /** Runs $fn, which must throw an ApiError; returns it. */
+    protected static function apiError(callable $fn): ApiError
+    {
+        try {
+            $fn();
+        } catch (ApiError $e) {
+            return $e;
+        }
+        self::fail('no ApiError');
     }
 }

@@ -123,6 +123,40 @@ def renew_margin(lifetime: float) -> float:
     return min(MAX_RENEW_MARGIN, lifetime / 10)
 
 
+def _session_of(path: str, start: float, tokens: Any, bearer_keys: Sequence[str]) -> Session:
+    """The session a token set from ``POST {path}`` holds: its bearer (the
+    first of ``bearer_keys`` it has), refresh token and lifetime, counted
+    from ``start``, the request's start (earlier is safe)."""
+    if not isinstance(tokens, dict):
+        tokens = {}
+    bearer = next((tokens[key] for key in bearer_keys if tokens.get(key)), None)
+    expires_in = tokens.get("expires_in")
+    if (
+        not isinstance(bearer, str)
+        or not bearer
+        or not isinstance(expires_in, (int, float))
+        or expires_in < 1
+    ):
+        raise ClientError(
+            f"acme_platform: POST {path}: the response has no token or no positive expires_in"
+        )
+    refresh = tokens.get("refresh_token")
+    lifetime = float(min(expires_in, 365 * 24 * 3600))
+    return Session(
+        bearer=Secret(bearer),
+        refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
+        expires_at=start + lifetime,
+        lifetime=lifetime,
+    )
+
+
+def _with_query(url: str, query: Mapping[str, Any]) -> str:
+    """``url`` with the query of the members of ``query`` that are not
+    None."""
+    given = {name: str(value) for name, value in query.items() if value is not None}
+    return url + ("?" + urllib.parse.urlencode(given) if given else "")
+
+
 def _base_url(name: str, raw: Optional[str]) -> Optional[str]:
     if raw is None or raw == "":
         return None
@@ -387,25 +421,7 @@ class Client:
         tokens = doc.get("tokens", doc) if isinstance(doc, dict) else None
         if not isinstance(tokens, dict):
             raise ClientError(f"acme_platform: POST {path}: the response holds no token set")
-        bearer = tokens.get("id_token") or tokens.get("access_token")
-        expires_in = tokens.get("expires_in")
-        if (
-            not isinstance(bearer, str)
-            or not bearer
-            or not isinstance(expires_in, (int, float))
-            or expires_in < 1
-        ):
-            raise ClientError(
-                f"acme_platform: POST {path}: the response has no token or no positive expires_in"
-            )
-        refresh = tokens.get("refresh_token")
-        lifetime = float(min(expires_in, 365 * 24 * 3600))
-        return Session(
-            bearer=Secret(bearer),
-            refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
-            expires_at=start + lifetime,
-            lifetime=lifetime,
-        )
+        return _session_of(path, start, tokens, ("id_token", "access_token"))
 
     # -- HTTP ------------------------------------------------------------
 
@@ -641,14 +657,7 @@ class Client:
         (``GET /users``, ``users:read``), following ``Link: rel="next"``.
         ``username`` lists only the user of that name (exact,
         case-insensitive)."""
-        query: Dict[str, str] = {}
-        if limit is not None:
-            query["limit"] = str(limit)
-        if username is not None:
-            query["username"] = username
-        url = self._account_url + "/users"
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
+        url = _with_query(self._account_url + "/users", {"limit": limit, "username": username})
         return cast(Iterator[Page[User]], self._walk(url, self._account_url))
 
     def users(
@@ -713,25 +722,7 @@ class Client:
         )
         doc = self._json(resp, "POST", url)
         tokens = doc.get("tokens") if isinstance(doc, dict) else None
-        bearer = tokens.get("id_token") if isinstance(tokens, dict) else None
-        expires_in = tokens.get("expires_in") if isinstance(tokens, dict) else None
-        if (
-            not isinstance(bearer, str)
-            or not bearer
-            or not isinstance(expires_in, (int, float))
-            or expires_in < 1
-        ):
-            raise ClientError(
-                "acme_platform: POST /password: the response has no token or no positive expires_in"
-            )
-        refresh = tokens.get("refresh_token") if isinstance(tokens, dict) else None
-        lifetime = float(min(expires_in, 365 * 24 * 3600))
-        session = Session(
-            bearer=Secret(bearer),
-            refresh_token=Secret(refresh) if isinstance(refresh, str) and refresh else None,
-            expires_at=start + lifetime,
-            lifetime=lifetime,
-        )
+        session = _session_of("/password", start, tokens, ("id_token",))
         with self._lock:
             self._password = Secret(new_password)
             self._loaded = True
@@ -772,16 +763,10 @@ class Client:
         following each page's ``Link: rel="next"``; the next page is only
         requested when the loop asks for it. ``limit`` is the page size
         (1..100; the service's default 10 when None)."""
-        query: Dict[str, str] = {}
-        if limit is not None:
-            query["limit"] = str(limit)
-        if status is not None:
-            query["status"] = status
-        if updated_after is not None:
-            query["updatedAfter"] = updated_after
-        url = self._conversations("/v1/conversations")
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
+        url = _with_query(
+            self._conversations("/v1/conversations"),
+            {"limit": limit, "status": status, "updatedAfter": updated_after},
+        )
         return cast(Iterator[Page[Conversation]], self._walk(url))
 
     def conversations(
@@ -926,9 +911,7 @@ class Client:
     ) -> Iterator[Page[Message]]:
         """The messages of a conversation page by page, newest first,
         following ``Link: rel="next"``."""
-        url = self._conversation_url(conversation_id) + "/messages"
-        if limit is not None:
-            url += "?" + urllib.parse.urlencode({"limit": str(limit)})
+        url = _with_query(self._conversation_url(conversation_id) + "/messages", {"limit": limit})
         return cast(Iterator[Page[Message]], self._walk(url))
 
     def messages(self, conversation_id: str, *, limit: Optional[int] = None) -> Iterator[Message]:
@@ -973,8 +956,7 @@ class Client:
 
     def webhook_pages(self, *, limit: Optional[int] = None) -> Iterator[Page[Dict[str, Any]]]:
         """The account's endpoints page by page, newest first."""
-        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
-        return self._walk(self._conversations("/v1/webhooks" + query))
+        return self._walk(_with_query(self._conversations("/v1/webhooks"), {"limit": limit}))
 
     def webhooks(self, *, limit: Optional[int] = None) -> Iterator[Dict[str, Any]]:
         """Every endpoint of the account."""
@@ -1021,8 +1003,9 @@ class Client:
         self, webhook_id: str, *, limit: Optional[int] = None
     ) -> Iterator[Dict[str, Any]]:
         """Every delivery of the endpoint, newest first."""
-        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
-        for page in self._walk(self._webhook_url(webhook_id, "/deliveries" + query)):
+        for page in self._walk(
+            _with_query(self._webhook_url(webhook_id, "/deliveries"), {"limit": limit})
+        ):
             yield from page.items
 
     def retry_webhook_delivery(self, webhook_id: str, delivery_id: str) -> None:
@@ -1064,22 +1047,13 @@ class Client:
         ``next_url``). ``EventPage.position`` is where to continue from."""
         check_position(after)
         if page_url is None:
-            url = self._events_url("/v1/events", after, limit, types)
+            page = self._page(self._events_url("/v1/events", after, limit, types), None)
         else:
-            url = resolve_link(self._conversations(""), page_url, page_url)
-        resp = self._call("GET", url, retry=True)
-        items = self._json(resp, "GET", url)
-        if not isinstance(items, list):
-            raise ClientError("acme_platform: GET /v1/events: the response is no JSON array")
-        try:
-            target = next_link(resp.links)
-            following = (
-                resolve_link(self._conversations(""), url, target) if target is not None else None
-            )
-        except LinkHeaderError as err:
-            raise ClientError(f"acme_platform: GET /v1/events: {err}") from None
+            page = self._page(page_url, page_url)
         return EventPage(
-            items=cast(List[Event], items), next_url=following, position=position_of(following)
+            items=cast(List[Event], page.items),
+            next_url=page.next_url,
+            position=position_of(page.next_url),
         )
 
     def events(

@@ -278,7 +278,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	webhooks := &conversations.Webhooks{
 		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP},
 		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
-		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake, Logger: logger,
+		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
 	engine.Webhooks = webhooks
 	background.Go(func() { engine.Run(ctx) })
