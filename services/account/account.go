@@ -82,8 +82,6 @@ type UserStore interface {
 	CreateUser(ctx context.Context, accountID, username, passwordHash string) (User, error)
 	UserByName(ctx context.Context, accountID, username string) (User, error)
 	UserByID(ctx context.Context, accountID, userID string) (User, error)
-	SetPasswordHash(ctx context.Context, accountID, username, passwordHash string) error
-	SetUserDisabled(ctx context.Context, accountID, username string, disabled bool) error
 
 	// InsertUser stores a new user as given (its id and times are the
 	// store's); a username taken in the account is ErrDuplicate, decided

@@ -92,10 +92,13 @@ func ValidateUsername(username string) string {
 }
 
 // validateEmail checks an email address's syntax (RFC 5322 addr-spec, as
-// net/mail reads it, with no display name) and length; "" when valid.
-// Nothing verifies that the address reaches anyone (email_verified is
-// false).
+// net/mail reads it, with no display name) and length; "" when valid, and
+// for "" (no address: the member is optional). Nothing verifies that the
+// address reaches anyone (email_verified is false).
 func validateEmail(email string) string {
+	if email == "" {
+		return ""
+	}
 	if utf8.RuneCountInString(email) > MaxEmailLen {
 		return fmt.Sprintf("must be at most %d characters", MaxEmailLen)
 	}
@@ -134,7 +137,7 @@ func (in NewUser) validate() error {
 			invalid.Add("name", reason)
 		}
 	}
-	if in.Email != nil && *in.Email != "" {
+	if in.Email != nil {
 		if reason := validateEmail(*in.Email); reason != "" {
 			invalid.Add("email", reason)
 		}
@@ -295,38 +298,32 @@ func ValidUserID(id string) bool { return validation.IsRandomID(id, "usr_") }
 // did not. The error is a *validation.Error.
 func ParseUserPatch(members map[string]json.RawMessage) (UserPatch, error) {
 	var invalid validation.Collector
+	// clearable reads a member that is a JSON string, valid by check, or
+	// null, which clears it (as ""); nil when it is invalid.
+	clearable := func(name string, raw []byte, isNull bool, check func(string) string) *string {
+		var s string
+		if isNull {
+			return &s
+		}
+		if json.Unmarshal(raw, &s) != nil {
+			invalid.Add(name, "must be a JSON string or null")
+			return nil
+		}
+		if reason := check(s); reason != "" {
+			invalid.Add(name, reason)
+			return nil
+		}
+		return &s
+	}
 	var p UserPatch
 	for _, name := range slices.Sorted(maps.Keys(members)) {
 		raw := bytes.TrimSpace(members[name])
 		isNull := bytes.Equal(raw, []byte("null"))
-		var s string
 		switch name {
 		case "name":
-			switch {
-			case isNull:
-				p.Name = &s
-			case json.Unmarshal(raw, &s) != nil:
-				invalid.Add(name, "must be a JSON string or null")
-			default:
-				if reason := validateDisplayName(s); reason != "" {
-					invalid.Add(name, reason)
-				} else {
-					p.Name = &s
-				}
-			}
+			p.Name = clearable(name, raw, isNull, validateDisplayName)
 		case "email":
-			switch {
-			case isNull:
-				p.Email = &s
-			case json.Unmarshal(raw, &s) != nil:
-				invalid.Add(name, "must be a JSON string or null")
-			default:
-				if reason := validateEmail(s); s != "" && reason != "" {
-					invalid.Add(name, reason)
-				} else {
-					p.Email = &s
-				}
-			}
+			p.Email = clearable(name, raw, isNull, validateEmail)
 		case "disabled":
 			var b bool
 			if isNull || json.Unmarshal(raw, &b) != nil {

@@ -41,10 +41,7 @@ type api struct {
 func newAPI(t *testing.T) *api {
 	t.Helper()
 	ctx := context.Background()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "RS256")
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
@@ -70,10 +67,7 @@ func newAPI(t *testing.T) *api {
 				t.Fatal(err)
 			}
 		}
-		hash, _ := hasher.Hash(ctx, u.pw)
-		if _, err := store.CreateUser(ctx, acc.ID, u.user, hash); err != nil {
-			t.Fatal(err)
-		}
+		addUser(t, store, hasher, acc.ID, u.user, u.pw)
 	}
 	return a
 }
@@ -241,9 +235,7 @@ func testLogin(t *testing.T, a *api) {
 func testLoginFailures(t *testing.T, a *api) {
 	ctx := context.Background()
 	acme, _ := a.store.AccountByName(ctx, "acme")
-	if err := a.store.SetUserDisabled(ctx, acme.ID, "mallory", true); err != nil {
-		t.Fatal(err)
-	}
+	setUserDisabled(t, a.store, acme.ID, "mallory", true)
 	cases := map[string]string{
 		"unknown account":         loginBody("nope", "alice", "alice-password"),
 		"unknown user":            loginBody("acme", "nobody", "alice-password"),
@@ -643,15 +635,13 @@ func testRefreshDisabledUser(t *testing.T, a *api) {
 	ctx := context.Background()
 	globex, _ := a.store.AccountByName(ctx, "globex")
 	set := a.login("globex", "bob", "bob-password")
-	if err := a.store.SetUserDisabled(ctx, globex.ID, "bob", true); err != nil {
-		t.Fatal(err)
-	}
-	defer a.store.SetUserDisabled(ctx, globex.ID, "bob", false)
+	setUserDisabled(t, a.store, globex.ID, "bob", true)
+	defer setUserDisabled(t, a.store, globex.ID, "bob", false)
 	if status, _ := a.refresh(set.RefreshToken); status != http.StatusUnauthorized {
 		t.Fatalf("refresh of a disabled user: %d", status)
 	}
 	// Re-enabling does not bring the ended session back.
-	a.store.SetUserDisabled(ctx, globex.ID, "bob", false)
+	setUserDisabled(t, a.store, globex.ID, "bob", false)
 	if status, _ := a.refresh(set.RefreshToken); status != http.StatusUnauthorized {
 		t.Fatalf("refresh after re-enabling: %d", status)
 	}

@@ -1,9 +1,11 @@
 package http_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/account"
@@ -64,5 +66,57 @@ func (k tokenKit) sessions(store *mongostore.Store, hasher account.PasswordHashe
 		Store:         store,
 		Issuer:        k.issuer,
 		RefreshTokens: k.refreshVerifier,
+	}
+}
+
+// newStore is a store on a fresh database, with its indexes.
+func newStore(t testing.TB) *mongostore.Store {
+	t.Helper()
+	store := mongostore.New(mongotest.New(t))
+	if err := store.EnsureIndexes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// addUser stores a user of the account with password pw.
+func addUser(t testing.TB, store *mongostore.Store, hasher account.PasswordHasher, accountID, username, pw string) account.User {
+	t.Helper()
+	ctx := context.Background()
+	hash, err := hasher.Hash(ctx, pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := store.CreateUser(ctx, accountID, username, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// userManagement is the user management of a test server on store, under
+// the shipped password policy, wired into sessions (for POST /password).
+func userManagement(t testing.TB, store *mongostore.Store, hasher account.PasswordHasher, sessions *account.Sessions) *account.Users {
+	t.Helper()
+	policy, err := account.LoadPasswordPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
+	sessions.Users = users
+	return users
+}
+
+// setUserDisabled disables or re-enables a user in the store alone, as an
+// operator's change that the service has not acted on (its sessions stay).
+func setUserDisabled(t testing.TB, store *mongostore.Store, accountID, username string, disabled bool) {
+	t.Helper()
+	ctx := context.Background()
+	u, err := store.UserByName(ctx, accountID, username)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.UpdateUserByID(ctx, accountID, u.ID, account.UserChange{Disabled: &disabled}); err != nil {
+		t.Fatal(err)
 	}
 }

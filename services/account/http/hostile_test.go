@@ -10,12 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/platform/pkg/testkit/hostile"
-	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
-	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongostore"
 )
 
 // TestHostileRequests sends issue 19's hostile families, generated from
@@ -26,19 +23,11 @@ import (
 func TestHostileRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "RS256")
-	policy, err := account.LoadPasswordPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
 	sessions := kit.sessions(store, hasher, nil)
-	sessions.Users = users
+	users := userManagement(t, store, hasher, sessions)
 	var log hostile.Log
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
@@ -56,11 +45,7 @@ func TestHostileRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hash, _ := hasher.Hash(ctx, "alice-password")
-	alice, err := store.CreateUser(ctx, acc.ID, "alice", hash)
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice := addUser(t, store, hasher, acc.ID, "alice", "alice-password")
 	a := &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: kit.ring, verifier: kit.verifier}
 	set := a.login("acme", "alice", "alice-password")
 	created := a.call("POST", "/definitions", set.IDToken, `{"name":"hostile","type":"salesforce","config":{"url":"https://example.com"}}`)

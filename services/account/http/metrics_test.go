@@ -15,10 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongostore"
 )
 
 // metricsAPI is the account service with a login throttle on a fresh
@@ -26,10 +24,7 @@ import (
 func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 	t.Helper()
 	ctx := context.Background()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "ES256")
 	reg := prometheus.NewRegistry()
@@ -49,13 +44,7 @@ func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hash, err := hasher.Hash(ctx, "alice-password")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.CreateUser(ctx, acc.ID, "alice", hash); err != nil {
-		t.Fatal(err)
-	}
+	addUser(t, store, hasher, acc.ID, "alice", "alice-password")
 	return srv, reg
 }
 

@@ -18,12 +18,10 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
-	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongostore"
 )
 
 // oauthAPI is the account service on a fresh database, its issuer URL
@@ -42,10 +40,7 @@ type oauthAPI struct {
 func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) *oauthAPI {
 	t.Helper()
 	ctx := context.Background()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t)
 	hasher := cheapHasher(t)
 	srv := httptest.NewUnstartedServer(nil)
 	base := "http://" + srv.Listener.Addr().String()
@@ -88,10 +83,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 			}
 			*acc = created
 		}
-		hash, _ := hasher.Hash(ctx, u.pw)
-		if _, err := store.CreateUser(ctx, acc.ID, u.user, hash); err != nil {
-			t.Fatal(err)
-		}
+		addUser(t, store, hasher, acc.ID, u.user, u.pw)
 	}
 	r := o.call("GET", "/.well-known/openid-configuration", "", "")
 	r.json(t, &o.discovery)

@@ -12,12 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
 	accounthttp "github.com/acme/platform/services/account/http"
-	"github.com/acme/platform/services/account/mongostore"
 )
 
 // A password that meets the policy, and a second one.
@@ -41,22 +39,14 @@ type usersAPI struct {
 func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	t.Helper()
 	ctx := context.Background()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "ES256")
-	policy, err := account.LoadPasswordPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
 	throttle := &account.LoginThrottle{Store: store, SettleTimeout: testSettleTimeout, Policy: account.ThrottlePolicy{
 		User: account.ThrottleLimit{MaxFailures: 3, Window: time.Hour, Lockout: time.Hour, MaxLockout: time.Hour},
 	}}
-	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
 	sessions := kit.sessions(store, hasher, throttle)
-	sessions.Users = users
+	users := userManagement(t, store, hasher, sessions)
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
 		Sessions:    sessions,
 		Users:       users,
@@ -68,9 +58,11 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	t.Cleanup(srv.Close)
 	u := &usersAPI{api: &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier}, kit: kit}
 	for name, acc := range map[string]*account.Account{"acme": &u.acme, "globex": &u.globex} {
-		if *acc, err = store.CreateAccount(ctx, name); err != nil {
+		created, err := store.CreateAccount(ctx, name)
+		if err != nil {
 			t.Fatal(err)
 		}
+		*acc = created
 	}
 	u.backend = u.clientToken(u.acme, token.ScopeUsersRead, token.ScopeUsersWrite)
 	u.reader = u.clientToken(u.acme, token.ScopeUsersRead)

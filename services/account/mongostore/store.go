@@ -5,7 +5,7 @@
 // idempotently, by EnsureIndexes):
 //
 //	accounts       {name:1} unique                 AccountByName, ListAccounts (sorted by name)
-//	users          {account_id:1, username:1} unique  UserByName, ListUsers by username, the updates by account+username
+//	users          {account_id:1, username:1} unique  UserByName, ListUsers by username
 //	               {account_id:1, created_at:1, _id:1}  ListUsers (oldest first, keyset); by id: _id + account_id
 //	definitions    {account_id:1, created_at:1, _id:1}  ListDefinitions; Get/Replace/Delete filter on _id + account_id
 //	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
@@ -155,21 +155,10 @@ type userDoc struct {
 	LastLoginAt time.Time `bson:"last_login_at,omitempty"`
 }
 
-// CreateUser stores a new user; a username taken in the account is
-// account.ErrDuplicate.
+// CreateUser stores a new user of only a name and a password hash (see
+// InsertUser); a username taken in the account is account.ErrDuplicate.
 func (s *Store) CreateUser(ctx context.Context, accountID, username, passwordHash string) (account.User, error) {
-	now := s.now()
-	doc := userDoc{
-		ID: newID("usr"), AccountID: accountID, Username: account.NormalizeName(username),
-		PasswordHash: passwordHash, CreatedAt: now, UpdatedAt: now,
-	}
-	if _, err := s.users.InsertOne(ctx, doc); err != nil {
-		if mongo.IsDuplicateKeyError(err) {
-			return account.User{}, fmt.Errorf("create user %q: %w", doc.Username, account.ErrDuplicate)
-		}
-		return account.User{}, mongoconn.Wrap(err, "create user")
-	}
-	return doc.domain(), nil
+	return s.InsertUser(ctx, account.User{AccountID: accountID, Username: username, PasswordHash: passwordHash})
 }
 
 // UserByName finds a user of an account.
@@ -207,28 +196,6 @@ func (s *Store) UserByID(ctx context.Context, accountID, userID string) (account
 		return account.User{}, mongoconn.Wrap(err, "find user")
 	}
 	return doc.domain(), nil
-}
-
-// SetPasswordHash replaces a user's password hash.
-func (s *Store) SetPasswordHash(ctx context.Context, accountID, username, passwordHash string) error {
-	return s.updateUser(ctx, accountID, username, bson.D{{Key: "password_hash", Value: passwordHash}})
-}
-
-// SetUserDisabled disables or re-enables a user.
-func (s *Store) SetUserDisabled(ctx context.Context, accountID, username string, disabled bool) error {
-	return s.updateUser(ctx, accountID, username, bson.D{{Key: "disabled", Value: disabled}})
-}
-
-func (s *Store) updateUser(ctx context.Context, accountID, username string, set bson.D) error {
-	set = append(set, bson.E{Key: "updated_at", Value: s.now()})
-	res, err := s.users.UpdateOne(ctx, userKey(accountID, username), bson.D{{Key: "$set", Value: set}})
-	if err != nil {
-		return mongoconn.Wrap(err, "update user")
-	}
-	if res.MatchedCount == 0 {
-		return fmt.Errorf("user %q: %w", username, account.ErrNotFound)
-	}
-	return nil
 }
 
 func userKey(accountID, username string) bson.D {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,23 +143,26 @@ func testUsernames(t *testing.T, s account.Store) {
 func testUserUpdates(t *testing.T, s account.Store) {
 	ctx := context.Background()
 	a := mustAccount(t, s, "a")
-	if _, err := s.CreateUser(ctx, a.ID, "alice", "old"); err != nil {
+	created, err := s.CreateUser(ctx, a.ID, "alice", "old")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetPasswordHash(ctx, a.ID, "alice", "new"); err != nil {
-		t.Fatal(err)
+	newHash, other, disabled := "new", "x", true
+	updated, err := s.UpdateUserByID(ctx, a.ID, created.ID, account.UserChange{PasswordHash: &newHash})
+	if err != nil || updated.PasswordHash != "new" {
+		t.Fatalf("set password hash: %+v, %v", updated, err)
 	}
-	if err := s.SetUserDisabled(ctx, a.ID, "alice", true); err != nil {
-		t.Fatal(err)
+	if updated, err = s.UpdateUserByID(ctx, a.ID, created.ID, account.UserChange{Disabled: &disabled}); err != nil || !updated.Disabled {
+		t.Fatalf("disable: %+v, %v", updated, err)
 	}
 	u, err := s.UserByName(ctx, a.ID, "alice")
 	if err != nil || u.PasswordHash != "new" || !u.Disabled {
 		t.Fatalf("after updates: %+v, %v", u, err)
 	}
-	if err := s.SetUserDisabled(ctx, a.ID, "nobody", true); !errors.Is(err, account.ErrNotFound) {
+	if _, err := s.UpdateUserByID(ctx, a.ID, "usr_"+strings.Repeat("0", 24), account.UserChange{Disabled: &disabled}); !errors.Is(err, account.ErrNotFound) {
 		t.Fatalf("disable unknown user: err = %v", err)
 	}
-	if err := s.SetPasswordHash(ctx, "acc_other", "alice", "x"); !errors.Is(err, account.ErrNotFound) {
+	if _, err := s.UpdateUserByID(ctx, "acc_other", created.ID, account.UserChange{PasswordHash: &other}); !errors.Is(err, account.ErrNotFound) {
 		t.Fatalf("set password in wrong account: err = %v", err)
 	}
 }
