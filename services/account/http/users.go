@@ -3,7 +3,6 @@ package http
 import (
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -111,35 +110,17 @@ func handleListUsers(users *account.Users) echo.HandlerFunc {
 // parseUserQuery checks limit, username and cursor strictly: each at most
 // once; limit an integer in 1..MaxUsersPage; username a valid one.
 func parseUserQuery(q url.Values) (account.UserQuery, error) {
-	out := account.UserQuery{Limit: defaultUsersPage}
 	var invalid validation.Collector
-	single := func(name string) (string, bool) {
-		v, ok := q[name]
-		if !ok {
-			return "", false
-		}
-		if len(v) != 1 {
-			invalid.Add(name, "must be given at most once")
-			return "", false
-		}
-		return v[0], true
-	}
-	if v, ok := single("limit"); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > account.MaxUsersPage {
-			invalid.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", account.MaxUsersPage))
-		} else {
-			out.Limit = n
-		}
-	}
-	if v, ok := single("username"); ok {
+	query := web.Query{Values: q, Invalid: &invalid}
+	out := account.UserQuery{Limit: query.Limit(defaultUsersPage, account.MaxUsersPage)}
+	if v, ok := query.Single("username"); ok {
 		if reason := account.ValidateUsername(v); reason != "" {
 			invalid.Add("username", reason)
 		} else {
 			out.Username = account.NormalizeName(v)
 		}
 	}
-	if v, ok := single("cursor"); ok {
+	if v, ok := query.Single("cursor"); ok {
 		pos, ok := decodeUserCursor(v)
 		if !ok {
 			invalid.Add("cursor", "is not a cursor of this listing: use the next link of the previous page")
