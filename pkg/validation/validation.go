@@ -3,7 +3,11 @@
 // layer (problem.From) turns it into a 400 validation_failed problem.
 package validation
 
-import "strings"
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
 
 // Field names one invalid input field and why.
 type Field struct {
@@ -45,6 +49,27 @@ func (c *Collector) Err() error {
 		return nil
 	}
 	return &Error{Fields: c.fields}
+}
+
+// NullableString reads the member field of a JSON merge patch that is a
+// string or null: null clears it (a pointer to ""), a string is checked by
+// check (a reason when invalid, "" when valid). It returns nil, and records
+// why, when the member is neither or fails the check.
+func (c *Collector) NullableString(field string, raw json.RawMessage, check func(string) string) *string {
+	var s string
+	raw = bytes.TrimSpace(raw)
+	if bytes.Equal(raw, []byte("null")) {
+		return &s
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		c.Add(field, "must be a JSON string or null")
+		return nil
+	}
+	if reason := check(s); reason != "" {
+		c.Add(field, reason)
+		return nil
+	}
+	return &s
 }
 
 // IsRandomID reports whether id is prefix followed by 24 lowercase hex

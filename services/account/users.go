@@ -298,32 +298,15 @@ func ValidUserID(id string) bool { return validation.IsRandomID(id, "usr_") }
 // did not. The error is a *validation.Error.
 func ParseUserPatch(members map[string]json.RawMessage) (UserPatch, error) {
 	var invalid validation.Collector
-	// clearable reads a member that is a JSON string, valid by check, or
-	// null, which clears it (as ""); nil when it is invalid.
-	clearable := func(name string, raw []byte, isNull bool, check func(string) string) *string {
-		var s string
-		if isNull {
-			return &s
-		}
-		if json.Unmarshal(raw, &s) != nil {
-			invalid.Add(name, "must be a JSON string or null")
-			return nil
-		}
-		if reason := check(s); reason != "" {
-			invalid.Add(name, reason)
-			return nil
-		}
-		return &s
-	}
 	var p UserPatch
 	for _, name := range slices.Sorted(maps.Keys(members)) {
 		raw := bytes.TrimSpace(members[name])
 		isNull := bytes.Equal(raw, []byte("null"))
 		switch name {
 		case "name":
-			p.Name = clearable(name, raw, isNull, validateDisplayName)
+			p.Name = invalid.NullableString(name, raw, validateDisplayName)
 		case "email":
-			p.Email = clearable(name, raw, isNull, validateEmail)
+			p.Email = invalid.NullableString(name, raw, validateEmail)
 		case "disabled":
 			var b bool
 			if isNull || json.Unmarshal(raw, &b) != nil {

@@ -158,18 +158,13 @@ func ParsePatch(members map[string]json.RawMessage) (Patch, error) {
 		raw := bytes.TrimSpace(members[name])
 		isNull := bytes.Equal(raw, []byte("null"))
 		switch name {
-		case "subject":
-			var s string
-			switch {
-			case isNull:
-				p.Subject = &s // removing the subject leaves ""
-			case json.Unmarshal(raw, &s) != nil:
-				invalid.Add(name, "must be a JSON string or null")
-			case utf8.RuneCountInString(s) > MaxSubjectLen:
-				invalid.Add(name, fmt.Sprintf("must be at most %d characters", MaxSubjectLen))
-			default:
-				p.Subject = &s
-			}
+		case "subject": // null removes the subject, leaving ""
+			p.Subject = invalid.NullableString(name, raw, func(s string) string {
+				if utf8.RuneCountInString(s) > MaxSubjectLen {
+					return fmt.Sprintf("must be at most %d characters", MaxSubjectLen)
+				}
+				return ""
+			})
 		case "status":
 			var s Status
 			if isNull || json.Unmarshal(raw, &s) != nil || !s.Valid() {
