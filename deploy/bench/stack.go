@@ -139,7 +139,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 
 // readyTimeout bounds a service's start, stopTimeout its graceful stop.
 const (
-	readyTimeout = 2 * time.Minute // a loaded machine starts slowly
+	readyTimeout = svcproc.ReadyWait
 	stopTimeout  = 20 * time.Second
 )
 

@@ -51,15 +51,6 @@ func binaries(t *testing.T) string {
 	return binDir
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := svcproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // process is one running service binary.
 type process struct{ *svcproc.Process }
 
@@ -67,9 +58,7 @@ type process struct{ *svcproc.Process }
 // test's cleanup kills it if it still runs.
 func start(t *testing.T, bin string, env []string, opsAddr string) *process {
 	t.Helper()
-	// A process that exits fails at once; one that is slow to be ready
-	// (a loaded machine) is waited for.
-	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, 2*time.Minute)
+	p, err := svcproc.Start(context.Background(), bin, env, opsAddr, svcproc.ReadyWait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +97,8 @@ func newStack(t *testing.T, accountExtraEnv ...string) *stack {
 func stackOn(t *testing.T, uri, accDB, convDB string, accountExtraEnv ...string) *stack {
 	t.Helper()
 	s := &stack{bin: binaries(t), accountDB: accDB}
-	accAddr, convAddr := freeAddr(t), freeAddr(t)
-	s.accountOps, s.convOps = freeAddr(t), freeAddr(t)
+	accAddr, convAddr := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
+	s.accountOps, s.convOps = svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
 	s.accountURL, s.convURL = "http://"+accAddr, "http://"+convAddr
 	s.accountEnv = append([]string{
 		"ACCOUNT_MONGODB_URI=" + uri, "ACCOUNT_MONGODB_DATABASE=" + accDB,

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
 // TestEventsOrderedAcrossReplicas: two conversations processes on one
@@ -26,7 +28,7 @@ func TestEventsOrderedAcrossReplicas(t *testing.T) {
 	s.convEnv = append(s.convEnv, "CONVERSATIONS_EVENTS_POLL_INTERVAL=200ms")
 	s.startAccount(t)
 	survivor := s.startConversations(t)
-	victimAddr, victimOps := freeAddr(t), freeAddr(t)
+	victimAddr, victimOps := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
 	victimEnv := append(append([]string{}, s.convEnv...),
 		"CONVERSATIONS_HTTP_ADDR="+victimAddr, "CONVERSATIONS_OPS_ADDR="+victimOps)
 	victim := start(t, filepath.Join(s.bin, "conversations"), victimEnv, victimOps)

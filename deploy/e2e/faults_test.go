@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/testkit/mongoproc"
 	"github.com/acme/platform/pkg/token"
 )
@@ -215,7 +216,7 @@ func startEmbeddedDB(t *testing.T, dir, addr string) *mongoproc.Process {
 // both services recover by themselves and the data written before is there.
 func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
-	dir, addr := t.TempDir(), freeAddr(t)
+	dir, addr := t.TempDir(), svcproc.FreeAddrForTest(t)
 	db := startEmbeddedDB(t, dir, addr)
 	s := newStackOnServer(t, db.URI())
 	account := s.startAccount(t)

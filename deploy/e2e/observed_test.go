@@ -46,10 +46,10 @@ func TestClientLogAndMetricsAgree(t *testing.T) {
 
 	// An account service whose database is unreachable stays in start-up:
 	// every API request gets the start-up 503.
-	startingOps := freeAddr(t)
-	startingAddr := freeAddr(t)
+	startingOps := svcproc.FreeAddrForTest(t)
+	startingAddr := svcproc.FreeAddrForTest(t)
 	starting, err := svcproc.Launch(filepath.Join(s.bin, "account"), []string{
-		"ACCOUNT_MONGODB_URI=mongodb://" + freeAddr(t) + "/?connectTimeoutMS=200",
+		"ACCOUNT_MONGODB_URI=mongodb://" + svcproc.FreeAddrForTest(t) + "/?connectTimeoutMS=200",
 		"ACCOUNT_MONGODB_TIMEOUT=300ms",
 		"ACCOUNT_HTTP_ADDR=" + startingAddr, "ACCOUNT_OPS_ADDR=" + startingOps,
 		"ACCOUNT_ISSUER=http://" + startingAddr,

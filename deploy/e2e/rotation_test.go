@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
 // Rotation timings of TestKeyRotationUnderLoad: a key signs for 5 s and is
@@ -140,7 +142,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 		"CONVERSATIONS_JWKS_MIN_REFRESH_INTERVAL=1s",
 	)
 	replica1 := s.startAccount(t)
-	addr2, ops2 := freeAddr(t), freeAddr(t)
+	addr2, ops2 := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
 	replica2 := start(t, filepath.Join(s.bin, "account"),
 		append(append([]string{}, s.accountEnv...), "ACCOUNT_HTTP_ADDR="+addr2, "ACCOUNT_OPS_ADDR="+ops2), ops2)
 	conv := s.startConversations(t)

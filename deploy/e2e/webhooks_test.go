@@ -21,6 +21,8 @@ import (
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
 // Webhooks against the real binaries (issue 23): deliveries to real HTTP
@@ -522,7 +524,7 @@ func TestWebhooks(t *testing.T) {
 		}
 		waitFor(t, func() bool { return len(rcv.got()) >= 2 }, "replica A's attempts")
 
-		bAddr, bOps := freeAddr(t), freeAddr(t)
+		bAddr, bOps := svcproc.FreeAddrForTest(t), svcproc.FreeAddrForTest(t)
 		env := slices.Clone(s.convEnv)
 		for i, kv := range env {
 			switch {

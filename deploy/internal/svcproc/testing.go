@@ -10,6 +10,11 @@ import (
 	"time"
 )
 
+// ReadyWait is how long the tests and the bench wait for a started
+// service to be ready: a process that exits fails at once, and one that a
+// loaded machine starts slowly is waited for; only a hang reaches it.
+const ReadyWait = 2 * time.Minute
+
 // StartForTest runs a service binary until the test ends, then stops it
 // with SIGTERM and requires a clean exit. When the test failed, it shows
 // what the service logged above info level (the causes of 5xx answers).
@@ -17,7 +22,7 @@ import (
 // within generous bounds that only a hang reaches.
 func StartForTest(t testing.TB, bin string, env []string, opsAddr string) *Process {
 	t.Helper()
-	p, err := Start(context.Background(), bin, env, opsAddr, 60*time.Second)
+	p, err := Start(context.Background(), bin, env, opsAddr, ReadyWait)
 	if err != nil {
 		t.Fatal(err)
 	}
