@@ -38,12 +38,18 @@ test("the README's install line and snippets work as printed", async () => {
   assert.equal(lines[0], "cd clients/js && npm ci && npm run build");
   assert.match(lines[1], /^cd your-app && npm install \/path\/to\/platform\/clients\/js$/);
 
+  // The Users snippet uses accountUrl, conversationsUrl, clientId and
+  // clientSecret, which its reader has: defined first, as the suite's.
+  const usersPrelude = `const accountUrl = ${JSON.stringify(env.accountUrl)}, conversationsUrl = ${JSON.stringify(env.conversationsUrl)};
+const clientId = ${JSON.stringify(env.clientId)}, clientSecret = ${JSON.stringify(env.clientSecret)};
+`;
   const snippets = [
     ...blocks(await section("Example"), "js"),
     ...blocks(await section("Events"), "js"),
+    usersPrelude + blocks(await section("Users"), "js").join("\n"),
     ...blocks(await section("Errors"), "js"),
   ];
-  assert.equal(snippets.length, 3, "the example, the events and the errors");
+  assert.equal(snippets.length, 4, "the example, the events, users and the errors");
   let script = snippets.join("\n");
   const swaps = {
     '"http://localhost:8080"': JSON.stringify(env.accountUrl),
@@ -72,6 +78,8 @@ test("the README's install line and snippets work as printed", async () => {
     // events suite waits for them: test/events.test.js).
     assert.match(stdout, /store \d+\n/); // the feed
     assert.match(stdout, /live: Seen live\n/); // the stream
+    assert.match(stdout, / jane\n/); // the users listing
+    assert.match(stdout, /email_verified: false/); // jane's userinfo
   } finally {
     await rm(tmp, { recursive: true, force: true });
   }

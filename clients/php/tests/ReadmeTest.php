@@ -68,12 +68,18 @@ final class ReadmeTest extends ServiceTestCase
     {
         $install = self::blocks(self::section('Install'), 'sh');
         $this->assertCount(1, $install, 'the Install section has one sh block');
+        // The Users snippet uses $url, $clientId and $clientSecret, which its
+        // reader has: defined first, as the suite's.
+        $usersPrelude = '$url = ' . var_export(Env::get('ACCOUNT_URL'), true) . ";\n"
+            . '$clientId = ' . var_export(Env::get('CLIENT_ID'), true) . ";\n"
+            . '$clientSecret = ' . var_export(Env::get('CLIENT_SECRET'), true) . ";\n";
         $snippets = array_merge(
             self::blocks(self::section('Example'), 'php'),
             self::blocks(self::section('Events'), 'php'),
+            [$usersPrelude . implode("\n", self::blocks(self::section('Users'), 'php'))],
             self::blocks(self::section('Errors'), 'php'),
         );
-        $this->assertCount(4, $snippets, 'the example, the service client, the events, the errors');
+        $this->assertCount(5, $snippets, 'the example, the service client, the events, users, the errors');
         $this->assertStringStartsWith("<?php\n", $snippets[0]);
         $script = implode("\n", $snippets);
         $swaps = [
@@ -121,6 +127,8 @@ final class ReadmeTest extends ServiceTestCase
         // events suite waits for them: tests/EventsTest.php).
         $this->assertMatchesRegularExpression('/store \d+\n/', $output); // the feed
         $this->assertStringContainsString("live: Seen live\n", $output);          // the stream
+        $this->assertStringContainsString(" jane\n", $output);                    // the users listing
+        $this->assertStringContainsString('[email_verified] => ', $output);       // jane's userinfo
         $this->assertSame($before, self::filesUnder($checkout), 'the install wrote into the checkout');
     }
 }

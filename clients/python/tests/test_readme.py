@@ -69,12 +69,22 @@ class ReadmeTest(LoggedTestCase):
     def test_install_then_every_snippet_as_printed(self) -> None:
         install = blocks(section("Install"), "sh")
         self.assertEqual(len(install), 1, "the Install section has one sh block")
+        # The Users snippet uses url, client_id and client_secret, which
+        # its reader has: defined first, as the suite's.
+        users_prelude = (
+            f"url = {env('ACCOUNT_URL')!r}\n"
+            f"client_id = {env('CLIENT_ID')!r}\n"
+            f"client_secret = {env('CLIENT_SECRET')!r}\n"
+        )
         snippets = (
             blocks(section("Example"), "python")
             + blocks(section("Events"), "python")
+            + [users_prelude + "\n".join(blocks(section("Users"), "python"))]
             + blocks(section("Errors"), "python")
         )
-        self.assertEqual(len(snippets), 4, "the example, the service client, events, the errors")
+        self.assertEqual(
+            len(snippets), 5, "the example, the service client, events, users, the errors"
+        )
         script = with_suite_endpoints("\n".join(snippets))
 
         before = files_under(PACKAGE_DIR)
@@ -124,6 +134,8 @@ class ReadmeTest(LoggedTestCase):
         # events suite waits for them: tests/test_events.py).
         self.assertRegex(done.stdout, r"store \d+\n")  # the feed
         self.assertIn("live: Seen live\n", done.stdout)  # the stream
+        self.assertIn(" jane\n", done.stdout)  # the users listing
+        self.assertIn("'email_verified': False", done.stdout)  # jane's userinfo
         self.assertEqual(files_under(PACKAGE_DIR), before, "the install wrote into the checkout")
 
     def test_the_no_install_way(self) -> None:
