@@ -6,7 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,7 +285,6 @@ type stack struct {
 	pair                   *svcproc.Pair
 	tokenTTL               time.Duration
 	accountURL, convURL    string
-	definitionFile         string
 	definitionName, defTyp string
 }
 
@@ -318,11 +321,6 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 		"CONVERSATIONS_WEBHOOK_RETRY_SCHEDULE=200ms,400ms",
 	}
 	s := &stack{tokenTTL: ttl, definitionName: "CRM", defTyp: "salesforce"}
-	s.definitionFile = filepath.Join(t.TempDir(), "definition.json")
-	def := fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp)
-	if err := os.WriteFile(s.definitionFile, []byte(def), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	s.pair = svcproc.StartPairForTest(t, bin, mongotest.URI(t), mongotest.New(t).Name(), mongotest.New(t).Name(), accountEnv, convEnv)
 	s.accountURL, s.convURL = s.pair.AccountURL, s.pair.ConversationsURL
 	return s
@@ -335,18 +333,20 @@ func (s *stack) admin(t *testing.T, stdin string, args ...string) string {
 }
 
 var (
-	userIDPattern       = regexp.MustCompile(`\(id ([^)\s]+)\)`)
 	clientIDPattern     = regexp.MustCompile(`(?m)^client_id: (\S+)$`)
 	clientSecretPattern = regexp.MustCompile(`(?m)^client_secret: (cs_\S+)$`)
 )
+
+// allScopes are the scopes of a seeding service client: every one.
+const allScopes = "definitions:read,definitions:write,conversations:read,conversations:write,users:read,users:write,webhooks:manage"
 
 // seed creates the account of suite name with its users, its service
 // client and its definition, and returns the suite's environment (see the
 // package documentation).
 func (s *stack) seed(t *testing.T, name string) []string {
 	t.Helper()
-	s.admin(t, "", "create-account", name)
-	s.admin(t, "", "create-definition", "--account", name, "--file", s.definitionFile)
+	acc := s.newAccount(t, name)
+	acc.post(t, "/definitions", fmt.Sprintf(`{"name":%q,"type":%q,"config":{"instance":"https://example.my.salesforce.com"}}`, s.definitionName, s.defTyp))
 	env := []string{
 		"ACME_TEST_ACCOUNT_URL=" + s.accountURL,
 		"ACME_TEST_CONVERSATIONS_URL=" + s.convURL,
@@ -359,20 +359,83 @@ func (s *stack) seed(t *testing.T, name string) []string {
 		{"ACME_TEST_", "alice"}, {"ACME_TEST_OTHER_", "bob"}, {"ACME_TEST_LOCKOUT_", "mallory"},
 	} {
 		pw := randomSecret(t)
-		out := s.admin(t, pw+"\n", "create-user", "--account", name, "--username", u.username)
-		m := userIDPattern.FindStringSubmatch(out)
-		if m == nil {
-			t.Fatalf("create-user printed no user id: %q", out)
-		}
-		env = append(env, u.prefix+"USERNAME="+u.username, u.prefix+"PASSWORD="+pw, u.prefix+"USER_ID="+m[1])
+		id := acc.createUser(t, u.username, pw)
+		env = append(env, u.prefix+"USERNAME="+u.username, u.prefix+"PASSWORD="+pw, u.prefix+"USER_ID="+id)
 	}
-	out := s.admin(t, "", "create-client", "--account", name, "--name", name+"-tests",
-		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write,users:read,users:write,webhooks:manage")
+	return append(env, "ACME_TEST_CLIENT_ID="+acc.clientID, "ACME_TEST_CLIENT_SECRET="+acc.clientSecret)
+}
+
+// seededAccount is an account the tests made, with a service client of
+// every scope through which they create its users and definitions: the API
+// a backend would use. (Only accounts and service clients need the
+// operator's subcommands; a process of the account binary per user would
+// cost more than the requests.)
+type seededAccount struct {
+	s                      *stack
+	name                   string
+	clientID, clientSecret string
+}
+
+// newAccount creates the account name and its seeding client.
+func (s *stack) newAccount(t *testing.T, name string) *seededAccount {
+	t.Helper()
+	s.admin(t, "", "create-account", name)
+	out := s.admin(t, "", "create-client", "--account", name, "--name", name+"-tests", "--scopes", allScopes)
 	id, secret := clientIDPattern.FindStringSubmatch(out), clientSecretPattern.FindStringSubmatch(out)
 	if id == nil || secret == nil {
 		t.Fatalf("create-client printed no client_id and client_secret (%d bytes of output)", len(out))
 	}
-	return append(env, "ACME_TEST_CLIENT_ID="+id[1], "ACME_TEST_CLIENT_SECRET="+secret[1])
+	return &seededAccount{s: s, name: name, clientID: id[1], clientSecret: secret[1]}
+}
+
+// createUser creates a user of the account and returns its id.
+func (a *seededAccount) createUser(t *testing.T, username, password string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"username": username, "password": password})
+	var user struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(a.post(t, "/users", string(body)), &user); err != nil || user.ID == "" {
+		t.Fatalf("POST /users answered no user id: %v", err)
+	}
+	return user.ID
+}
+
+// post sends body to path of the account service as the seeding client,
+// with a token of its own (the stack's tokens may live a few seconds),
+// and returns the answer; anything but a 201 fails the test.
+func (a *seededAccount) post(t *testing.T, path, body string) []byte {
+	t.Helper()
+	form := url.Values{"grant_type": {"client_credentials"}, "scope": {strings.ReplaceAll(allScopes, ",", " ")}}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, a.s.accountURL+"/oauth2/token", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(url.QueryEscape(a.clientID), url.QueryEscape(a.clientSecret))
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	if err := json.Unmarshal(send(t, req, http.StatusOK), &tok); err != nil || tok.AccessToken == "" {
+		t.Fatalf("POST /oauth2/token answered no access token: %v", err)
+	}
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPost, a.s.accountURL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
+	return send(t, req, http.StatusCreated)
+}
+
+// send sends req and returns the body of its answer, failing the test
+// unless the status is want.
+func send(t *testing.T, req *http.Request, want int) []byte {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s (%v), want %d", req.Method, req.URL.Path, resp.StatusCode, b, err, want)
+	}
+	return b
 }
 
 // randomSecret is a password of 128 random bits.

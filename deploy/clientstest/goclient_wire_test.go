@@ -177,20 +177,14 @@ func (g *goSuite) newWire(t *testing.T) *wire {
 // service client); "" is the suite's account.
 func (g *goSuite) newWireInAccount(t *testing.T, account string) *wire {
 	t.Helper()
-	if account == "" {
-		account = g.env["ACCOUNT_NAME"]
-	} else {
-		g.st.admin(t, "", "create-account", account)
+	seeded := &seededAccount{s: g.st, name: g.env["ACCOUNT_NAME"], clientID: g.env["CLIENT_ID"], clientSecret: g.env["CLIENT_SECRET"]}
+	if account != "" {
+		seeded = g.st.newAccount(t, account)
 	}
-	f := &wire{t: t, g: g, hits: map[string]int{}, revoked: map[string]bool{}, accountName: account}
+	f := &wire{t: t, g: g, hits: map[string]int{}, revoked: map[string]bool{}, accountName: seeded.name}
 	f.username = fmt.Sprintf("user%d", g.users.Add(1))
 	f.password = randomSecret(t)
-	out := g.st.admin(t, f.password+"\n", "create-user", "--account", f.accountName, "--username", f.username)
-	m := userIDPattern.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("create-user printed no user id: %q", out)
-	}
-	f.userID = m[1]
+	f.userID = seeded.createUser(t, f.username, f.password)
 	f.account = httptest.NewServer(f.proxy(g.accountDoc, g.st.accountURL))
 	t.Cleanup(f.account.Close)
 	f.conv = httptest.NewServer(f.proxy(g.convDoc, g.st.convURL))

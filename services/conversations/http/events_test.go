@@ -282,6 +282,9 @@ func testEventStream(t *testing.T, a *api) {
 	a.story(alice)
 	a.relay()
 	resumed := a.openStream(alice, "/v1/events/stream?after=0", map[string]string{"Last-Event-ID": strconv.FormatInt(got[1].Sequence, 10)})
+	// Closed when this test ends, not TestAPI: while a stream is open the
+	// hub reads the log every Interval.
+	defer resumed.resp.Body.Close()
 	var rest []event
 	for range 4 {
 		rest = append(rest, resumed.nextEvent())
@@ -291,6 +294,7 @@ func testEventStream(t *testing.T, a *api) {
 	}
 	// Filtered by type.
 	filtered := a.openStream(alice, "/v1/events/stream?types=conversation.updated", nil)
+	defer filtered.resp.Body.Close()
 	if e := filtered.nextEvent(); e.ID != got[2].ID {
 		t.Fatalf("filtered: %+v", e)
 	}
