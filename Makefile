@@ -59,7 +59,7 @@ BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest oidcint
 STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
 OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)
-# go test starts a set's test binaries in the order it is given them, so
+# deploy/gotest.sh starts a set's test binaries in the order given, so
 # the longest go first: started last, one of them would run alone at the
 # end while the other core idles. The two HTTP suites lead, then the long
 # ones that need no database: the embedded store runs one command at a
@@ -71,13 +71,12 @@ CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
 # the embedded store or on a service process, so more than the two cores.
 TEST_PARALLEL ?= 4
-# Parallel tests at once within one test binary of OTHER_PACKAGES (go test
+# Parallel tests at once within one test binary of OTHER_PACKAGES (a test binary
 # runs GOMAXPROCS at a time by default): the end-to-end tests mostly wait
 # on the processes they start (key rotations, outages, drains).
 BINARY_TEST_PARALLEL ?= 6
 # The service binaries are built once for every test that runs them
-# (SERVICE_BINARIES, see deploy/internal/svcproc): on a cold cache each
-# would otherwise compile them, at the same time. So is the embedded store
+# (SERVICE_BINARIES, see deploy/internal/svcproc). So is the embedded store
 # (EMBEDDEDMONGO_BIN, see pkg/testkit/mongoproc): each test binary that
 # needs a database would otherwise run go list and go build to find it up
 # to date, about a CPU-second each.
@@ -86,18 +85,22 @@ BINARY_TEST_PARALLEL ?= 6
 # EMBEDDED_EXIT_WAIT seconds after the tests.
 EMBEDDED_EXIT_WAIT := 10
 # The test binaries, the service binaries and the embedded store that make
-# test builds go without DWARF: a warm make test spends more CPU linking its
-# 38 test binaries (each linked anew with -count=1) than in most of the
-# tests, and DWARF is about a quarter of that. Stack traces keep their file
-# and line; a debugger wants a build of its own (dlv test).
+# test builds go without DWARF (stack traces keep their file and line; a
+# debugger wants a build of its own, dlv test), and deploy/gotest.sh builds
+# and runs them instead of go build and go test -count=1: it keeps the
+# linked binaries in a cache folder between runs, so that a warm make test
+# links only what changed (linking its 38 test binaries anew each time
+# took more CPU than most of the tests).
 TEST_LDFLAGS := -ldflags=-w
+GOTEST := GO=$(GO) deploy/gotest.sh
+TEST_TIMEOUT := 15m
 
 test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them (see OTHER_PACKAGES for those without -race); fails if an embedded store process outlives them
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
-	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./pkg/testkit/cmd/embeddedmongo ) || exit; export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo; \
-	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
-	  SERVICE_BINARIES=$$tmp/bin $(GO) test $(TEST_LDFLAGS) -count=1 -vet=off -p $(TEST_PARALLEL) -parallel $(BINARY_TEST_PARALLEL) -timeout 15m $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
-	( set -x && $(GO) test $(TEST_LDFLAGS) -race -count=1 -vet=off -p $(TEST_PARALLEL) -timeout 15m $(RACE_PACKAGES) ); race=$$?; \
+	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ) || exit; export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo; \
+	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./services/account/cmd/account ./services/conversations/cmd/conversations && \
+	  SERVICE_BINARIES=$$tmp/bin $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(BINARY_TEST_PARALLEL) -- $(TEST_LDFLAGS) -vet=off -- $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
+	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -- $(TEST_LDFLAGS) -race -vet=off -- $(RACE_PACKAGES) ); race=$$?; \
 	wait $$other; rc=$$?; cat $$tmp/other.log; \
 	[ $$race -eq 0 ] && [ $$rc -eq 0 ] || exit 1; \
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
