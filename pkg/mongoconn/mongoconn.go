@@ -49,14 +49,18 @@ func Connect(uri string, selectTimeout time.Duration) (*mongo.Client, error) {
 // the database can be reached, and a slow database must not take every
 // replica out of a Kubernetes Service at once (the requests themselves get
 // their 503s). The database is unreachable when no primary can be selected
-// (the driver's monitor lost it) or the connection fails.
+// (the driver's monitor lost it) or the connection fails (refused, reset).
+// A connection the driver was still opening when ctx ended is slow too: a
+// database busy with a burst may take longer than the probe to accept
+// one; one that stays unreachable fails the monitor's next heartbeat, and
+// selection then fails.
 func Ping(ctx context.Context, client *mongo.Client) error {
 	err := client.Ping(ctx, readpref.Primary())
 	if err == nil {
 		return nil
 	}
 	var selErr topology.ServerSelectionError
-	if ctx.Err() != nil && !errors.As(err, &selErr) && !mongo.IsNetworkError(err) {
+	if ctx.Err() != nil && !errors.As(err, &selErr) && (!mongo.IsNetworkError(err) || mongo.IsTimeout(err)) {
 		return nil
 	}
 	return fmt.Errorf("ping mongodb: %w", Classify(err))

@@ -156,7 +156,7 @@ func (s Service) Run(ctx context.Context) error {
 }
 
 func (s Service) opsHandler(checks map[string]web.Check) http.Handler {
-	ops := web.OpsHandler(s.Registry, checks)
+	ops := web.OpsHandler(s.Logger, s.Registry, checks)
 	if s.Profiling {
 		return web.WithProfiling(ops)
 	}

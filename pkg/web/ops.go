@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"sort"
@@ -18,9 +19,11 @@ type Check func(ctx context.Context) error
 // OpsHandler serves the operations endpoints on their own listener, away
 // from the public API:
 //   - /healthz: the process is alive (always 200 while it can answer);
-//   - /readyz: every check passes (200) or not (503, with the failing names);
+//   - /readyz: every check passes (200) or not (503, with the failing names;
+//     logger receives each failure with its cause, which the answer leaves
+//     out);
 //   - /metrics: Prometheus metrics from gatherer.
-func OpsHandler(gatherer prometheus.Gatherer, checks map[string]Check) http.Handler {
+func OpsHandler(logger *slog.Logger, gatherer prometheus.Gatherer, checks map[string]Check) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusOK, map[string]any{"status": "ok"})
@@ -35,6 +38,7 @@ func OpsHandler(gatherer prometheus.Gatherer, checks map[string]Check) http.Hand
 		for name, check := range checks {
 			if err := check(ctx); err != nil {
 				failing = append(failing, name)
+				logger.WarnContext(r.Context(), "not ready", "check", name, "error", err.Error())
 			}
 		}
 		sort.Strings(failing)

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,7 +14,7 @@ import (
 
 func TestOpsHandlerServesProfilesOnlyWhenAsked(t *testing.T) {
 	checks := map[string]web.Check{"ok": func(context.Context) error { return nil }}
-	plain := web.OpsHandler(prometheus.NewRegistry(), checks)
+	plain := web.OpsHandler(slog.New(slog.DiscardHandler), prometheus.NewRegistry(), checks)
 	for _, tc := range []struct {
 		name    string
 		handler http.Handler
