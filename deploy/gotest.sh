@@ -27,7 +27,13 @@
 # deleting it costs the next run its links, nothing else.
 set -uo pipefail
 
-cache_root=${GOTEST_BINARY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/acme-platform/test-binaries}
+cache_root=${GOTEST_BINARY_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/acme-platform/test-binaries}
+# Without a writable cache folder (no home, a read-only one) the run still
+# works, in a folder of its own, and links everything.
+if ! mkdir -p "$cache_root" 2>/dev/null || ! [ -w "$cache_root" ]; then
+	cache_root=$(mktemp -d) || exit
+	trap 'rm -rf "$cache_root"' EXIT
+fi
 go=${GO:-go}
 
 # cached_build CACHE_DIR OUT_DIR COMMAND...: runs COMMAND (which writes its
