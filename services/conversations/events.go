@@ -191,8 +191,9 @@ type PendingSource struct {
 // once (see docs/decisions.md).
 type EventStore interface {
 	// FindPending returns up to limit documents that carry pending
-	// events, oldest first.
-	FindPending(ctx context.Context, limit int) ([]Pending, error)
+	// events, oldest first, whose oldest pending event is stamped before
+	// before.
+	FindPending(ctx context.Context, before time.Time, limit int) ([]Pending, error)
 	// AppendEvent stores e (Sequence set) in its account's log:
 	// ErrDuplicateID when the log holds e.ID already (copied before),
 	// ErrSequenceTaken when it holds another event with e.Sequence.

@@ -15,7 +15,10 @@ import (
 // (contract 11.1), then clears them from the documents. Every replica runs
 // one; they need no lease, because each step is safe to repeat and to race:
 //
-//  1. FindPending reads documents carrying pending events, oldest first.
+//  1. FindPending reads documents carrying pending events, oldest first,
+//     whose pending events all began before the round's horizon (see
+//     horizon): conversations and messages are two reads, and a change
+//     made between them must not let its successor pass it.
 //  2. Each event is appended with sequence = the account's newest + 1
 //     under the log's unique {account_id, sequence} index: a duplicate
 //     sequence means another relay took the number, so the next is tried;
@@ -100,8 +103,9 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	// events costs one read of the newest, not one per event.
 	newest := map[string]int64{}
 	first := true
+	before := horizon(time.Now())
 	for {
-		batch, err := r.Store.FindPending(ctx, relayBatch)
+		batch, err := r.Store.FindPending(ctx, before, relayBatch)
 		if err != nil {
 			return copied, err
 		}
@@ -139,6 +143,29 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 			return copied, nil
 		}
 	}
+}
+
+// horizon returns the time below which a round relays events: the
+// millisecond after start (stores keep milliseconds), once it has passed.
+//
+// The documents a round reads come from two collections, read one after
+// the other, and a change that commits between the two reads would be
+// missing from the round while a change made after it (a message posted
+// to a conversation created meanwhile) would be in it, and get the lower
+// sequence. Every change is stamped before it is written, and a change
+// that follows another starts after that one was written: so a change
+// stamped before the horizon follows only changes written before the
+// horizon, which both reads see, and a round that takes only changes
+// stamped before it never takes one without those it follows. Everything
+// written before the round began is stamped before the horizon. The
+// stamps and the horizon are wall clocks: replicas' clocks must agree to
+// within the time between two changes of one conversation (NTP keeps them
+// to milliseconds); where they do not, two such events may be ordered the
+// wrong way round, never lost or repeated.
+func horizon(start time.Time) time.Time {
+	h := start.Truncate(time.Millisecond).Add(time.Millisecond)
+	time.Sleep(time.Until(h))
+	return h
 }
 
 func (r *Relay) lag(batch []Pending) time.Duration {

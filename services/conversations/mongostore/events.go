@@ -81,11 +81,12 @@ type pendingHolder struct {
 var epoch = time.Unix(0, 0).UTC()
 
 // FindPending implements conversations.EventStore: the oldest documents
-// with pending events of both collections, by their by_pending indexes.
-func (s *Store) FindPending(ctx context.Context, limit int) ([]conversations.Pending, error) {
+// with pending events of both collections stamped before before, by their
+// by_pending indexes.
+func (s *Store) FindPending(ctx context.Context, before time.Time, limit int) ([]conversations.Pending, error) {
 	var out []conversations.Pending
 	for _, coll := range []*mongo.Collection{s.conversations, s.messages} {
-		cur, err := coll.Find(ctx, bson.D{{Key: "pending_since", Value: bson.D{{Key: "$gt", Value: epoch}}}},
+		cur, err := coll.Find(ctx, bson.D{{Key: "pending_since", Value: bson.D{{Key: "$gt", Value: epoch}, {Key: "$lt", Value: before}}}},
 			options.Find().SetSort(bson.D{{Key: "pending_since", Value: 1}}).SetLimit(int64(limit)).SetHint("by_pending").
 				SetProjection(bson.D{{Key: "account_id", Value: 1}, {Key: "conversation_id", Value: 1}, {Key: "version", Value: 1},
 					{Key: "pending_events", Value: 1}, {Key: "pending_since", Value: 1}}))

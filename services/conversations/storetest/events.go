@@ -220,7 +220,7 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 	if got := feed(t, s, cli, 0, 100); len(got) != 0 {
 		t.Fatalf("served before the relay: %v", types(got))
 	}
-	pending, err := s.Store.FindPending(ctx, 100)
+	pending, err := s.Store.FindPending(ctx, time.Now().Add(time.Hour), 100)
 	if err != nil || len(pending) != 2 || len(pending[0].Events) != 4 {
 		t.Fatalf("pending: %+v, %v", pending, err)
 	}
@@ -256,7 +256,7 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 		}
 	}
 	relay(t, s)
-	if left, err := s.Store.FindPending(ctx, 100); err != nil || len(left) != 0 {
+	if left, err := s.Store.FindPending(ctx, time.Now().Add(time.Hour), 100); err != nil || len(left) != 0 {
 		t.Fatalf("still pending: %+v, %v", left, err)
 	}
 	// The consumer stopped before storing its position: it reads again
@@ -269,7 +269,7 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 	if _, err := s.UpdateConversation(ctx, alice, c.ID, conversations.Patch{Subject: ptr("late")}, conversations.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
-	if pending, err = s.Store.FindPending(ctx, 100); err != nil || len(pending) != 1 {
+	if pending, err = s.Store.FindPending(ctx, time.Now().Add(time.Hour), 100); err != nil || len(pending) != 1 {
 		t.Fatalf("pending: %+v, %v", pending, err)
 	}
 	if _, err := s.UpdateConversation(ctx, alice, c.ID, conversations.Patch{Subject: ptr("later")}, conversations.Precondition{}); err != nil {
@@ -280,6 +280,48 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 	}
 	relay(t, s)
 	onceInOrder(t, feed(t, s, cli, 0, 3), 7)
+}
+
+// testPendingStopsAtTheHorizon: FindPending leaves out the documents
+// whose oldest pending event is stamped at or after its horizon, so that a
+// relay never takes a change without the changes it follows (see
+// conversations.Relay): a conversation created at t and a message posted
+// to it a second later.
+func testPendingStopsAtTheHorizon(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *conversations.Service {
+		return &conversations.Service{Store: s.Store, Now: func() time.Time { return t0.Add(d) }}
+	}
+	alice := caller("acc_1", "usr_a")
+	c, err := at(0).CreateConversation(ctx, alice, conversations.Conversation{Status: conversations.StatusOpen, Participants: []string{alice.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := at(time.Second).PostMessage(ctx, alice, conversations.Message{ConversationID: c.ID, Body: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		before time.Time
+		want   []conversations.EventType
+	}{
+		{t0, nil},
+		{t0.Add(time.Millisecond), []conversations.EventType{conversations.EventConversationCreated}},
+		{t0.Add(time.Second), []conversations.EventType{conversations.EventConversationCreated}},
+		{t0.Add(time.Second + time.Millisecond), []conversations.EventType{conversations.EventConversationCreated, conversations.EventMessageCreated}},
+	} {
+		pending, err := s.Store.FindPending(ctx, tc.before, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []conversations.EventType
+		for _, p := range pending {
+			got = append(got, types(p.Events)...)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("pending before %v: %v, want %v", tc.before.Sub(t0), got, tc.want)
+		}
+	}
 }
 
 // testConcurrentRelaysKeepOneOrder: relays racing each other while changes

@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"EventsOfEveryChange", testEventsOfEveryChange},
 		{"FailedChangesRecordNothing", testFailedChangesRecordNothing},
 		{"EventsSurviveAStopAtEachStep", testEventsSurviveAStopAtEachStep},
+		{"PendingStopsAtTheHorizon", testPendingStopsAtTheHorizon},
 		{"ConcurrentRelaysKeepOneOrder", testConcurrentRelaysKeepOneOrder},
 		{"EventVisibility", testEventVisibility},
 		{"EventPurge", testEventPurge},
