@@ -161,24 +161,15 @@ func TestClients(t *testing.T) {
 	}
 
 	browserOrigin := "http://" + svcproc.FreeAddrForTest(t)
-	st := startStack(t, browserOrigin)
-	// The Go suite counts the logins and renewals of its client, so its
-	// tokens must not expire under a slow test: it has services of its
-	// own with a lifetime no test outlasts (its wire sets the expires_in
-	// a test needs), started only when it runs.
-	var goStack *stack
-	if !skipped["go"] {
-		goStack = startStackWithTTL(t, browserOrigin, time.Hour)
-	}
-	faults, err := StartFaultProxy(st.accountURL, st.convURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Close() })
 	// The suites, and the files of each, mostly wait (token lifetimes, a
 	// browser, a venv): side by side they take the time of the longest.
 	// They run as goroutines rather than parallel subtests, which go test
 	// would run only GOMAXPROCS at a time (-parallel).
+	//
+	// Each suite has services of its own on databases of its own: the
+	// embedded store reads a whole collection for every query but one by
+	// id, so suites sharing a database made each other's queries slower
+	// as they filled it (a process pair costs a fraction of a CPU-second).
 	var suitesDone sync.WaitGroup
 	for _, s := range suites {
 		suitesDone.Go(func() {
@@ -187,9 +178,19 @@ func TestClients(t *testing.T) {
 					t.Skipf("left out by %s", skipEnv)
 				}
 				if s.inProcess != nil {
-					s.inProcess(t, goStack)
+					// The Go suite counts the logins and renewals of its
+					// client, so its tokens must not expire under a slow
+					// test: a lifetime no test outlasts (its wire sets the
+					// expires_in a test needs).
+					s.inProcess(t, startStackWithTTL(t, browserOrigin, time.Hour))
 					return
 				}
+				st := startStack(t, browserOrigin)
+				faults, err := StartFaultProxy(st.accountURL, st.convURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = faults.Close() })
 				dir := filepath.Join(root, s.dir)
 				files, err := filepath.Glob(filepath.Join(dir, s.files))
 				if err != nil || len(files) == 0 {
@@ -312,12 +313,13 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 		// the poll, which looks for other replicas' changes, would only
 		// load the shared embedded store.
 		"CONVERSATIONS_EVENTS_POLL_INTERVAL=5s",
-		// Webhooks to the suites' receivers on loopback, plain http,
-		// looked for every 100 ms.
+		// Webhooks to the suites' receivers on loopback, plain http;
+		// new events and due retries looked for every 500 ms (a test
+		// delivery is sent at once): each look is a query of the store.
 		"CONVERSATIONS_WEBHOOK_SECRET_KEY=" + base64.StdEncoding.EncodeToString([]byte(randomSecret(t)[3:35])),
 		"CONVERSATIONS_WEBHOOK_ALLOW_HTTP=true",
 		"CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS=127.0.0.0/8,::1/128",
-		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=100ms",
+		"CONVERSATIONS_WEBHOOK_POLL_INTERVAL=500ms",
 		"CONVERSATIONS_WEBHOOK_RETRY_SCHEDULE=200ms,400ms",
 	}
 	s := &stack{tokenTTL: ttl, definitionName: "CRM", defTyp: "salesforce"}
