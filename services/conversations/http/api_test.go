@@ -59,12 +59,19 @@ func newAPI(t *testing.T, corsOrigins ...string) *api {
 // reads every 20 ms; events reach the log when the test calls relay.
 func newAPIWith(t *testing.T, configure func(*conversationshttp.Deps)) *api {
 	t.Helper()
+	tokens := tokentest.New(t, tokentest.Options{Alg: token.AlgES256, Issuer: issuerURL, Audience: []string{audience}})
+	return serve(t, tokens, openapitest.Load(t, conversationshttp.OpenAPI), configure)
+}
+
+// serve starts the service on a fresh database, trusting tokens, with
+// every exchange checked by doc.
+func serve(t *testing.T, tokens *tokentest.Fixture, doc *openapitest.Validator, configure func(*conversationshttp.Deps)) *api {
+	t.Helper()
 	db := mongotest.New(t)
 	store := mongostore.New(db)
 	if err := store.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	tokens := tokentest.New(t, tokentest.Options{Alg: token.AlgES256, Issuer: issuerURL, Audience: []string{audience}})
 	cursors, _ := cursor.New([]byte(strings.Repeat("k", 32)))
 	hub := &conversations.Hub{Store: store, Interval: 20 * time.Millisecond, MaxPerCaller: conversationshttp.DefaultMaxStreamsPerCaller}
 	deps := conversationshttp.Deps{Store: store, Cursors: cursors, Verifier: tokens.Verifier, Hub: hub}
@@ -72,7 +79,16 @@ func newAPIWith(t *testing.T, configure func(*conversationshttp.Deps)) *api {
 	srv := httptest.NewServer(conversationshttp.NewHandler(deps))
 	t.Cleanup(srv.Close)
 	t.Cleanup(hub.Close)
-	return &api{t: t, srv: srv, doc: openapitest.Load(t, conversationshttp.OpenAPI), tokens: tokens, store: store, db: db, hub: hub}
+	return &api{t: t, srv: srv, doc: doc, tokens: tokens, store: store, db: db, hub: hub}
+}
+
+// fresh is a service like a, with a's tokens and OpenAPI coverage, on a
+// database of its own until t ends: the embedded store reads a whole
+// collection for every query but by id, so a test that makes many
+// conversations would otherwise slow down every test after it.
+func (a *api) fresh(t *testing.T) *api {
+	t.Helper()
+	return serve(t, a.tokens, a.doc, func(*conversationshttp.Deps) {})
 }
 
 // relay copies the events pending now into the log, as the relay of a
@@ -209,53 +225,52 @@ func listed[T any](a *api, path string, r response, next *regexp.Regexp) ([]T, s
 
 func TestAPI(t *testing.T) {
 	t.Parallel()
+	// One service and one OpenAPI coverage record; each subtest on a
+	// database of its own (fresh).
 	a := newAPI(t)
-	// The event tests first: each relays every event pending in the
-	// database, so they are cheapest before the others made many.
-	t.Run("EventFeed", func(t *testing.T) { testEventFeed(t, a) })
-	t.Run("BadEventParameters", func(t *testing.T) { testBadEventParameters(t, a) })
-	t.Run("EventStream", func(t *testing.T) { testEventStream(t, a) })
-	t.Run("TooManyStreams", func(t *testing.T) { testTooManyStreams(t, a) })
-	// Last of the event tests: it purges every account's older events.
-	t.Run("EventsBelowThePurge", func(t *testing.T) { testEventsBelowThePurge(t, a) })
-	t.Run("Paging", func(t *testing.T) { testPaging(t, a) })
-	t.Run("InsertsBetweenPages", func(t *testing.T) { testInsertsBetweenPages(t, a) })
-	t.Run("StatusFilterKeepsItsCursor", func(t *testing.T) { testStatusFilter(t, a) })
-	t.Run("BadListParameters", func(t *testing.T) { testBadListParameters(t, a) })
-	t.Run("Isolation", func(t *testing.T) { testIsolation(t, a) })
-	t.Run("CreateAndGet", func(t *testing.T) { testCreateAndGet(t, a) })
-	t.Run("CreateBadInput", func(t *testing.T) { testCreateBadInput(t, a) })
-	t.Run("Bearer", func(t *testing.T) { testBearer(t, a) })
-	t.Run("Messages", func(t *testing.T) { testMessages(t, a) })
-	t.Run("MessagePagingAndCursors", func(t *testing.T) { testMessagePaging(t, a) })
-	t.Run("BadMessageInput", func(t *testing.T) { testBadMessageInput(t, a) })
-	t.Run("EveryRouteHidesOthersConversations", func(t *testing.T) { testLifecycleIsolation(t, a) })
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, a) })
-	t.Run("BadPatch", func(t *testing.T) { testBadPatch(t, a) })
-	t.Run("IfMatch", func(t *testing.T) { testIfMatch(t, a) })
-	t.Run("ConcurrentEditorsOneWins", func(t *testing.T) { testConcurrentEditors(t, a) })
-	t.Run("ConcurrentMessagesNeverMoveBackwards", func(t *testing.T) { testConcurrentMessages(t, a) })
-	t.Run("Participants", func(t *testing.T) { testParticipants(t, a) })
-	t.Run("EveryChangeMovesUpdatedAtForward", func(t *testing.T) { testUpdatedAtForward(t, a) })
-	t.Run("UpdatedAfter", func(t *testing.T) { testUpdatedAfter(t, a) })
-	t.Run("Idempotency", func(t *testing.T) { testIdempotency(t, a) })
-	t.Run("ConcurrentIdempotentRequestsCreateOne", func(t *testing.T) { testConcurrentIdempotency(t, a) })
-	t.Run("PostStoppedBetweenItsWritesIsRepaired", func(t *testing.T) { testCrashRepair(t, a) })
-	t.Run("BearerOnNewRoutes", func(t *testing.T) { testBearerOnNewRoutes(t, a) })
-	t.Run("ClientReadsEveryConversationOfItsAccount", func(t *testing.T) { testClientReadsEveryConversation(t, a) })
-	t.Run("ClientPagesTheAccountWideListing", func(t *testing.T) { testClientPaging(t, a) })
-	t.Run("ClientWrites", func(t *testing.T) { testClientWrites(t, a) })
-	t.Run("ClientWithoutTheScopeIs403", func(t *testing.T) { testClientScopes(t, a) })
-	t.Run("ClientIdempotencyKeysAreItsOwn", func(t *testing.T) { testClientIdempotency(t, a) })
-	t.Run("AmbiguousCredentialsNeverAuthenticate", func(t *testing.T) { testAmbiguousCredentials(t, a) })
-	t.Run("BoundaryValuesThroughEveryWritePath", func(t *testing.T) { testBoundaryValuesThroughEveryWritePath(t, a) })
-	t.Run("StoredOutOfRangeTimesAreServed", func(t *testing.T) { testStoredOutOfRangeTimesAreServed(t, a) })
-	t.Run("PathIDsAreCheckedBeforeTheStore", func(t *testing.T) { testPathIDs(t, a) })
-	t.Run("StrictBodiesAndParameters", func(t *testing.T) { testStrictBodies(t, a) })
-	t.Run("WebhookEndpoints", func(t *testing.T) { testWebhookEndpoints(t, a) })
-	t.Run("WebhookScopes", func(t *testing.T) { testWebhookScopes(t, a) })
-	t.Run("WebhookBadInput", func(t *testing.T) { testWebhookBadInput(t, a) })
-	t.Run("WebhookLimits", func(t *testing.T) { testWebhookLimits(t, a) })
+	t.Run("EventFeed", func(t *testing.T) { testEventFeed(t, a.fresh(t)) })
+	t.Run("BadEventParameters", func(t *testing.T) { testBadEventParameters(t, a.fresh(t)) })
+	t.Run("EventStream", func(t *testing.T) { testEventStream(t, a.fresh(t)) })
+	t.Run("TooManyStreams", func(t *testing.T) { testTooManyStreams(t, a.fresh(t)) })
+	t.Run("EventsBelowThePurge", func(t *testing.T) { testEventsBelowThePurge(t, a.fresh(t)) })
+	t.Run("Paging", func(t *testing.T) { testPaging(t, a.fresh(t)) })
+	t.Run("InsertsBetweenPages", func(t *testing.T) { testInsertsBetweenPages(t, a.fresh(t)) })
+	t.Run("StatusFilterKeepsItsCursor", func(t *testing.T) { testStatusFilter(t, a.fresh(t)) })
+	t.Run("BadListParameters", func(t *testing.T) { testBadListParameters(t, a.fresh(t)) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, a.fresh(t)) })
+	t.Run("CreateAndGet", func(t *testing.T) { testCreateAndGet(t, a.fresh(t)) })
+	t.Run("CreateBadInput", func(t *testing.T) { testCreateBadInput(t, a.fresh(t)) })
+	t.Run("Bearer", func(t *testing.T) { testBearer(t, a.fresh(t)) })
+	t.Run("Messages", func(t *testing.T) { testMessages(t, a.fresh(t)) })
+	t.Run("MessagePagingAndCursors", func(t *testing.T) { testMessagePaging(t, a.fresh(t)) })
+	t.Run("BadMessageInput", func(t *testing.T) { testBadMessageInput(t, a.fresh(t)) })
+	t.Run("EveryRouteHidesOthersConversations", func(t *testing.T) { testLifecycleIsolation(t, a.fresh(t)) })
+	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, a.fresh(t)) })
+	t.Run("BadPatch", func(t *testing.T) { testBadPatch(t, a.fresh(t)) })
+	t.Run("IfMatch", func(t *testing.T) { testIfMatch(t, a.fresh(t)) })
+	t.Run("ConcurrentEditorsOneWins", func(t *testing.T) { testConcurrentEditors(t, a.fresh(t)) })
+	t.Run("ConcurrentMessagesNeverMoveBackwards", func(t *testing.T) { testConcurrentMessages(t, a.fresh(t)) })
+	t.Run("Participants", func(t *testing.T) { testParticipants(t, a.fresh(t)) })
+	t.Run("EveryChangeMovesUpdatedAtForward", func(t *testing.T) { testUpdatedAtForward(t, a.fresh(t)) })
+	t.Run("UpdatedAfter", func(t *testing.T) { testUpdatedAfter(t, a.fresh(t)) })
+	t.Run("Idempotency", func(t *testing.T) { testIdempotency(t, a.fresh(t)) })
+	t.Run("ConcurrentIdempotentRequestsCreateOne", func(t *testing.T) { testConcurrentIdempotency(t, a.fresh(t)) })
+	t.Run("PostStoppedBetweenItsWritesIsRepaired", func(t *testing.T) { testCrashRepair(t, a.fresh(t)) })
+	t.Run("BearerOnNewRoutes", func(t *testing.T) { testBearerOnNewRoutes(t, a.fresh(t)) })
+	t.Run("ClientReadsEveryConversationOfItsAccount", func(t *testing.T) { testClientReadsEveryConversation(t, a.fresh(t)) })
+	t.Run("ClientPagesTheAccountWideListing", func(t *testing.T) { testClientPaging(t, a.fresh(t)) })
+	t.Run("ClientWrites", func(t *testing.T) { testClientWrites(t, a.fresh(t)) })
+	t.Run("ClientWithoutTheScopeIs403", func(t *testing.T) { testClientScopes(t, a.fresh(t)) })
+	t.Run("ClientIdempotencyKeysAreItsOwn", func(t *testing.T) { testClientIdempotency(t, a.fresh(t)) })
+	t.Run("AmbiguousCredentialsNeverAuthenticate", func(t *testing.T) { testAmbiguousCredentials(t, a.fresh(t)) })
+	t.Run("BoundaryValuesThroughEveryWritePath", func(t *testing.T) { testBoundaryValuesThroughEveryWritePath(t, a.fresh(t)) })
+	t.Run("StoredOutOfRangeTimesAreServed", func(t *testing.T) { testStoredOutOfRangeTimesAreServed(t, a.fresh(t)) })
+	t.Run("PathIDsAreCheckedBeforeTheStore", func(t *testing.T) { testPathIDs(t, a.fresh(t)) })
+	t.Run("StrictBodiesAndParameters", func(t *testing.T) { testStrictBodies(t, a.fresh(t)) })
+	t.Run("WebhookEndpoints", func(t *testing.T) { testWebhookEndpoints(t, a.fresh(t)) })
+	t.Run("WebhookScopes", func(t *testing.T) { testWebhookScopes(t, a.fresh(t)) })
+	t.Run("WebhookBadInput", func(t *testing.T) { testWebhookBadInput(t, a.fresh(t)) })
+	t.Run("WebhookLimits", func(t *testing.T) { testWebhookLimits(t, a.fresh(t)) })
 	t.Run("OpenAPIServed", func(t *testing.T) {
 		if r := a.send("GET", "/openapi.yaml", "", "", true); r.status != 200 || !strings.Contains(string(r.body), "openapi: 3.1") {
 			t.Fatalf("openapi.yaml: %d", r.status)
