@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -63,11 +64,24 @@ type PasswordContext struct {
 
 // LoadPasswordPolicy reads the embedded blocklist.
 func LoadPasswordPolicy() (*PasswordPolicy, error) {
+	blocked, err := blockedPasswords()
+	if err != nil {
+		return nil, err
+	}
+	return &PasswordPolicy{blocked: blocked}, nil
+}
+
+// blockedPasswords decompresses the embedded blocklist once per process
+// and keeps the entries that could pass the length rule, normalised: the
+// bytes never change, and decompressing them is most of a subcommand's
+// work (a test calling the command again and again paid it each time).
+// Policies share the map and only read it.
+var blockedPasswords = sync.OnceValues(func() (map[string]struct{}, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(commonPasswords))
 	if err != nil {
 		return nil, fmt.Errorf("load password blocklist: %w", err)
 	}
-	p := &PasswordPolicy{blocked: make(map[string]struct{})}
+	blocked := make(map[string]struct{})
 	sc := bufio.NewScanner(zr)
 	for sc.Scan() {
 		line := bytes.TrimRight(sc.Bytes(), "\r")
@@ -83,14 +97,14 @@ func LoadPasswordPolicy() (*PasswordPolicy, error) {
 			entry = normalizePassword(string(line))
 		}
 		if utf8.RuneCountInString(entry) >= MinPasswordChars {
-			p.blocked[entry] = struct{}{}
+			blocked[entry] = struct{}{}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("load password blocklist: %w", err)
 	}
-	return p, nil
-}
+	return blocked, nil
+})
 
 // normalizePassword is how passwords are compared with the blocklist and
 // the user's names: NFKC, so that look-alike forms of one character are
