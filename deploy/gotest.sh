@@ -24,7 +24,8 @@
 #
 # The cache folder is $GOTEST_BINARY_CACHE, by default
 # $XDG_CACHE_HOME/acme-platform/test-binaries (~/.cache when unset);
-# deleting it costs the next run its links, nothing else.
+# it holds one copy of each binary per set of flags (about 700 MB for make
+# test's), and deleting it costs the next run its links, nothing else.
 set -uo pipefail
 
 cache_root=${GOTEST_BINARY_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/acme-platform/test-binaries}
@@ -58,8 +59,9 @@ cached_build() {
 	return 0
 }
 
-# key names the cache folder of a set of build flags.
-key() { printf '%s\n' "$*" | sha256sum | cut -c1-16; }
+# key names the cache folder of a set of build flags (with $GOFLAGS, so
+# that builds with other flags do not take turns replacing its files).
+key() { printf '%s\n' "${GOFLAGS:-}" "$*" | sha256sum | cut -c1-16; }
 
 build() {
 	local out=$1
