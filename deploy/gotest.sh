@@ -16,11 +16,13 @@
 #   gotest.sh build OUTDIR GO_BUILD_ARGS...
 #       go build -o OUTDIR/ GO_BUILD_ARGS..., reusing binaries linked before.
 #   gotest.sh test [-p N] [-run-flag FLAG]... -- GO_TEST_BUILD_FLAGS... -- PACKAGES...
-#       go test -c each package (a package without test files is reported
-#       as go test reports it), then run the binaries, N at a time, each in
-#       its package's folder with the FLAGs (e.g. -test.timeout=15m),
+#       go test -c the packages, a few at a time in the order given (a
+#       package without test files is reported as go test reports it), and
+#       run each group's binaries as soon as it is built, N at a time, each
+#       in its package's folder with the FLAGs (e.g. -test.timeout=15m),
 #       printing ok/FAIL lines as go test does, and a failed package's
-#       output. Exits 1 when any package failed or did not build.
+#       output. Exits 1 when any package failed or a group did not build
+#       (its packages are not run).
 #
 # The cache folder is $GOTEST_BINARY_CACHE, by default
 # $XDG_CACHE_HOME/acme-platform/test-binaries (~/.cache when unset);
@@ -72,7 +74,7 @@ build() {
 }
 
 test_packages() {
-	local parallel=4 run_flags=()
+	local parallel=4 run_flags=() group_size=8
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do
 		case $1 in
 		-p) parallel=$2; shift 2 ;;
@@ -92,37 +94,63 @@ test_packages() {
 	# shellcheck disable=SC2064 # expand now: work is local
 	trap "rm -rf '$work'" RETURN
 
-	# Packages by test binary name (go test -c names it after the last
-	# element of the import path): one go test -c per group of distinct
-	# names, since a group writes into one folder.
+	# Packages in groups of up to group_size, in the order given, each
+	# group built by one go test -c into a folder of its own (so a group
+	# holds distinct binary names: go test -c names a binary after the
+	# last element of the import path). A group's tests start as soon as
+	# it is built, while the next builds: on a cold build cache, building
+	# is most of the time.
 	local listing
-	listing=$("$go" list -f '{{.ImportPath}} {{.Dir}} {{if or .TestGoFiles .XTestGoFiles}}test{{else}}none{{end}}' "$@") || return
-	local -A group_of=() taken=()
-	local -a groups=() runs=()
-	local pkg dir has g name
-	while read -r pkg dir has; do
+	# Tab-separated: a folder's path may hold spaces.
+	listing=$("$go" list -f $'{{.ImportPath}}\t{{.Dir}}\t{{if or .TestGoFiles .XTestGoFiles}}test{{else}}none{{end}}' "$@") || return
+	local -a groups=()
+	local -A in_group=() dir_of=()
+	local pkg dir has name g=0 size=0
+	while IFS=$'\t' read -r pkg dir has; do
 		if [ "$has" = none ]; then
 			printf '?   \t%s\t[no test files]\n' "$pkg"
 			continue
 		fi
 		name=${pkg##*/}
-		g=0
-		while [ -n "${taken[$g/$name]:-}" ]; do g=$((g + 1)); done
-		taken[$g/$name]=1
+		if [ -n "${in_group[$g/$name]:-}" ] || [ "$size" -ge "$group_size" ]; then
+			g=$((g + 1))
+			size=0
+		fi
+		in_group[$g/$name]=1
+		size=$((size + 1))
 		groups[g]="${groups[g]:-} $pkg"
-		runs+=("$pkg $dir $work/g$g/$name.test")
+		dir_of[$pkg]=$dir
 	done <<<"$listing"
-	local failed=0
-	for g in "${!groups[@]}"; do
-		# shellcheck disable=SC2086 # the group is a list of import paths
-		cached_build "$cache/g$g" "$work/g$g" "$go" test -c "${build_flags[@]}" -o "$work/g$g/" ${groups[g]} || failed=1
-	done
-	[ "$failed" = 0 ] || { echo "FAIL	(build failed)"; return 1; }
-	[ ${#runs[@]} -gt 0 ] || return 0
+	[ ${#groups[@]} -gt 0 ] || return 0
 
 	export GOTEST_RUN_FLAGS="${run_flags[*]}" GOTEST_LOCK="$work/output.lock"
-	printf '%s\n' "${runs[@]}" | xargs -d '\n' -P "$parallel" -n 1 bash -c '
-		read -r pkg dir bin <<<"$1"
+	local ok=0
+	for g in "${!groups[@]}"; do
+		local -a pkgs
+		read -r -a pkgs <<<"${groups[g]}"
+		mkdir -p "$work/g$g" || return
+		# The binaries of earlier runs, each cached under its import path.
+		local i
+		for i in "${!pkgs[@]}"; do
+			ln -f "$cache/${pkgs[i]//\//_}.test" "$work/g$g/${pkgs[i]##*/}.test" 2>/dev/null
+		done
+		# go test -c prints build errors; stdout here is the list of runs.
+		if ! "$go" test -c "${build_flags[@]}" -o "$work/g$g/" "${pkgs[@]}" >&2; then
+			echo "FAIL	(build failed)" >&2
+			touch "$work/build-failed"
+			continue
+		fi
+		for i in "${!pkgs[@]}"; do
+			local built=$work/g$g/${pkgs[i]##*/}.test cached=$cache/${pkgs[i]//\//_}.test
+			# A rename replaces the cache's file at once: another run
+			# that is linking it into its own folder gets the old or the new.
+			if [ -f "$built" ] && ! [ "$built" -ef "$cached" ]; then
+				ln -f "$built" "$cached.$$" 2>/dev/null && mv -f "$cached.$$" "$cached" || rm -f "$cached.$$"
+			fi
+			printf '%s\t%s\t%s\n' "${pkgs[i]}" "${dir_of[${pkgs[i]}]}" "$built"
+		done
+	done | xargs -d '\n' -P "$parallel" -n 1 bash -c '
+		IFS=$'\''\t'\'' read -r pkg dir bin <<<"$1"
 		out=$(mktemp)
 		start=$(date +%s%N)
 		# shellcheck disable=SC2086 # the flags are words
@@ -141,7 +169,9 @@ test_packages() {
 		} 9>>"$GOTEST_LOCK"
 		rm -f "$out"
 		exit $((rc != 0))
-	' _ || return 1
+	' _ || ok=1
+	[ ! -e "$work/build-failed" ] || ok=1
+	return $ok
 }
 
 case ${1:-} in
