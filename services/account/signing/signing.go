@@ -97,11 +97,16 @@ type Manager struct {
 	reloadMu   sync.Mutex // serialises ReloadKeyring
 	lastReload time.Time  // when ReloadKeyring last synced
 
-	mu      sync.Mutex // serialises Sync
-	stored  account.SigningKeys
-	loaded  bool
-	parsed  map[string]jwk.Key // private keys by kid, parsed once
-	ringSig string             // active and published kids of current
+	mu     sync.Mutex // serialises Sync
+	stored account.SigningKeys
+	// unconfirmed is a key this replica wrote when the write answered
+	// with an error: it may have been stored all the same (a reply lost
+	// or late on a slow database). The next read logs its creation if it
+	// is there, so that every key's creation is logged once.
+	unconfirmed *unconfirmedKey
+	loaded      bool
+	parsed      map[string]jwk.Key // private keys by kid, parsed once
+	ringSig     string             // active and published kids of current
 
 	warnMu     sync.Mutex
 	lastWarn   time.Time
@@ -217,6 +222,7 @@ func (m *Manager) sync(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		m.confirm(stored)
 		m.remember(stored)
 
 		now := m.now()
@@ -230,6 +236,9 @@ func (m *Manager) sync(ctx context.Context) error {
 				continue // another replica changed them first: reload
 			}
 			if err != nil {
+				if added != nil {
+					m.unconfirmed = &unconfirmedKey{msg: nextKeyAdded, kid: added.KID}
+				}
 				return err
 			}
 			m.logChange(stored.Keys, updated, added)
@@ -258,10 +267,39 @@ func (m *Manager) create(ctx context.Context) (account.SigningKeys, error) {
 	}
 	created, err := m.opts.Store.CreateSigningKeys(ctx, m.opts.Alg, []account.SigningKey{first})
 	if err != nil {
+		if !errors.Is(err, account.ErrDuplicate) {
+			m.unconfirmed = &unconfirmedKey{msg: firstKeyCreated, kid: first.KID}
+		}
 		return account.SigningKeys{}, err
 	}
-	m.opts.Logger.Info("first signing key created", "alg", m.opts.Alg, "kid", first.KID)
+	m.opts.Logger.Info(firstKeyCreated, "alg", m.opts.Alg, "kid", first.KID)
 	return created, nil
+}
+
+// The log messages of a key's creation, one per key across the replicas.
+const (
+	firstKeyCreated = "first signing key created"
+	nextKeyAdded    = "next signing key added"
+)
+
+// unconfirmedKey is a key whose write answered with an error, and the
+// message that logs its creation.
+type unconfirmedKey struct{ msg, kid string }
+
+// confirm logs the creation of the unconfirmed key when stored holds it:
+// the write that answered with an error was applied.
+func (m *Manager) confirm(stored account.SigningKeys) {
+	u := m.unconfirmed
+	if u == nil {
+		return
+	}
+	m.unconfirmed = nil
+	i := slices.IndexFunc(stored.Keys, func(k account.SigningKey) bool { return k.KID == u.kid })
+	if i < 0 {
+		return
+	}
+	m.opts.Logger.Info(u.msg, "alg", m.opts.Alg, "kid", u.kid, "signs_from", stored.Keys[i].SignsFrom,
+		"version", stored.Version, "confirmed_after_error", true)
 }
 
 // plan returns the keys as they should be stored at now: expired keys
@@ -434,7 +472,7 @@ func (m *Manager) logChange(before []account.SigningKey, after account.SigningKe
 		}
 	}
 	if added != nil {
-		m.opts.Logger.Info("next signing key added", "alg", m.opts.Alg, "kid", added.KID,
+		m.opts.Logger.Info(nextKeyAdded, "alg", m.opts.Alg, "kid", added.KID,
 			"signs_from", added.SignsFrom, "version", after.Version)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -376,6 +377,82 @@ func TestVersionConflictIsRetried(t *testing.T) {
 		}
 		sameKeyrings(t, []*signing.Manager{m, other})
 	})
+}
+
+// lostReplyStore applies the first write (CreateSigningKeys or
+// UpdateSigningKeys) and answers it with an error, like a database whose
+// reply is lost or late.
+type lostReplyStore struct {
+	account.SigningKeyStore
+	lost atomic.Bool
+}
+
+func (s *lostReplyStore) CreateSigningKeys(ctx context.Context, alg string, keys []account.SigningKey) (account.SigningKeys, error) {
+	ks, err := s.SigningKeyStore.CreateSigningKeys(ctx, alg, keys)
+	if err == nil && s.lost.CompareAndSwap(false, true) {
+		return account.SigningKeys{}, errDown
+	}
+	return ks, err
+}
+
+func (s *lostReplyStore) UpdateSigningKeys(ctx context.Context, alg string, version int64, keys []account.SigningKey) (account.SigningKeys, error) {
+	ks, err := s.SigningKeyStore.UpdateSigningKeys(ctx, alg, version, keys)
+	if err == nil && s.lost.CompareAndSwap(false, true) {
+		return account.SigningKeys{}, errDown
+	}
+	return ks, err
+}
+
+// TestKeyStoredDespiteAnErrorIsLoggedOnce: a key whose write answered
+// with an error but was applied (the first key, or a successor) has its
+// creation logged once, at the next sync, so that every key that signs
+// has its creation in the log.
+func TestKeyStoredDespiteAnErrorIsLoggedOnce(t *testing.T) {
+	for _, lostWrite := range []string{"first key", "successor"} {
+		t.Run(lostWrite, func(t *testing.T) {
+			store, clk := newStore(t), newClock()
+			var logs bytes.Buffer
+			lossy := &lostReplyStore{SigningKeyStore: store}
+			m := newManager(t, lossy, clk, func(o *signing.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+			if lostWrite == "successor" {
+				lossy.lost.Store(true) // the first key's write answers
+				mustSync(t, m)
+				lossy.lost.Store(false)
+				clk.Set(clk.Now().Add(period - publishAhead))
+			}
+			if err := m.Sync(context.Background()); err == nil {
+				t.Fatal("the sync whose write answered with an error succeeded")
+			}
+			mustSync(t, m)
+			want := map[string]int{"first key": 1, "successor": 2}[lostWrite]
+			if n := checkCreationsLoggedOnce(t, store, &logs); n != want {
+				t.Fatalf("stored %d keys, want %d", n, want)
+			}
+		})
+	}
+}
+
+// checkCreationsLoggedOnce checks that logs hold the creation of every
+// key stored, once, and returns how many keys are stored.
+func checkCreationsLoggedOnce(t *testing.T, store account.SigningKeyStore, logs *bytes.Buffer) int {
+	t.Helper()
+	ks := stored(t, store)
+	logged := map[string]int{}
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var l struct{ Msg, Kid string }
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if l.Msg == "first signing key created" || l.Msg == "next signing key added" {
+			logged[l.Kid]++
+		}
+	}
+	for _, k := range ks.Keys {
+		if logged[k.KID] != 1 {
+			t.Errorf("creation of %s logged %d times:\n%s", k.KID, logged[k.KID], logs.String())
+		}
+	}
+	return len(ks.Keys)
 }
 
 // flakyStore fails every call while down is set, like an unreachable
