@@ -25,9 +25,14 @@ func TestRemoteKeySetMetrics(t *testing.T) {
 	before := time.Now()
 	r := newRemote(t, server, token.RemoteOptions{MinRefreshInterval: time.Millisecond, RefreshInterval: time.Hour, Metrics: reg})
 	r.waitReady(t)
+	// The fetch is recorded in the metrics just after its keys are in use:
+	// wait until it shows, then it happened before now.
+	var m jwksMetrics
+	eventually(t, 5*time.Second, "the first fetch in the metrics", func() bool {
+		m = readJWKSMetrics(t, reg)
+		return m.successes >= 1
+	})
 	after := time.Now()
-
-	m := readJWKSMetrics(t, reg)
 	if m.successes < 1 || m.failures != 0 || m.keys != 1 {
 		t.Fatalf("after the first fetch: %+v, want a success, no failure, 1 key", m)
 	}
