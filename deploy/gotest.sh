@@ -53,12 +53,18 @@ cached_build() {
 	done
 	"$@" || return
 	for f in "$out"/*; do
-		[ -f "$f" ] && ! [ "$f" -ef "$cache/${f##*/}" ] || continue
-		# A rename replaces the cache's file at once: another run that
-		# is linking it into its own folder gets the old or the new.
-		ln -f "$f" "$cache/.${f##*/}.$$" 2>/dev/null && mv -f "$cache/.${f##*/}.$$" "$cache/${f##*/}" || rm -f "$cache/.${f##*/}.$$"
+		[ -f "$f" ] && cache_put "$f" "$cache/${f##*/}"
 	done
 	return 0
+}
+
+# cache_put BUILT CACHED: gives the cache the file BUILT under the name
+# CACHED, unless it is that file already. A rename replaces the cache's
+# file at once: another run that is linking it into its own folder gets the
+# old or the new.
+cache_put() {
+	[ "$1" -ef "$2" ] && return
+	ln -f "$1" "$2.$$" 2>/dev/null && mv -f "$2.$$" "$2" || rm -f "$2.$$"
 }
 
 # key names the cache folder of a set of build flags (with $GOFLAGS, so
@@ -138,12 +144,8 @@ test_packages() {
 			continue
 		fi
 		for i in "${!pkgs[@]}"; do
-			local built=$work/g$g/${pkgs[i]##*/}.test cached=$cache/${pkgs[i]//\//_}.test
-			# A rename replaces the cache's file at once: another run
-			# that is linking it into its own folder gets the old or the new.
-			if [ -f "$built" ] && ! [ "$built" -ef "$cached" ]; then
-				ln -f "$built" "$cached.$$" 2>/dev/null && mv -f "$cached.$$" "$cached" || rm -f "$cached.$$"
-			fi
+			local built=$work/g$g/${pkgs[i]##*/}.test
+			[ -f "$built" ] && cache_put "$built" "$cache/${pkgs[i]//\//_}.test"
 			printf '%s\t%s\t%s\n' "${pkgs[i]}" "${dir_of[${pkgs[i]}]}" "$built"
 		done
 	done | xargs -d '\n' -P "$parallel" -n 1 bash -c '

@@ -35,6 +35,26 @@ func pathMessageID(c *echo.Context) (string, error) {
 	return id, nil
 }
 
+// pathEndpointID is the {id} of a webhook path: ErrEndpointNotFound unless
+// it has the form of an endpoint id.
+func pathEndpointID(c *echo.Context) (string, error) {
+	id := c.Param("id")
+	if !conversations.ValidWebhookEndpointID(id) {
+		return "", fmt.Errorf("endpoint id of another form: %w", conversations.ErrEndpointNotFound)
+	}
+	return id, nil
+}
+
+// pathDeliveryID is the {deliveryId} of the path: ErrDeliveryNotFound
+// unless it has the form of a delivery id.
+func pathDeliveryID(c *echo.Context) (string, error) {
+	id := c.Param("deliveryId")
+	if !conversations.ValidDeliveryID(id) {
+		return "", fmt.Errorf("delivery id of another form: %w", conversations.ErrDeliveryNotFound)
+	}
+	return id, nil
+}
+
 // pathUserID is the {userId} of the path: a validation problem unless it
 // has the form of a user id.
 func pathUserID(c *echo.Context) (string, error) {

@@ -19,16 +19,6 @@ import (
 // Webhook endpoints (contract section 11.3), for service clients with
 // webhooks:manage and conversations:read (routes.go).
 
-// pathEndpointID is the {id} of a webhook path: ErrEndpointNotFound unless
-// it has the form of an endpoint id.
-func pathEndpointID(c *echo.Context) (string, error) {
-	id := c.Param("id")
-	if !conversations.ValidWebhookEndpointID(id) {
-		return "", fmt.Errorf("endpoint id of another form: %w", conversations.ErrEndpointNotFound)
-	}
-	return id, nil
-}
-
 // createdEndpoint is the 201 body: the endpoint and, this once, its secret.
 type createdEndpoint struct {
 	conversations.WebhookEndpoint
@@ -216,9 +206,9 @@ func handleRetryDelivery(wh *conversations.Webhooks) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		deliveryID := c.Param("deliveryId")
-		if !conversations.ValidDeliveryID(deliveryID) {
-			return fmt.Errorf("delivery id of another form: %w", conversations.ErrDeliveryNotFound)
+		deliveryID, err := pathDeliveryID(c)
+		if err != nil {
+			return err
 		}
 		if err := wh.RetryDelivery(c.Request().Context(), caller(c), id, deliveryID); err != nil {
 			return err
