@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/deploy/internal/npmcache"
 	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 )
@@ -38,8 +39,11 @@ type suite struct {
 	// tools are the programs the suite needs; a missing one fails the run
 	// with the package that provides it.
 	tools []tool
+	// install, when set, installs the locked dependencies and builds, in
+	// dir, running its commands with run.
+	install func(ctx context.Context, dir string, run npmcache.Run) error
 	// prepare runs before the suite, in dir, one command after another
-	// (installing locked dependencies, building).
+	// (checking the toolchain's version).
 	prepare [][]string
 	// files is the glob, relative to dir, of the suite's test files. Each
 	// file runs in a process of its own against an account of its own,
@@ -77,9 +81,10 @@ var suites = []suite{
 			{"npm", "apt-get install npm"},
 			{"chromium", "apt-get install chromium"},
 		},
-		prepare: [][]string{
-			{"npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error"},
-			{"npm", "run", "--silent", "build"},
+		// npm ci and npm run build, the README's first install line, from
+		// the copies of an earlier run when nothing they read has changed.
+		install: func(ctx context.Context, dir string, run npmcache.Run) error {
+			return npmcache.InstallAndBuild(ctx, dir, "src", "dist", run)
 		},
 		files: "test/*.test.js",
 		run: func(file string) []string {
@@ -198,6 +203,14 @@ func TestClients(t *testing.T) {
 				}
 				ctx, cancel := suiteContext(t)
 				defer cancel()
+				if s.install != nil {
+					run := func(ctx context.Context, dir string, args ...string) error {
+						return runLogged(t, ctx, dir, args, nil)
+					}
+					if err := s.install(ctx, dir, run); err != nil {
+						t.Fatal(err)
+					}
+				}
 				for _, args := range s.prepare {
 					runCommand(t, ctx, dir, args, nil)
 				}
@@ -267,6 +280,14 @@ func suiteContext(t *testing.T) (context.Context, context.CancelFunc) {
 // the test when it does not exit 0.
 func runCommand(t *testing.T, ctx context.Context, dir string, args, env []string) {
 	t.Helper()
+	if err := runLogged(t, ctx, dir, args, env); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runLogged runs a command in dir with env added and logs its output.
+func runLogged(t *testing.T, ctx context.Context, dir string, args, env []string) error {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
@@ -277,8 +298,9 @@ func runCommand(t *testing.T, ctx context.Context, dir string, args, env []strin
 	err := cmd.Run()
 	t.Logf("%s (in %s, %s):\n%s", strings.Join(args, " "), dir, time.Since(start).Round(time.Millisecond), out.String())
 	if err != nil {
-		t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 	}
+	return nil
 }
 
 // stack is both services on a fresh database.

@@ -24,7 +24,9 @@
 // One entry in the suites table (clients_test.go): its name (as used in
 // SKIP_CLIENTS), its folder, the programs it needs with the Debian or npm
 // package that provides each (a missing program fails the run with that
-// package, it never skips), the commands that prepare it (e.g. npm ci) and
+// package, it never skips), the commands that prepare it (npm ci and npm
+// run build go through deploy/internal/npmcache, which keeps what they
+// made between runs) and
 // the glob of its test files and the command that runs one of them, in its
 // folder. A file passes when its command exits 0.
 //

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/deploy/internal/npmcache"
 	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 )
@@ -48,7 +49,9 @@ func TestOpenIDClient(t *testing.T) {
 	}
 	installed := make(chan error, 1)
 	go func() {
-		installed <- run(ctx, t, dir, nil, "npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error")
+		installed <- npmcache.Install(ctx, dir, func(ctx context.Context, dir string, args ...string) error {
+			return run(ctx, t, dir, nil, args...)
+		})
 	}()
 	env := startAndSeed(t)
 	if err := <-installed; err != nil {
