@@ -12,7 +12,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test test-clients lint lint-python tidy-check fmt-check vet build images bench bench-go fuzz clean help
+.PHONY: run test test-race test-clients lint lint-python tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -43,8 +43,13 @@ export GOFLAGS += -trimpath
 # tested with one set of build flags, so that vet and the tests share one
 # compilation of each dependency:
 #  - RACE_PACKAGES, with -race: every package whose tests run our code in
-#    their own process.
-#  - OTHER_PACKAGES, without -race: the tests that run the service binaries
+#    their own process, but the two HTTP suites.
+#  - OTHER_PACKAGES, without -race: the two services' HTTP suites (under
+#    -race they took a sixth of a warm run's CPU, and the budget of 120 s
+#    is what make test must meet; the race detector still watches the
+#    domain, the stores, the token library, signing, hashing, the proxy and
+#    the operator commands, and make test-race runs the HTTP suites with
+#    it), the tests that run the service binaries
 #    as processes (the binaries, built first, are what -race would have to
 #    instrument), the single-threaded static checks of the deploy files
 #    (whose Kubernetes, compose and Prometheus libraries would otherwise be
@@ -55,17 +60,17 @@ export GOFLAGS += -trimpath
 #    builds it, so all share one compilation.
 # On a cold build cache the two sets compile side by side, which keeps both
 # cores busy; warm, their tests overlap.
-BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest oidcinterop e2e bench observabilitytest devstack)
+HTTP_SUITES := $(addprefix github.com/acme/platform/services/,account/http conversations/http)
+BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench oidcinterop observabilitytest devstack)
 STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
-OTHER_PACKAGES := $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE)
 # deploy/gotest.sh starts a set's test binaries in the order given, so
 # the longest go first: started last, one of them would run alone at the
-# end while the other core idles. The two HTTP suites lead, then the long
-# ones that need no database: the embedded store runs one command at a
-# time for every test binary, and the HTTP suites' bursts of concurrent
-# logins should not queue behind the other store tests.
-LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/http services/conversations/http pkg/token pkg/testkit/internal/wireproxy services/account/password)
+# end while the other core idles. Without -race: the three suites of
+# processes (client suites, end-to-end, the bench harness), then the HTTP
+# suites. With -race: the longest as a warm run measured them.
+OTHER_PACKAGES := $(wordlist 1,3,$(BINARY_TESTS)) $(HTTP_SUITES) $(wordlist 4,99,$(BINARY_TESTS)) $(STATIC_CHECKS) $(EMBEDDED_STORE)
+LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/password services/account/mongostore pkg/testkit/mongoproc services/account services/account/signing pkg/token pkg/testkit/internal/wireproxy)
 RACE_PACKAGES = $(LONGEST_RACE) $(filter-out $(OTHER_PACKAGES) $(LONGEST_RACE),$(shell $(GO) list $(PACKAGES)))
 CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
@@ -124,6 +129,10 @@ test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and ev
 # the real binaries on a fresh database (deploy/clientstest); a missing
 # toolchain fails with its package; SKIP_CLIENTS=php,python leaves clients out.
 # make test runs them too.
+# The HTTP suites, which make test runs without -race (see OTHER_PACKAGES).
+test-race: ## run the two services' HTTP suites with the race detector (make test runs them without)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(HTTP_SUITES)
+
 test-clients: ## run only the Go, JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
 	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
