@@ -13,14 +13,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/pkg/web"
 )
 
 // burstRequests is how many requests the burst sends at once (issue 19:
 // 2,000 simultaneous requests made a busy pool look like an outage).
 const burstRequests = 2000
+
+// late is the outcome of a request the test sent only after the server's
+// header timeout had run out on its connection (see the burst).
+const late = "sent after the server's header timeout"
 
 // TestBurstIsOverloadNotOutage sends 2,000 simultaneous GET
 // /v1/conversations to one conversations process whose MongoDB pool (2
@@ -89,11 +95,22 @@ func TestBurstIsOverloadNotOutage(t *testing.T) {
 				if err != nil {
 					return "transport error: " + err.Error()
 				}
+				dialled := time.Now()
 				defer c.Close()
 				if _, err := io.WriteString(c, rawGet); err != nil {
 					return "transport error: " + err.Error()
 				}
+				wrote := time.Since(dialled)
 				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil && wrote >= web.ReadHeaderTimeout {
+					// This goroutine sent its request so late that the
+					// server's header timeout had closed the connection:
+					// pinned to one core under the whole suite, a few of
+					// the burst's 2,000 goroutines were not scheduled for
+					// that long after their dial. The server never saw a
+					// request; the client is what was slow.
+					return late
+				}
 				if err != nil {
 					return "transport error: " + err.Error()
 				}
@@ -117,7 +134,7 @@ func TestBurstIsOverloadNotOutage(t *testing.T) {
 	t.Logf("burst of %d: %v; /readyz asked %d times", burstRequests, outcomes, readyChecks.Load())
 
 	ok, overloaded := outcomes["200 "], outcomes["503 "+problem.CodeOverloaded]
-	if ok+overloaded != burstRequests {
+	if ok+overloaded+outcomes[late] != burstRequests {
 		t.Errorf("outcomes %v: every response must be a 200 or the overloaded 503 with Retry-After", outcomes)
 	}
 	if ok == 0 {

@@ -28,6 +28,12 @@ type Server struct {
 // defaultIOTimeout is the read and write timeout of a Server that sets none.
 const defaultIOTimeout = 30 * time.Second
 
+// ReadHeaderTimeout bounds reading a request's headers, from when the
+// server starts reading the connection: a client that sends nothing for
+// that long has its connection closed without an answer (there is no
+// request to answer), so that idle connections cannot hold the server.
+const ReadHeaderTimeout = 10 * time.Second
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
@@ -45,7 +51,7 @@ func Serve(ctx context.Context, logger *slog.Logger, drain time.Duration, server
 	for i, s := range servers {
 		hs := &http.Server{
 			Handler:           s.Handler,
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: ReadHeaderTimeout,
 			ReadTimeout:       orDefault(s.ReadTimeout, defaultIOTimeout),
 			WriteTimeout:      orDefault(s.WriteTimeout, defaultIOTimeout),
 			IdleTimeout:       120 * time.Second,
