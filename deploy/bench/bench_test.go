@@ -22,7 +22,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	args := []string{"-rounds", "2", "-cpu-run", "5ms", "-service-run", "10ms", "-workers", "1",
+	args := []string{"-rounds", "1", "-cpu-run", "5ms", "-service-run", "10ms", "-workers", "1",
 		"-conversations", "31", "-depth", "3", "-messages", "21", "-idle-streams", "12", "-changes", "3", "-out", doc}
 	if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -54,7 +54,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 			t.Errorf("row %q has no command: %s", want, line)
 		}
 	}
-	for _, want := range []string{"- Machine: ", "- Store: ", "- Each ratio: 2 rounds"} {
+	for _, want := range []string{"- Machine: ", "- Store: ", "- Each ratio: 1 rounds"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in the header:\n%s", want, out)
 		}
