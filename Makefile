@@ -109,10 +109,7 @@ export GORACE
 # CPU with two processors each, spent handing work between threads. The
 # suite must pass pinned to one core anyway (taskset -c 0 make test).
 # Each test binary still runs RACE_TEST_PARALLEL parallel tests at once.
-# They also give freed memory back lazily (GODEBUG=madvdontneed=0, Linux's
-# MADV_FREE): a page fault is costly in a virtual machine, and a test
-# process that frees and reuses memory took a quarter less system time.
-TEST_ENV := -run-env GOMAXPROCS=1 -run-env GODEBUG=madvdontneed=0
+TEST_ENV := -run-env GOMAXPROCS=1
 RACE_TEST_PARALLEL ?= 2
 GOTEST := GO=$(GO) deploy/gotest.sh
 TEST_TIMEOUT := 15m
