@@ -71,7 +71,9 @@ EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmong
 # suites. With -race: the longest as a warm run measured them.
 OTHER_PACKAGES := $(wordlist 1,3,$(BINARY_TESTS)) $(HTTP_SUITES) $(wordlist 4,99,$(BINARY_TESTS)) $(STATIC_CHECKS) $(EMBEDDED_STORE)
 LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/password services/account/mongostore pkg/testkit/mongoproc services/account services/account/signing pkg/token pkg/testkit/internal/wireproxy)
-RACE_PACKAGES = $(LONGEST_RACE) $(filter-out $(OTHER_PACKAGES) $(LONGEST_RACE),$(shell $(GO) list $(PACKAGES)))
+# Listed once per make run, when vet or test first needs it (go list of
+# every module takes about a CPU-second), and not by targets that do not.
+RACE_PACKAGES = $(eval RACE_PACKAGES := $(LONGEST_RACE) $(filter-out $(OTHER_PACKAGES) $(LONGEST_RACE),$(shell $(GO) list $(PACKAGES))))$(RACE_PACKAGES)
 CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
 # the embedded store or on a service process, so more than the two cores.

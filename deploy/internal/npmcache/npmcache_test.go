@@ -78,6 +78,25 @@ func (f *fakeNPM) run(_ context.Context, dir string, args ...string) error {
 	return nil
 }
 
+// fakeTools puts node and npm scripts that print their versions first on
+// PATH (the real npm takes a third of a second to say its version), and
+// returns the file that holds npm's version.
+func fakeTools(t *testing.T) (npmVersion string) {
+	t.Helper()
+	bin := t.TempDir()
+	npmVersion = filepath.Join(bin, "npm-version")
+	write(t, npmVersion, "10.0.0")
+	write(t, filepath.Join(bin, "node"), "#!/bin/sh\necho v20.0.0\n")
+	write(t, filepath.Join(bin, "npm"), "#!/bin/sh\ncat "+npmVersion+"\n")
+	for _, tool := range []string{"node", "npm"} {
+		if err := os.Chmod(filepath.Join(bin, tool), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return npmVersion
+}
+
 func prepare(t *testing.T, npm *fakeNPM, dir string) {
 	t.Helper()
 	if err := npmcache.InstallAndBuild(t.Context(), dir, "src", "dist", npm.run); err != nil {
@@ -87,6 +106,7 @@ func prepare(t *testing.T, npm *fakeNPM, dir string) {
 
 func TestASecondCheckoutGetsWhatTheFirstMade(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	fakeTools(t)
 	npm := &fakeNPM{runs: map[string]int{}}
 
 	first := project(t, "lock 1", "source 1")
@@ -115,6 +135,7 @@ func TestASecondCheckoutGetsWhatTheFirstMade(t *testing.T) {
 
 func TestChangedInputsRunTheCommandsAgain(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	npmVersion := fakeTools(t)
 	npm := &fakeNPM{runs: map[string]int{}}
 	prepare(t, npm, project(t, "lock 1", "source 1"))
 
@@ -135,10 +156,17 @@ func TestChangedInputsRunTheCommandsAgain(t *testing.T) {
 	if got := read(t, filepath.Join(lock, "node_modules", "tool", "index.js")); got != "lock 2" {
 		t.Errorf("node_modules: %q", got)
 	}
+
+	write(t, npmVersion, "11.0.0")
+	prepare(t, npm, project(t, "lock 2", "source 2"))
+	if npm.runs["ci"] != 3 || npm.runs["run"] != 4 {
+		t.Fatalf("after another npm npm ran %v, want ci three times and the build four times", npm.runs)
+	}
 }
 
 func TestAFailedCommandLeavesNoEntry(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	fakeTools(t)
 	runs := 0
 	failing := func(context.Context, string, ...string) error { runs++; return os.ErrPermission }
 	for range 2 {
