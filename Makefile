@@ -78,10 +78,6 @@ CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
 # Test binaries run at once per set; most of their time is spent waiting on
 # the embedded store or on a service process, so more than the two cores.
 TEST_PARALLEL ?= 4
-# The set without -race starts all of its binaries at once: four of them
-# (the suites of processes and the account HTTP suite) take most of the
-# run, and the short ones queued behind them ran alone at the end.
-OTHER_TEST_PARALLEL ?= 16
 # Parallel tests at once within one test binary of OTHER_PACKAGES (a test binary
 # runs GOMAXPROCS at a time by default): the end-to-end tests mostly wait
 # on the processes they start (key rotations, outages, drains).
@@ -124,7 +120,7 @@ test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and ev
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
 	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ) || exit; export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo; \
 	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./services/account/cmd/account ./services/conversations/cmd/conversations && \
-	  SERVICE_BINARIES=$$tmp/bin $(GOTEST) test -p $(OTHER_TEST_PARALLEL) $(TEST_ENV) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(BINARY_TEST_PARALLEL) -- $(TEST_LDFLAGS) -vet=off -- $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
+	  SERVICE_BINARIES=$$tmp/bin $(GOTEST) test -p $(TEST_PARALLEL) $(TEST_ENV) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(BINARY_TEST_PARALLEL) -- $(TEST_LDFLAGS) -vet=off -- $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
 	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) $(TEST_ENV) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(RACE_TEST_PARALLEL) -- $(TEST_LDFLAGS) -race -vet=off -- $(RACE_PACKAGES) ); race=$$?; \
 	wait $$other; rc=$$?; cat $$tmp/other.log; \
 	[ $$race -eq 0 ] && [ $$rc -eq 0 ] || exit 1; \
