@@ -130,14 +130,14 @@ test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and ev
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
 	echo "embedded store processes still running $(EMBEDDED_EXIT_WAIT)s after the tests:"; pgrep -af "/embeddedmongo -dir $$tmp/"; exit 1
 
-# Each client library's own suite (node --test, unittest, PHPUnit) against
-# the real binaries on a fresh database (deploy/clientstest); a missing
-# toolchain fails with its package; SKIP_CLIENTS=php,python leaves clients out.
-# make test runs them too.
 # The HTTP suites, which make test runs without -race (see OTHER_PACKAGES).
 test-race: ## run the two services' HTTP suites with the race detector (make test runs them without)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(HTTP_SUITES)
 
+# Each client library's own suite (node --test, unittest, PHPUnit) against
+# the real binaries on a fresh database (deploy/clientstest); a missing
+# toolchain fails with its package; SKIP_CLIENTS=php,python leaves clients out.
+# make test runs them too.
 test-clients: ## run only the Go, JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
 	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \

@@ -179,7 +179,8 @@ func TestBurstIsOverloadNotOutage(t *testing.T) {
 		t.Errorf("metric counts %d refused 400s, want 1", got)
 	}
 	conv.stop(t)
-	if line := accessLines(t, conv.Logs.String())[resp.Header.Get("X-Request-ID")]; line["status"] != float64(400) {
+	logged := accessLines(t, conv.Logs.String())
+	if line := logged[resp.Header.Get("X-Request-ID")]; line["status"] != float64(400) {
 		t.Errorf("access log line of the refused request: %v", line)
 	}
 	// A request without an answer is the machine's slowness, and nothing
@@ -189,7 +190,6 @@ func TestBurstIsOverloadNotOutage(t *testing.T) {
 	// could not write the answer in its write timeout and logged that no
 	// response was sent (status 0). Pinned to one core under the whole
 	// suite, a handful of the 2,000 did one or the other.
-	logged := accessLines(t, conv.Logs.String())
 	for id, sentLate := range unanswered {
 		line, found := logged[id]
 		switch {

@@ -228,49 +228,56 @@ func TestAPI(t *testing.T) {
 	// One service and one OpenAPI coverage record; each subtest on a
 	// database of its own (fresh).
 	a := newAPI(t)
-	t.Run("EventFeed", func(t *testing.T) { testEventFeed(t, a.fresh(t)) })
-	t.Run("BadEventParameters", func(t *testing.T) { testBadEventParameters(t, a.fresh(t)) })
-	t.Run("EventStream", func(t *testing.T) { testEventStream(t, a.fresh(t)) })
-	t.Run("TooManyStreams", func(t *testing.T) { testTooManyStreams(t, a.fresh(t)) })
-	t.Run("EventsBelowThePurge", func(t *testing.T) { testEventsBelowThePurge(t, a.fresh(t)) })
-	t.Run("Paging", func(t *testing.T) { testPaging(t, a.fresh(t)) })
-	t.Run("InsertsBetweenPages", func(t *testing.T) { testInsertsBetweenPages(t, a.fresh(t)) })
-	t.Run("StatusFilterKeepsItsCursor", func(t *testing.T) { testStatusFilter(t, a.fresh(t)) })
-	t.Run("BadListParameters", func(t *testing.T) { testBadListParameters(t, a.fresh(t)) })
-	t.Run("Isolation", func(t *testing.T) { testIsolation(t, a.fresh(t)) })
-	t.Run("CreateAndGet", func(t *testing.T) { testCreateAndGet(t, a.fresh(t)) })
-	t.Run("CreateBadInput", func(t *testing.T) { testCreateBadInput(t, a.fresh(t)) })
-	t.Run("Bearer", func(t *testing.T) { testBearer(t, a.fresh(t)) })
-	t.Run("Messages", func(t *testing.T) { testMessages(t, a.fresh(t)) })
-	t.Run("MessagePagingAndCursors", func(t *testing.T) { testMessagePaging(t, a.fresh(t)) })
-	t.Run("BadMessageInput", func(t *testing.T) { testBadMessageInput(t, a.fresh(t)) })
-	t.Run("EveryRouteHidesOthersConversations", func(t *testing.T) { testLifecycleIsolation(t, a.fresh(t)) })
-	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, a.fresh(t)) })
-	t.Run("BadPatch", func(t *testing.T) { testBadPatch(t, a.fresh(t)) })
-	t.Run("IfMatch", func(t *testing.T) { testIfMatch(t, a.fresh(t)) })
-	t.Run("ConcurrentEditorsOneWins", func(t *testing.T) { testConcurrentEditors(t, a.fresh(t)) })
-	t.Run("ConcurrentMessagesNeverMoveBackwards", func(t *testing.T) { testConcurrentMessages(t, a.fresh(t)) })
-	t.Run("Participants", func(t *testing.T) { testParticipants(t, a.fresh(t)) })
-	t.Run("EveryChangeMovesUpdatedAtForward", func(t *testing.T) { testUpdatedAtForward(t, a.fresh(t)) })
-	t.Run("UpdatedAfter", func(t *testing.T) { testUpdatedAfter(t, a.fresh(t)) })
-	t.Run("Idempotency", func(t *testing.T) { testIdempotency(t, a.fresh(t)) })
-	t.Run("ConcurrentIdempotentRequestsCreateOne", func(t *testing.T) { testConcurrentIdempotency(t, a.fresh(t)) })
-	t.Run("PostStoppedBetweenItsWritesIsRepaired", func(t *testing.T) { testCrashRepair(t, a.fresh(t)) })
-	t.Run("BearerOnNewRoutes", func(t *testing.T) { testBearerOnNewRoutes(t, a.fresh(t)) })
-	t.Run("ClientReadsEveryConversationOfItsAccount", func(t *testing.T) { testClientReadsEveryConversation(t, a.fresh(t)) })
-	t.Run("ClientPagesTheAccountWideListing", func(t *testing.T) { testClientPaging(t, a.fresh(t)) })
-	t.Run("ClientWrites", func(t *testing.T) { testClientWrites(t, a.fresh(t)) })
-	t.Run("ClientWithoutTheScopeIs403", func(t *testing.T) { testClientScopes(t, a.fresh(t)) })
-	t.Run("ClientIdempotencyKeysAreItsOwn", func(t *testing.T) { testClientIdempotency(t, a.fresh(t)) })
-	t.Run("AmbiguousCredentialsNeverAuthenticate", func(t *testing.T) { testAmbiguousCredentials(t, a.fresh(t)) })
-	t.Run("BoundaryValuesThroughEveryWritePath", func(t *testing.T) { testBoundaryValuesThroughEveryWritePath(t, a.fresh(t)) })
-	t.Run("StoredOutOfRangeTimesAreServed", func(t *testing.T) { testStoredOutOfRangeTimesAreServed(t, a.fresh(t)) })
-	t.Run("PathIDsAreCheckedBeforeTheStore", func(t *testing.T) { testPathIDs(t, a.fresh(t)) })
-	t.Run("StrictBodiesAndParameters", func(t *testing.T) { testStrictBodies(t, a.fresh(t)) })
-	t.Run("WebhookEndpoints", func(t *testing.T) { testWebhookEndpoints(t, a.fresh(t)) })
-	t.Run("WebhookScopes", func(t *testing.T) { testWebhookScopes(t, a.fresh(t)) })
-	t.Run("WebhookBadInput", func(t *testing.T) { testWebhookBadInput(t, a.fresh(t)) })
-	t.Run("WebhookLimits", func(t *testing.T) { testWebhookLimits(t, a.fresh(t)) })
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, *api)
+	}{
+		{"EventFeed", testEventFeed},
+		{"BadEventParameters", testBadEventParameters},
+		{"EventStream", testEventStream},
+		{"TooManyStreams", testTooManyStreams},
+		{"EventsBelowThePurge", testEventsBelowThePurge},
+		{"Paging", testPaging},
+		{"InsertsBetweenPages", testInsertsBetweenPages},
+		{"StatusFilterKeepsItsCursor", testStatusFilter},
+		{"BadListParameters", testBadListParameters},
+		{"Isolation", testIsolation},
+		{"CreateAndGet", testCreateAndGet},
+		{"CreateBadInput", testCreateBadInput},
+		{"Bearer", testBearer},
+		{"Messages", testMessages},
+		{"MessagePagingAndCursors", testMessagePaging},
+		{"BadMessageInput", testBadMessageInput},
+		{"EveryRouteHidesOthersConversations", testLifecycleIsolation},
+		{"Lifecycle", testLifecycle},
+		{"BadPatch", testBadPatch},
+		{"IfMatch", testIfMatch},
+		{"ConcurrentEditorsOneWins", testConcurrentEditors},
+		{"ConcurrentMessagesNeverMoveBackwards", testConcurrentMessages},
+		{"Participants", testParticipants},
+		{"EveryChangeMovesUpdatedAtForward", testUpdatedAtForward},
+		{"UpdatedAfter", testUpdatedAfter},
+		{"Idempotency", testIdempotency},
+		{"ConcurrentIdempotentRequestsCreateOne", testConcurrentIdempotency},
+		{"PostStoppedBetweenItsWritesIsRepaired", testCrashRepair},
+		{"BearerOnNewRoutes", testBearerOnNewRoutes},
+		{"ClientReadsEveryConversationOfItsAccount", testClientReadsEveryConversation},
+		{"ClientPagesTheAccountWideListing", testClientPaging},
+		{"ClientWrites", testClientWrites},
+		{"ClientWithoutTheScopeIs403", testClientScopes},
+		{"ClientIdempotencyKeysAreItsOwn", testClientIdempotency},
+		{"AmbiguousCredentialsNeverAuthenticate", testAmbiguousCredentials},
+		{"BoundaryValuesThroughEveryWritePath", testBoundaryValuesThroughEveryWritePath},
+		{"StoredOutOfRangeTimesAreServed", testStoredOutOfRangeTimesAreServed},
+		{"PathIDsAreCheckedBeforeTheStore", testPathIDs},
+		{"StrictBodiesAndParameters", testStrictBodies},
+		{"WebhookEndpoints", testWebhookEndpoints},
+		{"WebhookScopes", testWebhookScopes},
+		{"WebhookBadInput", testWebhookBadInput},
+		{"WebhookLimits", testWebhookLimits},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, a.fresh(t)) })
+	}
 	t.Run("OpenAPIServed", func(t *testing.T) {
 		if r := a.send("GET", "/openapi.yaml", "", "", true); r.status != 200 || !strings.Contains(string(r.body), "openapi: 3.1") {
 			t.Fatalf("openapi.yaml: %d", r.status)
