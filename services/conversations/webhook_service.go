@@ -15,8 +15,8 @@ import (
 // rotation, which events become deliveries, and what an attempt's outcome
 // does: the retry schedule with jitter, Retry-After, 410 and five days of
 // failures disabling the endpoint. The delivery engine (package webhook)
-// makes the HTTP requests and calls FanOut, ClaimAttempt and
-// FinishAttempt; the store persists.
+// makes the HTTP requests and calls FanOut, ClaimAttempts and
+// FinishAttempts; the store persists.
 type Webhooks struct {
 	Store WebhookStore
 	// Events is the account's event log; nil: only webhook.test events
@@ -56,6 +56,8 @@ const (
 	retryJitter = 0.2
 	// fanoutBatch is how many events one fan-out step reads.
 	fanoutBatch = 100
+	// maxClaimBatch bounds the deliveries one claim reads.
+	maxClaimBatch = 500
 )
 
 func (w *Webhooks) now() time.Time {
@@ -366,31 +368,105 @@ type Attempt struct {
 	failing bool
 }
 
-// ClaimAttempt claims the delivery due longest ago of an endpoint not in
-// busy, for lease.
-func (w *Webhooks) ClaimAttempt(ctx context.Context, claim string, lease time.Duration, busy []string) (Attempt, bool, error) {
+// Slots is the room an engine has for new attempts: Free in all, and for
+// each endpoint PerEndpoint less what InFlight counts for it.
+type Slots struct {
+	Free        int
+	PerEndpoint int
+	InFlight    map[string]int
+}
+
+// room is how many more attempts of endpoint fit.
+func (s Slots) room(endpoint string) int { return s.PerEndpoint - s.InFlight[endpoint] }
+
+// ClaimAttempts claims, for lease, the deliveries due longest ago that
+// slots has room for, in one batch: one read of those due, one write
+// claiming them, one read of their endpoints. It reports whether more
+// may be due than it looked at (the engine then claims again as soon as
+// it has room).
+func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.Duration, slots Slots) ([]Attempt, bool, error) {
+	if slots.Free <= 0 {
+		return nil, false, nil
+	}
+	var busy []string
+	for id := range slots.InFlight {
+		if slots.room(id) <= 0 {
+			busy = append(busy, id)
+		}
+	}
+	// Twice the free slots: some of those due may be of an endpoint with
+	// room for fewer than it has due.
+	limit := min(2*slots.Free, maxClaimBatch)
 	now := w.now()
-	d, ok, err := w.Store.ClaimDelivery(ctx, now, now.Add(lease), claim, busy)
-	if err != nil || !ok {
-		return Attempt{}, ok, err
+	due, err := w.Store.DueDeliveries(ctx, now, busy, limit)
+	if err != nil {
+		return nil, false, err
 	}
-	a := Attempt{Delivery: d, claim: claim}
-	e, err := w.Store.FindEndpointByID(ctx, d.EndpointID)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		a.Refusal = "the endpoint was deleted"
-		return a, true, nil
-	case err != nil:
-		return a, true, err
-	case !e.Enabled:
-		a.Refusal = "the endpoint is disabled"
-		return a, true, nil
+	more := len(due) == limit
+	taken := map[string]int{}
+	var picked []WebhookDelivery
+	for _, d := range due {
+		if len(picked) == slots.Free {
+			break
+		}
+		if taken[d.EndpointID] < slots.room(d.EndpointID) {
+			taken[d.EndpointID]++
+			picked = append(picked, d)
+		}
 	}
-	a.URL, a.failing = e.URL, e.FailingSince != nil
-	if a.Secrets, err = w.Box.SigningSecrets(e, now); err != nil {
-		return a, true, err
+	if len(picked) < len(due) {
+		more = true
 	}
-	return a, true, nil
+	if len(picked) == 0 {
+		return nil, more, nil
+	}
+	ids, err := w.Store.ClaimDeliveries(ctx, picked, now, now.Add(lease), claim)
+	if err != nil {
+		return nil, more, err
+	}
+	won := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		won[id] = true
+	}
+	var endpointIDs []string
+	for id := range taken {
+		endpointIDs = append(endpointIDs, id)
+	}
+	endpoints, err := w.Store.FindEndpointsByID(ctx, endpointIDs)
+	if err != nil {
+		// Claimed but not attempted: the leases hand them over.
+		return nil, more, err
+	}
+	byID := make(map[string]WebhookEndpoint, len(endpoints))
+	for _, e := range endpoints {
+		byID[e.ID] = e
+	}
+	secrets := map[string][]string{}
+	var out []Attempt
+	for _, d := range picked {
+		if !won[d.ID] {
+			continue
+		}
+		d.Claim, d.NextAttemptAt = claim, nil
+		a := Attempt{Delivery: d, claim: claim}
+		e, ok := byID[d.EndpointID]
+		switch {
+		case !ok:
+			a.Refusal = "the endpoint was deleted"
+		case !e.Enabled:
+			a.Refusal = "the endpoint is disabled"
+		default:
+			a.URL, a.failing = e.URL, e.FailingSince != nil
+			if _, opened := secrets[e.ID]; !opened {
+				if secrets[e.ID], err = w.Box.SigningSecrets(e, now); err != nil {
+					return out, more, err
+				}
+			}
+			a.Secrets = secrets[e.ID]
+		}
+		out = append(out, a)
+	}
+	return out, more, nil
 }
 
 // AttemptResult is what one HTTP attempt came to.
@@ -417,14 +493,49 @@ type FinishOutcome struct {
 	Disabled bool
 }
 
-// FinishAttempt records the attempt's outcome while the claim holds: a
-// 2xx succeeds; otherwise the next retry of the schedule (±20 %, at
-// least a Retry-After) or, after the last, failed. A 410 disables the
-// endpoint and fails the delivery; so does failing without a success for
-// DisableAfter.
-func (w *Webhooks) FinishAttempt(ctx context.Context, a Attempt, r AttemptResult) (FinishOutcome, error) {
+// FinishAttempts records the attempts' outcomes, each while its claim
+// holds, in one write: a 2xx succeeds; otherwise the next retry of the
+// schedule (±20 %, at least a Retry-After) or, after the last, failed. A
+// 410 disables the endpoint and fails the delivery; so does failing
+// without a success for DisableAfter. What an attempt tells of its
+// endpoint (healthy, failing, gone) is recorded even when its claim had
+// expired: the request was made.
+func (w *Webhooks) FinishAttempts(ctx context.Context, as []Attempt, rs []AttemptResult) ([]FinishOutcome, error) {
 	now := w.now()
-	d := a.Delivery
+	records := make([]AttemptRecord, len(as))
+	outs := make([]FinishOutcome, len(as))
+	for i, a := range as {
+		records[i] = AttemptRecord{ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
+		outs[i].State = records[i].Outcome.State
+	}
+	recorded, err := w.Store.FinishAttempts(ctx, records)
+	if err != nil {
+		return outs, err
+	}
+	// Each endpoint is judged once per batch, by a 410 if one answered
+	// it, otherwise by its last attempt in the batch.
+	judged := map[string]int{}
+	for i, a := range as {
+		outs[i].Recorded = recorded[i]
+		if a.Refusal != "" {
+			continue
+		}
+		if j, ok := judged[a.Delivery.EndpointID]; !ok || rs[j].Status != 410 {
+			judged[a.Delivery.EndpointID] = i
+		}
+	}
+	for endpoint, i := range judged {
+		disabled, err := w.judgeEndpoint(ctx, endpoint, as[i], rs[i], now)
+		if err != nil {
+			return outs, err
+		}
+		outs[i].Disabled = disabled
+	}
+	return outs, nil
+}
+
+// outcome is what an attempt's result makes of its delivery.
+func (w *Webhooks) outcome(a Attempt, r AttemptResult, now time.Time) AttemptOutcome {
 	o := AttemptOutcome{At: now, DurationMs: r.Duration.Milliseconds()}
 	if r.Status != 0 {
 		status := r.Status
@@ -437,50 +548,47 @@ func (w *Webhooks) FinishAttempt(ctx context.Context, a Attempt, r AttemptResult
 		msg := r.Error
 		o.Error = &msg
 	}
-	out := FinishOutcome{}
-	gone := r.Status == 410
 	switch {
 	case a.Refusal != "":
 		o.State = DeliveryFailed
 	case r.Succeeded():
 		o.State = DeliverySucceeded
-	case gone || d.Attempts+1 > len(w.schedule()):
+	case r.Status == 410 || a.Delivery.Attempts+1 > len(w.schedule()):
 		o.State = DeliveryFailed
 	default:
 		o.State = DeliveryPending
-		next := now.Add(w.retryDelay(d.Attempts, r.RetryAfter))
+		next := now.Add(w.retryDelay(a.Delivery.Attempts, r.RetryAfter))
 		o.NextAttemptAt = &next
 	}
-	ok, err := w.Store.FinishAttempt(ctx, d.ID, a.claim, o)
-	if err != nil || !ok {
-		return out, err
-	}
-	out.Recorded, out.State = true, o.State
-	if a.Refusal != "" {
-		return out, nil
-	}
+	return o
+}
+
+// judgeEndpoint records what an attempt tells of its endpoint: a 2xx
+// makes a failing one healthy, a 410 disables it, another failure marks
+// it failing and disables it after DisableAfter of failing. It reports
+// whether it disabled the endpoint.
+func (w *Webhooks) judgeEndpoint(ctx context.Context, endpoint string, a Attempt, r AttemptResult, now time.Time) (bool, error) {
 	if r.Succeeded() {
 		if !a.failing {
-			return out, nil // healthy already: no write
+			return false, nil // healthy already: no write
 		}
-		return out, w.Store.MarkEndpointHealthy(ctx, d.EndpointID)
+		return false, w.Store.MarkEndpointHealthy(ctx, endpoint)
 	}
-	if gone {
-		out.Disabled, err = w.Store.DisableEndpoint(ctx, d.EndpointID, "the endpoint answered 410 Gone", now)
-		return out, err
+	if r.Status == 410 {
+		return w.Store.DisableEndpoint(ctx, endpoint, "the endpoint answered 410 Gone", now)
 	}
-	e, err := w.Store.MarkEndpointFailing(ctx, d.EndpointID, now)
+	e, err := w.Store.MarkEndpointFailing(ctx, endpoint, now)
 	if errors.Is(err, ErrNotFound) {
-		return out, nil
+		return false, nil
 	}
 	if err != nil {
-		return out, err
+		return false, err
 	}
 	if limit := w.disableAfter(); e.Enabled && e.FailingSince != nil && now.Sub(*e.FailingSince) >= limit {
 		reason := fmt.Sprintf("no delivery succeeded for %s (since %s)", limit, FormatTime(*e.FailingSince))
-		out.Disabled, err = w.Store.DisableEndpoint(ctx, d.EndpointID, reason, now)
+		return w.Store.DisableEndpoint(ctx, endpoint, reason, now)
 	}
-	return out, err
+	return false, nil
 }
 
 func (w *Webhooks) schedule() []time.Duration {

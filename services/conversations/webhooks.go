@@ -412,14 +412,23 @@ type AttemptOutcome struct {
 	At             time.Time
 }
 
+// AttemptRecord is what the store records of one attempt: the outcome of
+// a delivery that had Attempts attempts before and that Claim holds.
+type AttemptRecord struct {
+	ID       string
+	Claim    string
+	Attempts int
+	Outcome  AttemptOutcome
+}
+
 // WebhookStore persists endpoints and deliveries. It decides no rule.
 type WebhookStore interface {
 	InsertEndpoint(ctx context.Context, e WebhookEndpoint) error
 	CountEndpoints(ctx context.Context, accountID string) (int, error)
 	FindEndpoint(ctx context.Context, accountID, id string) (WebhookEndpoint, error)
-	// FindEndpointByID reads an endpoint of any account (the delivery
-	// engine, which works for every account).
-	FindEndpointByID(ctx context.Context, id string) (WebhookEndpoint, error)
+	// FindEndpointsByID reads endpoints of any account (the delivery
+	// engine, which works for every account); ids not found are left out.
+	FindEndpointsByID(ctx context.Context, ids []string) ([]WebhookEndpoint, error)
 	ListEndpoints(ctx context.Context, accountID string, limit int, after *Position) (WebhookPage, error)
 	// SaveEndpoint stores e if the stored one is still at fromVersion.
 	SaveEndpoint(ctx context.Context, e WebhookEndpoint, fromVersion int64) (bool, error)
@@ -435,13 +444,16 @@ type WebhookStore interface {
 	// RequeueDelivery sets a delivery back to pending, due at now, and
 	// drops any claim on it.
 	RequeueDelivery(ctx context.Context, accountID, endpointID, id string, now time.Time) (bool, error)
-	// ClaimDelivery claims the pending delivery due longest ago (due at
-	// or before now) of an endpoint not in busy: it stays with claim
-	// until leaseUntil.
-	ClaimDelivery(ctx context.Context, now, leaseUntil time.Time, claim string, busy []string) (WebhookDelivery, bool, error)
-	// FinishAttempt records an attempt's outcome, only while claim still
-	// holds the delivery; it reports whether it did.
-	FinishAttempt(ctx context.Context, id, claim string, o AttemptOutcome) (bool, error)
+	// DueDeliveries lists up to limit pending deliveries due at or
+	// before now, due longest ago first, of endpoints not in busy.
+	DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]WebhookDelivery, error)
+	// ClaimDeliveries claims each of ds that is still pending, due at or
+	// before now and at its attempt count: it stays with claim until
+	// leaseUntil. It returns the ids it claimed.
+	ClaimDeliveries(ctx context.Context, ds []WebhookDelivery, now, leaseUntil time.Time, claim string) ([]string, error)
+	// FinishAttempts records attempts' outcomes, each only while its
+	// claim still holds its delivery; it reports which it recorded.
+	FinishAttempts(ctx context.Context, rs []AttemptRecord) ([]bool, error)
 	// OldestPending is the due time of the pending delivery due longest
 	// ago (nil: none pending).
 	OldestPending(ctx context.Context) (*time.Time, error)

@@ -212,20 +212,9 @@ func (s *Store) ListEvents(ctx context.Context, r conversations.EventRange) ([]c
 		seq = append(seq, bson.E{Key: "$lte", Value: r.Through})
 	}
 	filter = append(filter, bson.E{Key: "sequence", Value: seq})
-	cur, err := s.events.Find(ctx, filter,
-		options.Find().SetSort(bson.D{{Key: "sequence", Value: 1}}).SetLimit(int64(r.Limit)).SetHint(hint))
-	if err != nil {
-		return nil, mongoconn.Wrap(err, "list events")
-	}
-	var docs []eventDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, mongoconn.Wrap(err, "list events")
-	}
-	events := make([]conversations.Event, len(docs))
-	for i, d := range docs {
-		events[i] = d.domain()
-	}
-	return events, nil
+	events, err := findAll(ctx, s.events, filter,
+		options.Find().SetSort(bson.D{{Key: "sequence", Value: 1}}).SetLimit(int64(r.Limit)).SetHint(hint), eventDoc.domain)
+	return events, mongoconn.Wrap(err, "list events")
 }
 
 func (d eventDoc) domain() conversations.Event {

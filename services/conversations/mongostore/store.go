@@ -306,6 +306,23 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.Conversat
 // descending, then _id descending, strictly after the position after, and
 // one more than limit, which tells whether another page follows (next, the
 // position of the page's last item).
+// findAll returns the documents of a find as their domain values.
+func findAll[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, domain func(D) T) ([]T, error) {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, err
+	}
+	var docs []D
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	out := make([]T, len(docs))
+	for i, d := range docs {
+		out[i] = domain(d)
+	}
+	return out, nil
+}
+
 func findPage[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, field, hint string,
 	after *conversations.Position, limit int, domain func(D) T, position func(T) conversations.Position,
 ) (items []T, next *conversations.Position, err error) {

@@ -38,9 +38,10 @@ import (
 //	by_endpoint       {account_id:1, endpoint_id:1, created_at:-1, _id:-1}
 //	    the deliveries log of an endpoint, newest first, keyset-paged.
 //	by_due            {state:1, next_attempt_at:1}
-//	    the pending delivery due longest ago (a lease: a claimed
-//	    delivery's next_attempt_at is its lease's end, so a crashed
-//	    replica's claim falls due again); how overdue it is (a metric).
+//	    the pending deliveries due longest ago, a batch of them per
+//	    claim (a lease: a claimed delivery's next_attempt_at is its
+//	    lease's end, so a crashed replica's claim falls due again); how
+//	    overdue the oldest is (a metric).
 //
 // webhook_quotas: {_id: endpoint id + kind, window_start, count}: the
 // test and retry budget of an endpoint, one conditional update per request.
@@ -200,9 +201,10 @@ func (s *Store) FindEndpoint(ctx context.Context, accountID, id string) (convers
 	return s.findEndpoint(ctx, endpointFilter(accountID, id))
 }
 
-// FindEndpointByID implements conversations.WebhookStore.
-func (s *Store) FindEndpointByID(ctx context.Context, id string) (conversations.WebhookEndpoint, error) {
-	return s.findEndpoint(ctx, bson.D{{Key: "_id", Value: id}})
+// FindEndpointsByID implements conversations.WebhookStore.
+func (s *Store) FindEndpointsByID(ctx context.Context, ids []string) ([]conversations.WebhookEndpoint, error) {
+	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find(), webhookDoc.domain)
+	return out, mongoconn.Wrap(err, "find webhook endpoints")
 }
 
 // ListEndpoints implements conversations.WebhookStore.
@@ -360,9 +362,9 @@ func (s *Store) RequeueDelivery(ctx context.Context, accountID, endpointID, id s
 	return res.MatchedCount == 1, nil
 }
 
-// ClaimDelivery implements conversations.WebhookStore: one
-// find-and-modify on by_due.
-func (s *Store) ClaimDelivery(ctx context.Context, now, leaseUntil time.Time, claim string, busy []string) (conversations.WebhookDelivery, bool, error) {
+// DueDeliveries implements conversations.WebhookStore: the pending
+// range of by_due up to now, oldest due first.
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]conversations.WebhookDelivery, error) {
 	filter := bson.D{
 		{Key: "state", Value: string(conversations.DeliveryPending)},
 		{Key: "next_attempt_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}},
@@ -370,40 +372,98 @@ func (s *Store) ClaimDelivery(ctx context.Context, now, leaseUntil time.Time, cl
 	if len(busy) > 0 {
 		filter = append(filter, bson.E{Key: "endpoint_id", Value: bson.D{{Key: "$nin", Value: busy}}})
 	}
-	var d deliveryDoc
-	err := s.deliveries.FindOneAndUpdate(ctx, filter,
-		bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: claim}, {Key: "next_attempt_at", Value: leaseUntil.UTC()}}}},
-		options.FindOneAndUpdate().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").
-			SetReturnDocument(options.After),
-	).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return conversations.WebhookDelivery{}, false, nil
-	}
-	if err != nil {
-		return conversations.WebhookDelivery{}, false, mongoconn.Wrap(err, "claim webhook delivery")
-	}
-	return d.domain(), true, nil
+	out, err := findAll(ctx, s.deliveries, filter,
+		options.Find().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").SetLimit(int64(limit)), deliveryDoc.domain)
+	return out, mongoconn.Wrap(err, "find due webhook deliveries")
 }
 
-// FinishAttempt implements conversations.WebhookStore: one update
-// conditional on the claim.
-func (s *Store) FinishAttempt(ctx context.Context, id, claim string, o conversations.AttemptOutcome) (bool, error) {
-	duration := o.DurationMs
-	res, err := s.deliveries.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: claim}, {Key: "state", Value: string(conversations.DeliveryPending)}},
-		bson.D{
-			{Key: "$set", Value: bson.D{
-				{Key: "state", Value: string(o.State)}, {Key: "response_status", Value: o.ResponseStatus},
-				{Key: "duration_ms", Value: &duration}, {Key: "error", Value: o.Error},
-				{Key: "next_attempt_at", Value: utcPtr(o.NextAttemptAt)}, {Key: "claim", Value: ""},
-				{Key: "updated_at", Value: o.At.UTC()},
-			}},
-			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
-		})
-	if err != nil {
-		return false, mongoconn.Wrap(err, "record webhook attempt")
+// ClaimDeliveries implements conversations.WebhookStore: one conditional
+// update by _id for each delivery, sent together (a single-document
+// compare-and-set each: two replicas that read the same deliveries due
+// claim each of them once). Only when some were not claimed does it read
+// which were.
+func (s *Store) ClaimDeliveries(ctx context.Context, ds []conversations.WebhookDelivery, now, leaseUntil time.Time, claim string) ([]string, error) {
+	if len(ds) == 0 {
+		return nil, nil
 	}
-	return res.MatchedCount == 1, nil
+	models := make([]mongo.WriteModel, len(ds))
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+		models[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{
+				{Key: "_id", Value: d.ID}, {Key: "state", Value: string(conversations.DeliveryPending)},
+				{Key: "attempts", Value: d.Attempts}, {Key: "next_attempt_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}},
+			}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: claim}, {Key: "next_attempt_at", Value: leaseUntil.UTC()}}}})
+	}
+	res, err := s.deliveries.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return nil, mongoconn.Wrap(err, "claim webhook deliveries")
+	}
+	if int(res.MatchedCount) == len(ds) {
+		return ids, nil
+	}
+	claimed, err := findAll(ctx, s.deliveries, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "claim", Value: claim}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}), func(d deliveryDoc) string { return d.ID })
+	return claimed, mongoconn.Wrap(err, "read claimed webhook deliveries")
+}
+
+// FinishAttempts implements conversations.WebhookStore: one conditional
+// update by _id for each attempt, sent together. Only when some did not
+// match does it read which did: a delivery this call recorded holds no
+// claim and carries this outcome's time and attempt count.
+func (s *Store) FinishAttempts(ctx context.Context, rs []conversations.AttemptRecord) ([]bool, error) {
+	recorded := make([]bool, len(rs))
+	if len(rs) == 0 {
+		return recorded, nil
+	}
+	models := make([]mongo.WriteModel, len(rs))
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+		o := r.Outcome
+		duration := o.DurationMs
+		models[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: r.ID}, {Key: "claim", Value: r.Claim}, {Key: "state", Value: string(conversations.DeliveryPending)}}).
+			SetUpdate(bson.D{
+				{Key: "$set", Value: bson.D{
+					{Key: "state", Value: string(o.State)}, {Key: "response_status", Value: o.ResponseStatus},
+					{Key: "duration_ms", Value: &duration}, {Key: "error", Value: o.Error},
+					{Key: "next_attempt_at", Value: utcPtr(o.NextAttemptAt)}, {Key: "claim", Value: ""},
+					{Key: "updated_at", Value: o.At.UTC()},
+				}},
+				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}},
+			})
+	}
+	res, err := s.deliveries.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return recorded, mongoconn.Wrap(err, "record webhook attempts")
+	}
+	switch int(res.MatchedCount) {
+	case len(rs):
+		for i := range recorded {
+			recorded[i] = true
+		}
+		return recorded, nil
+	case 0:
+		return recorded, nil
+	}
+	after, err := findAll(ctx, s.deliveries, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "claim", Value: 1}, {Key: "attempts", Value: 1}, {Key: "updated_at", Value: 1}}),
+		func(d deliveryDoc) deliveryDoc { return d })
+	if err != nil {
+		return recorded, mongoconn.Wrap(err, "read recorded webhook attempts")
+	}
+	byID := make(map[string]deliveryDoc, len(after))
+	for _, d := range after {
+		byID[d.ID] = d
+	}
+	for i, r := range rs {
+		d, ok := byID[r.ID]
+		recorded[i] = ok && d.Claim == "" && d.Attempts == r.Attempts+1 && d.UpdatedAt.Equal(r.Outcome.At.UTC().Truncate(time.Millisecond))
+	}
+	return recorded, nil
 }
 
 // OldestPending implements conversations.WebhookStore: the due time of
@@ -460,7 +520,7 @@ func (s *Store) MarkEndpointFailing(ctx context.Context, id string, at time.Time
 		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: at.UTC()}}}}); err != nil {
 		return conversations.WebhookEndpoint{}, mongoconn.Wrap(err, "mark webhook endpoint failing")
 	}
-	return s.FindEndpointByID(ctx, id)
+	return s.findEndpoint(ctx, bson.D{{Key: "_id", Value: id}})
 }
 
 // MarkEndpointHealthy implements conversations.WebhookStore; an endpoint

@@ -3,7 +3,10 @@ package mongostore_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,23 +99,23 @@ func TestWebhookRules(t *testing.T) {
 
 	// A claim holds for its lease; then another replica takes it, and
 	// the first one's outcome is not recorded.
-	a1, ok, err := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	a1, ok, err := claimOne(t, wh, "replica-1")
 	if err != nil || !ok || a1.Delivery.ID != d.ID || a1.URL != url || len(a1.Secrets) != 1 || a1.Secrets[0] != secret {
 		t.Fatalf("claim: %+v %v %v", a1, ok, err)
 	}
-	if _, ok, _ := wh.ClaimAttempt(ctx, "replica-2", 30*time.Second, nil); ok {
+	if _, ok, _ := claimOne(t, wh, "replica-2"); ok {
 		t.Fatal("a claimed delivery was claimed again within its lease")
 	}
 	now = now.Add(31 * time.Second)
-	a2, ok, err := wh.ClaimAttempt(ctx, "replica-2", 30*time.Second, nil)
+	a2, ok, err := claimOne(t, wh, "replica-2")
 	if err != nil || !ok || a2.Delivery.ID != d.ID {
 		t.Fatalf("takeover: %v %v", ok, err)
 	}
-	if out, err := wh.FinishAttempt(ctx, a1, conversations.AttemptResult{Status: 200}); err != nil || out.Recorded {
+	if out, err := finishOne(wh, a1, conversations.AttemptResult{Status: 200}); err != nil || out.Recorded {
 		t.Fatalf("an expired claim recorded its outcome: %+v %v", out, err)
 	}
 	// A failure: the next attempt in a minute ±20 %.
-	out, err := wh.FinishAttempt(ctx, a2, conversations.AttemptResult{Status: 500, Error: "the endpoint answered 500"})
+	out, err := finishOne(wh, a2, conversations.AttemptResult{Status: 500, Error: "the endpoint answered 500"})
 	if err != nil || !out.Recorded || out.State != conversations.DeliveryPending {
 		t.Fatalf("failure: %+v %v", out, err)
 	}
@@ -120,19 +123,19 @@ func TestWebhookRules(t *testing.T) {
 	if d.Attempts != 1 || d.NextAttemptAt == nil || d.NextAttemptAt.Before(now.Add(48*time.Second)) || d.NextAttemptAt.After(now.Add(72*time.Second)) {
 		t.Fatalf("after one failure: attempts %d, next %v (now %v)", d.Attempts, d.NextAttemptAt, now)
 	}
-	if _, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, []string{}); ok {
+	if _, ok, _ := claimOne(t, wh, "replica-1"); ok {
 		t.Fatal("claimed before it was due")
 	}
 	// Retry-After beyond the schedule postpones it, at most 24 h.
 	now = now.Add(2 * time.Minute)
-	a3, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	a3, ok, _ := claimOne(t, wh, "replica-1")
 	if !ok {
 		t.Fatal("not due after its wait")
 	}
-	if _, ok, _ := wh.ClaimAttempt(ctx, "replica-2", 30*time.Second, nil); ok {
+	if _, ok, _ := claimOne(t, wh, "replica-2"); ok {
 		t.Fatal("claimed twice")
 	}
-	wh.FinishAttempt(ctx, a3, conversations.AttemptResult{Status: 429, RetryAfter: 48 * time.Hour})
+	finishOne(wh, a3, conversations.AttemptResult{Status: 429, RetryAfter: 48 * time.Hour})
 	d = delivery(t, wh, client, e.ID)
 	if d.State != conversations.DeliveryPending || !d.NextAttemptAt.Equal(now.Add(conversations.MaxRetryAfter)) {
 		t.Fatalf("Retry-After 48 h: next %v, want %v", d.NextAttemptAt, now.Add(conversations.MaxRetryAfter))
@@ -140,11 +143,11 @@ func TestWebhookRules(t *testing.T) {
 	// The last attempt of the schedule fails the delivery; failing since
 	// the first failure for DisableAfter disables the endpoint.
 	now = now.Add(24*time.Hour + time.Second)
-	a4, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	a4, ok, _ := claimOne(t, wh, "replica-1")
 	if !ok {
 		t.Fatal("not due after Retry-After")
 	}
-	out, err = wh.FinishAttempt(ctx, a4, conversations.AttemptResult{Error: "no response within 15s"})
+	out, err = finishOne(wh, a4, conversations.AttemptResult{Error: "no response within 15s"})
 	if err != nil || out.State != conversations.DeliveryFailed || !out.Disabled {
 		t.Fatalf("last attempt: %+v %v", out, err)
 	}
@@ -158,11 +161,11 @@ func TestWebhookRules(t *testing.T) {
 	if _, err := wh.SendTest(ctx, client, e.ID); err != nil {
 		t.Fatal(err)
 	}
-	a5, ok, _ := wh.ClaimAttempt(ctx, "replica-1", 30*time.Second, nil)
+	a5, ok, _ := claimOne(t, wh, "replica-1")
 	if !ok || a5.Refusal == "" || len(a5.Secrets) != 0 {
 		t.Fatalf("disabled endpoint's delivery: %+v", a5)
 	}
-	if out, _ := wh.FinishAttempt(ctx, a5, conversations.AttemptResult{}); out.State != conversations.DeliveryFailed {
+	if out, _ := finishOne(wh, a5, conversations.AttemptResult{}); out.State != conversations.DeliveryFailed {
 		t.Fatalf("disabled endpoint's delivery: %+v", out)
 	}
 	// Re-enabled, it starts at the newest event: what happened while it
@@ -190,6 +193,29 @@ func TestWebhookRules(t *testing.T) {
 	}
 }
 
+// claimOne claims at most one due delivery for 30 s, as an engine with
+// one free slot does.
+func claimOne(t *testing.T, wh *conversations.Webhooks, claim string) (conversations.Attempt, bool, error) {
+	t.Helper()
+	as, _, err := wh.ClaimAttempts(context.Background(), claim, 30*time.Second, conversations.Slots{Free: 1, PerEndpoint: 4})
+	if err != nil || len(as) == 0 {
+		return conversations.Attempt{}, false, err
+	}
+	if len(as) > 1 {
+		t.Fatalf("one free slot, %d attempts claimed", len(as))
+	}
+	return as[0], true, nil
+}
+
+// finishOne records one attempt's outcome.
+func finishOne(wh *conversations.Webhooks, a conversations.Attempt, r conversations.AttemptResult) (conversations.FinishOutcome, error) {
+	outs, err := wh.FinishAttempts(context.Background(), []conversations.Attempt{a}, []conversations.AttemptResult{r})
+	if len(outs) == 0 {
+		return conversations.FinishOutcome{}, err
+	}
+	return outs[0], err
+}
+
 // delivery is the newest delivery of the endpoint.
 func delivery(t *testing.T, wh *conversations.Webhooks, who conversations.Caller, endpointID string) conversations.WebhookDelivery {
 	t.Helper()
@@ -198,4 +224,114 @@ func delivery(t *testing.T, wh *conversations.Webhooks, who conversations.Caller
 		t.Fatalf("deliveries: %v", err)
 	}
 	return page.Deliveries[0]
+}
+
+// Deliveries are claimed in batches within the engine's slots (in all
+// and per endpoint), due longest ago first; replicas claiming at once
+// each get their own; and of a batch of outcomes exactly those whose
+// claims still hold are recorded.
+func TestWebhookClaimsInBatches(t *testing.T) {
+	ctx := context.Background()
+	store := newStore(t)
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &conversations.Webhooks{Store: store, Box: box, Now: func() time.Time { return now }}
+	client := conversations.Caller{AccountID: "acc_batch", ID: "cli_batch", Client: true}
+	var endpoints []string
+	for _, u := range []string{"https://a.example.com/in", "https://b.example.com/in"} {
+		e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoints = append(endpoints, e.ID)
+	}
+	// Six deliveries due for the first endpoint, then two for the second.
+	var ds []conversations.WebhookDelivery
+	for i := range 8 {
+		due := now.Add(time.Duration(i-10) * time.Second)
+		ds = append(ds, conversations.WebhookDelivery{
+			ID: conversations.NewDeliveryID(), AccountID: client.AccountID, EndpointID: endpoints[i/6],
+			EventID: conversations.NewTestEventID(), EventType: "webhook.test", EventTime: due, Payload: []byte(`{}`),
+			State: conversations.DeliveryPending, NextAttemptAt: &due, CreatedAt: due, UpdatedAt: due,
+		})
+	}
+	if err := store.InsertDeliveries(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(as []conversations.Attempt) []string {
+		var out []string
+		for _, a := range as {
+			out = append(out, a.Delivery.ID)
+		}
+		return out
+	}
+	// Room for five, two per endpoint: the first two of each.
+	first, more, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, conversations.Slots{Free: 5, PerEndpoint: 2})
+	if err != nil || !more {
+		t.Fatalf("claim: %v, more %v", err, more)
+	}
+	if got, want := ids(first), []string{ds[0].ID, ds[1].ID, ds[6].ID, ds[7].ID}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %v, want %v", got, want)
+	}
+	for _, a := range first {
+		if a.URL == "" || len(a.Secrets) != 1 || a.Refusal != "" {
+			t.Fatalf("attempt without its endpoint: %+v", a)
+		}
+	}
+	// An endpoint with no room left is passed over.
+	full := map[string]int{endpoints[0]: 2, endpoints[1]: 2}
+	if as, _, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, conversations.Slots{Free: 5, PerEndpoint: 2, InFlight: full}); err != nil || len(as) != 0 {
+		t.Fatalf("claimed %v past the per-endpoint room (%v)", ids(as), err)
+	}
+	// Two replicas at once take the other four between them, each once.
+	var got [2][]string
+	var wg sync.WaitGroup
+	for r := range got {
+		wg.Go(func() {
+			as, _, err := wh.ClaimAttempts(ctx, fmt.Sprintf("replica-%d", r+2), time.Minute, conversations.Slots{Free: 10, PerEndpoint: 10})
+			if err != nil {
+				t.Error(err)
+			}
+			got[r] = ids(as)
+		})
+	}
+	wg.Wait()
+	both := append(slices.Clone(got[0]), got[1]...)
+	slices.Sort(both)
+	want := []string{ds[2].ID, ds[3].ID, ds[4].ID, ds[5].ID}
+	slices.Sort(want)
+	if !slices.Equal(both, want) {
+		t.Fatalf("concurrent claims took %v and %v, want each of %v once", got[0], got[1], want)
+	}
+	// One of the first batch is taken from its claim (an operator's
+	// retry); the batch's outcomes are recorded for the other three only.
+	if ok, err := store.RequeueDelivery(ctx, client.AccountID, endpoints[0], first[1].Delivery.ID, now); err != nil || !ok {
+		t.Fatalf("requeue: %v %v", ok, err)
+	}
+	now = now.Add(time.Second)
+	results := make([]conversations.AttemptResult, len(first))
+	for i := range results {
+		results[i] = conversations.AttemptResult{Status: 204}
+	}
+	outs, err := wh.FinishAttempts(ctx, first, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range outs {
+		if want := i != 1; out.Recorded != want {
+			t.Fatalf("outcome %d recorded %v, want %v", i, out.Recorded, want)
+		}
+	}
+	page, err := wh.ListDeliveries(ctx, client, endpoints[1], 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range page.Deliveries {
+		if d.State != conversations.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != 204 {
+			t.Fatalf("recorded delivery %+v", d)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -138,104 +139,154 @@ func (e *Engine) gaugeLoop(ctx context.Context) {
 	}
 }
 
-// deliverLoop claims due deliveries while slots are free, each attempt
-// in a goroutine of its own.
+// finished is an attempt whose request has ended, waiting to be recorded.
+type finished struct {
+	attempt conversations.Attempt
+	result  conversations.AttemptResult
+}
+
+// maxRecordBatch bounds the outcomes one write records.
+const maxRecordBatch = 256
+
+// deliverLoop claims due deliveries in batches while slots are free and
+// sends each in a goroutine of its own; one recorder writes the outcomes
+// of the attempts that ended meanwhile together. A slot is free again
+// once its outcome is recorded, so the claims of a replica never exceed
+// its slots.
 func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 	var mu sync.Mutex
 	inFlight := map[string]int{} // endpoint id: attempts in flight
 	total := 0
-	done := make(chan struct{}, 1)
-	busy := func() []string {
+	freed := make(chan struct{}, 1)
+	release := func(endpoint string) {
+		mu.Lock()
+		if inFlight[endpoint]--; inFlight[endpoint] == 0 {
+			delete(inFlight, endpoint)
+		}
+		total--
+		mu.Unlock()
+		select {
+		case freed <- struct{}{}:
+		default:
+		}
+	}
+	// Every attempt sends once at most, and at most Workers are in
+	// flight: sending never blocks.
+	ended := make(chan finished, e.Workers)
+	wg.Go(func() { e.recordLoop(ctx, ended, release) })
+	slots := func() conversations.Slots {
 		mu.Lock()
 		defer mu.Unlock()
-		var out []string
-		for id, n := range inFlight {
-			if n >= e.PerEndpoint {
-				out = append(out, id)
-			}
-		}
-		return out
+		return conversations.Slots{Free: e.Workers - total, PerEndpoint: e.PerEndpoint, InFlight: maps.Clone(inFlight)}
 	}
 	t := time.NewTicker(e.Poll)
 	defer t.Stop()
 	for {
 		for ctx.Err() == nil {
-			mu.Lock()
-			full := total >= e.Workers
-			mu.Unlock()
-			if full {
+			room := slots()
+			if room.Free <= 0 {
 				break
 			}
-			claim := newClaim()
-			a, ok, err := e.Webhooks.ClaimAttempt(ctx, claim, e.Lease, busy())
+			attempts, more, err := e.Webhooks.ClaimAttempts(ctx, newClaim(), e.Lease, room)
 			if err != nil && ctx.Err() == nil {
-				e.Logger.WarnContext(ctx, "claim webhook delivery", "error", err.Error())
+				e.Logger.WarnContext(ctx, "claim webhook deliveries", "error", err.Error())
 			}
-			if !ok || err != nil {
+			for _, a := range attempts {
+				endpoint := a.Delivery.EndpointID
+				mu.Lock()
+				inFlight[endpoint]++
+				total++
+				mu.Unlock()
+				wg.Go(func() {
+					var r conversations.AttemptResult
+					if a.Refusal == "" {
+						r = e.Sender.Send(ctx, a)
+					}
+					if ctx.Err() != nil {
+						// Stopping: the lease hands the delivery to another
+						// replica.
+						release(endpoint)
+						return
+					}
+					ended <- finished{a, r}
+				})
+			}
+			if err != nil || !more {
 				break
 			}
-			endpoint := a.Delivery.EndpointID
-			mu.Lock()
-			inFlight[endpoint]++
-			total++
-			mu.Unlock()
-			wg.Go(func() {
-				e.attempt(ctx, a)
-				mu.Lock()
-				if inFlight[endpoint]--; inFlight[endpoint] == 0 {
-					delete(inFlight, endpoint)
-				}
-				total--
-				mu.Unlock()
-				select {
-				case done <- struct{}{}:
-				default:
-				}
-			})
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
-		case <-done:
+		case <-freed:
 		case <-t.C:
 		}
 	}
 }
 
-// attempt sends one claimed delivery and records its outcome.
-func (e *Engine) attempt(ctx context.Context, a conversations.Attempt) {
-	var r conversations.AttemptResult
-	if a.Refusal == "" {
-		r = e.Sender.Send(ctx, a)
-	}
-	if ctx.Err() != nil {
-		return // stopping: the lease hands the delivery to another replica
-	}
-	out, err := e.Webhooks.FinishAttempt(ctx, a, r)
-	if err != nil {
-		e.Logger.WarnContext(ctx, "record webhook attempt", "delivery", a.Delivery.ID, "error", err.Error())
-		return
-	}
-	if !out.Recorded {
-		e.Logger.InfoContext(ctx, "webhook attempt outlived its lease; another replica holds the delivery", "delivery", a.Delivery.ID)
-		return
-	}
-	if out.Disabled {
-		e.Logger.WarnContext(ctx, "webhook endpoint disabled", "endpoint", a.Delivery.EndpointID)
-		if e.Metrics != nil {
-			e.Metrics.disabled.Inc()
+// recordLoop records the outcomes of ended attempts, all that ended while
+// the previous write was under way in one write, and frees their slots.
+func (e *Engine) recordLoop(ctx context.Context, ended <-chan finished, release func(endpoint string)) {
+	for {
+		var batch []finished
+		select {
+		case <-ctx.Done():
+			return
+		case f := <-ended:
+			batch = append(batch, f)
+		}
+	drain:
+		for len(batch) < maxRecordBatch {
+			select {
+			case f := <-ended:
+				batch = append(batch, f)
+			default:
+				break drain
+			}
+		}
+		e.record(ctx, batch)
+		for _, f := range batch {
+			release(f.attempt.Delivery.EndpointID)
 		}
 	}
-	if e.Metrics == nil || a.Refusal != "" {
+}
+
+// record writes a batch of outcomes, then logs and counts each attempt.
+func (e *Engine) record(ctx context.Context, batch []finished) {
+	as := make([]conversations.Attempt, len(batch))
+	rs := make([]conversations.AttemptResult, len(batch))
+	for i, f := range batch {
+		as[i], rs[i] = f.attempt, f.result
+	}
+	outs, err := e.Webhooks.FinishAttempts(ctx, as, rs)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.Logger.WarnContext(ctx, "record webhook attempts", "attempts", len(batch), "error", err.Error())
+		}
 		return
 	}
-	outcome := "failed"
-	if r.Succeeded() {
-		outcome = "succeeded"
-		e.Metrics.latency.Observe(max(time.Since(a.Delivery.EventTime).Seconds(), 0))
+	for i, out := range outs {
+		a, r := as[i], rs[i]
+		if !out.Recorded {
+			e.Logger.InfoContext(ctx, "webhook attempt outlived its lease; another replica holds the delivery", "delivery", a.Delivery.ID)
+		}
+		if out.Disabled {
+			e.Logger.WarnContext(ctx, "webhook endpoint disabled", "endpoint", a.Delivery.EndpointID)
+			if e.Metrics != nil {
+				e.Metrics.disabled.Inc()
+			}
+		}
+		if e.Metrics == nil || a.Refusal != "" {
+			continue
+		}
+		outcome := "failed"
+		if r.Succeeded() {
+			outcome = "succeeded"
+			e.Metrics.latency.Observe(max(time.Since(a.Delivery.EventTime).Seconds(), 0))
+		}
+		e.Metrics.attempts.WithLabelValues(outcome, statusClass(r.Status)).Inc()
 	}
-	e.Metrics.attempts.WithLabelValues(outcome, statusClass(r.Status)).Inc()
 }
 
 func statusClass(status int) string {

@@ -44,10 +44,14 @@ func NewSender(d *Dialer, timeout time.Duration) *Sender {
 		timeout = DefaultTimeout
 	}
 	transport := &http.Transport{
-		Proxy:                  nil, // never a proxy from the environment
-		DialContext:            d.DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConnsPerHost:    8,
+		Proxy:             nil, // never a proxy from the environment
+		DialContext:       d.DialContext,
+		ForceAttemptHTTP2: true,
+		// As many as a replica's default requests in flight: endpoints
+		// often share a host (the ingest of one SaaS, a local receiver),
+		// and with fewer kept idle every request past them opened a new
+		// connection.
+		MaxIdleConnsPerHost:    64,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ResponseHeaderTimeout:  timeout,

@@ -1,0 +1,161 @@
+package webhook_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/mongostore"
+	"github.com/acme/platform/services/conversations/webhook"
+)
+
+func TestMain(m *testing.M) { mongotest.Main(m) }
+
+// holdingReceiver answers 204 to every delivery and counts, per endpoint path,
+// the requests in flight at once and each webhook-id received.
+type holdingReceiver struct {
+	mu          sync.Mutex
+	inFlight    map[string]int
+	maxInFlight map[string]int
+	maxTotal    int
+	total       int
+	received    map[string]int
+	release     chan struct{} // each request waits for it to be closed
+}
+
+func (r *holdingReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	path := req.URL.Path
+	r.mu.Lock()
+	r.inFlight[path]++
+	r.total++
+	r.maxInFlight[path] = max(r.maxInFlight[path], r.inFlight[path])
+	r.maxTotal = max(r.maxTotal, r.total)
+	r.received[req.Header.Get("webhook-id")]++
+	r.mu.Unlock()
+	<-r.release
+	r.mu.Lock()
+	r.inFlight[path]--
+	r.total--
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *holdingReceiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.received)
+}
+
+// TestEngineDeliversEachOnceWithinItsSlots runs the engine on the real
+// store (make test runs this package under -race): deliveries of two
+// endpoints, claimed in batches and recorded in batches, reach the
+// receiver once each, never more at once than the engine's slots allow
+// (in all and per endpoint), and each ends succeeded after one attempt.
+func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store := mongostore.New(mongotest.New(t))
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &conversations.Webhooks{Store: store, Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: true}}
+	rcv := &holdingReceiver{inFlight: map[string]int{}, maxInFlight: map[string]int{}, received: map[string]int{}, release: make(chan struct{})}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	client := conversations.Caller{AccountID: "acc_engine", ID: "cli_engine", Client: true}
+	const perEndpoint, workers, each = 2, 3, 15
+	var ds []conversations.WebhookDelivery
+	var endpoints []string
+	now := time.Now().UTC()
+	for _, path := range []string{"/a", "/b"} {
+		u := srv.URL + path
+		e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoints = append(endpoints, e.ID)
+		for range each {
+			ds = append(ds, conversations.WebhookDelivery{
+				ID: conversations.NewDeliveryID(), AccountID: client.AccountID, EndpointID: e.ID,
+				EventID: conversations.NewTestEventID(), EventType: "webhook.test", EventTime: now, Payload: []byte(`{}`),
+				State: conversations.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
+			})
+		}
+	}
+	if err := store.InsertDeliveries(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	engine := &webhook.Engine{
+		Webhooks: wh,
+		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), time.Minute),
+		Poll:     10 * time.Millisecond, Workers: workers, PerEndpoint: perEndpoint,
+	}
+	wh.Wake = engine.Wake
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		engine.Run(ctx)
+	}()
+	// The receiver holds the first requests until the engine has filled
+	// its slots, so that the bounds are tested at their limit.
+	for rcv.count() < workers {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // a claim past the slots would arrive now
+	close(rcv.release)
+	deliveries := func() []conversations.WebhookDelivery {
+		var out []conversations.WebhookDelivery
+		for _, id := range endpoints {
+			page, err := wh.ListDeliveries(context.Background(), client, id, 100, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, page.Deliveries...)
+		}
+		return out
+	}
+	for ended := false; !ended; time.Sleep(10 * time.Millisecond) {
+		ended = true
+		for _, d := range deliveries() {
+			ended = ended && d.State != conversations.DeliveryPending
+		}
+	}
+	cancel()
+	<-done
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	for _, d := range ds {
+		if n := rcv.received[d.EventID]; n != 1 {
+			t.Errorf("event %s received %d times, want once", d.EventID, n)
+		}
+	}
+	for path, n := range rcv.maxInFlight {
+		if n > perEndpoint {
+			t.Errorf("%d requests at once to %s, at most %d allowed", n, path, perEndpoint)
+		}
+	}
+	if rcv.maxTotal > workers {
+		t.Errorf("%d requests at once, at most %d allowed", rcv.maxTotal, workers)
+	}
+	got := deliveries()
+	if len(got) != len(ds) {
+		t.Errorf("%d deliveries, want %d", len(got), len(ds))
+	}
+	for _, d := range got {
+		if d.State != conversations.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != http.StatusNoContent {
+			t.Errorf("delivery %s: %s after %d attempts (status %v)", d.ID, d.State, d.Attempts, d.ResponseStatus)
+		}
+	}
+}
