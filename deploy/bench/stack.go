@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -22,6 +24,7 @@ type stack struct {
 	uri                   string
 	store                 string // describes the store, for the report
 	accountDB, convDB     string
+	convBase              string // convDB of the first start; measures add a suffix
 	client                *mongo.Client
 	account, conv         *svcproc.Process
 	accountURL, convURL   string
@@ -58,6 +61,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 	}()
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
 	s.accountDB, s.convDB = "bench_account_"+suffix, "bench_conversations_"+suffix
+	s.convBase = s.convDB
 	if o.mongoURI != "" {
 		s.uri, s.store = o.mongoURI, "MongoDB at MONGODB_URI (databases bench_*, dropped afterwards)"
 	} else {
@@ -181,6 +185,35 @@ func (s *stack) provision(ctx context.Context) error {
 		return err
 	}
 	_, err = runTool(ctx, filepath.Join(s.bin, "account"), s.accountEnv, "", "provision", "--file", specFile)
+	return err
+}
+
+// freshConversations restarts the conversations service on a database
+// of its own for the measure name. On the embedded store every query but
+// one by _id reads the whole collection, so a measure on the collections
+// that the measures before it filled would measure their leftovers (the
+// events measure, after the messages measure's thousands of events, ran
+// past the whole run's timeout); on MongoDB the indexes make it no
+// matter, and each measure still starts from the same state.
+func (s *stack) freshConversations(ctx context.Context, name string) error {
+	if s.conv != nil {
+		if err := s.conv.Stop(stopTimeout); err != nil {
+			return fmt.Errorf("stop conversations: %w", err)
+		}
+		s.conv = nil
+	}
+	db := s.convBase + "_" + name
+	client := s.client
+	s.cleanup = append(s.cleanup, func() {
+		dropCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Database(db).Drop(dropCtx)
+	})
+	s.convEnv = slices.DeleteFunc(s.convEnv, func(kv string) bool { return strings.HasPrefix(kv, "CONVERSATIONS_MONGODB_DATABASE=") })
+	s.convEnv = append(s.convEnv, "CONVERSATIONS_MONGODB_DATABASE="+db)
+	s.convDB = db
+	var err error
+	s.conv, err = s.startConversations(ctx)
 	return err
 }
 
