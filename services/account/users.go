@@ -163,13 +163,9 @@ func (u *Users) Create(ctx context.Context, owner Owner, in NewUser) (User, erro
 	if err := u.Policy.Check("password", *in.Password, PasswordContext{Username: user.Username, AccountName: owner.AccountName, Email: user.Email}); err != nil {
 		return User{}, err
 	}
-	// A name taken already is refused before the hash is paid for; the
-	// unique index decides between concurrent creates.
-	if _, err := u.Store.UserByName(ctx, owner.AccountID, user.Username); err == nil {
-		return User{}, ErrUsernameTaken
-	} else if !errors.Is(err, ErrNotFound) {
-		return User{}, err
-	}
+	// The unique index decides whether the name is taken, also between
+	// concurrent creates: a read before it would cost every create a
+	// round trip to spare only the hash of a create that fails.
 	hash, err := u.Hasher.Hash(ctx, *in.Password)
 	if err != nil {
 		return User{}, err
