@@ -166,7 +166,7 @@ lint-python: ## mypy --strict and black --check over the Python client (configur
 	@for p in mypy:mypy black:black; do command -v $${p%%:*} >/dev/null || { echo "lint-python: $${p%%:*} not found: apt-get install $${p#*:}"; exit 1; }; done
 	cd clients/python && mypy && black --check --diff .
 
-bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 6 min)
+bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 9 min)
 	$(GO) run ./deploy/bench -out docs/benchmarks.md
 
 bench-go: ## run the packages' Go micro-benchmarks (go test -bench)
