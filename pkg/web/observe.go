@@ -72,9 +72,37 @@ func (o *observer) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			err = errBodyTimeout
 		}
 		status := o.respond(c, err)
+		if status == http.StatusRequestEntityTooLarge && body.ReadCloser != nil {
+			status = lingerAfterTooLarge(c, body.ReadCloser, status)
+		}
 		o.record(c, status, time.Since(start), err, stack)
 		return nil
 	}
+}
+
+// What of a refused body the server still reads, after its 413, before it
+// closes the connection.
+const (
+	tooLargeLingerTime  = 5 * time.Second
+	tooLargeLingerBytes = 64 << 20
+)
+
+// lingerAfterTooLarge sends the 413 at once, then reads and drops what the
+// client is still sending of its body, for a bounded time and size, and
+// returns the status the client got (StatusNoResponse when the answer
+// could not be sent). The server closes a connection whose body was
+// refused, and closing it with data unread makes the kernel reset it: a
+// client still writing its body (curl sending a file, an upload from a
+// browser) then failed on the reset and never read the 413 that had been
+// sent. nginx reads on for the same reason (lingering_close).
+func lingerAfterTooLarge(c *echo.Context, body io.Reader, status int) int {
+	rc := http.NewResponseController(c.Response())
+	if err := rc.Flush(); err != nil {
+		return StatusNoResponse
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(tooLargeLingerTime))
+	_, _ = io.CopyN(io.Discard, body, tooLargeLingerBytes)
+	return status
 }
 
 // callRecovering runs next and turns a panic into an error, with the stack,

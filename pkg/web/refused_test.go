@@ -202,3 +202,17 @@ func TestBodyCutAtTheReadTimeoutIsRecordedAsWhatTheClientGot(t *testing.T) {
 	raw := "POST /things HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"user"
 	s.agreement(t, s.rawExchange(t, raw), http.StatusRequestTimeout, problem.CodeRequestTimeout, "/things", "POST")
 }
+
+// TestTooLargeBodyIsAnsweredToAClientStillSending: a client that writes
+// its whole body before it reads (as curl does with a file) gets the 413.
+// The server answers at the limit, long before the body's end; closing the
+// connection with the rest unread made the kernel reset it, and the
+// client's write failed without the answer, while the log and the metric
+// said 413.
+func TestTooLargeBodyIsAnsweredToAClientStillSending(t *testing.T) {
+	s := serveOverTCP(t, 0)
+	body := strings.Repeat("x", 4<<20)
+	resp := s.rawExchange(t, "POST /things HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"+
+		"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	s.agreement(t, resp, http.StatusRequestEntityTooLarge, problem.CodeBodyTooLarge, "/things", "POST")
+}
