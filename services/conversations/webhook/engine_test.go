@@ -99,7 +99,9 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 	engine := &webhook.Engine{
 		Webhooks: wh,
 		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), time.Minute),
-		Poll:     10 * time.Millisecond, Workers: workers, PerEndpoint: perEndpoint,
+		// The engine claims when it starts and whenever a slot frees: its
+		// poll is the fallback, and each poll reads the shared store.
+		Poll: time.Minute, Workers: workers, PerEndpoint: perEndpoint,
 	}
 	wh.Wake = engine.Wake
 	done := make(chan struct{})
@@ -125,7 +127,11 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 		}
 		return out
 	}
-	for ended := false; !ended; time.Sleep(10 * time.Millisecond) {
+	// Every event reaches the receiver, then every outcome is recorded.
+	for rcv.count() < len(ds) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for ended := false; !ended; time.Sleep(50 * time.Millisecond) {
 		ended = true
 		for _, d := range deliveries() {
 			ended = ended && d.State != conversations.DeliveryPending
