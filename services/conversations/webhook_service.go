@@ -420,7 +420,8 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 	if len(picked) == 0 {
 		return nil, more, nil
 	}
-	ids, err := w.Store.ClaimDeliveries(ctx, picked, now, now.Add(lease), claim)
+	leaseUntil := now.Add(lease)
+	ids, err := w.Store.ClaimDeliveries(ctx, picked, now, leaseUntil, claim)
 	if err != nil {
 		return nil, more, err
 	}
@@ -432,9 +433,10 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 	for id := range taken {
 		endpointIDs = append(endpointIDs, id)
 	}
+	// On an error below, what was claimed is not attempted: the leases
+	// hand it over.
 	endpoints, err := w.Store.FindEndpointsByID(ctx, endpointIDs)
 	if err != nil {
-		// Claimed but not attempted: the leases hand them over.
 		return nil, more, err
 	}
 	byID := make(map[string]WebhookEndpoint, len(endpoints))
@@ -447,7 +449,7 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 		if !won[d.ID] {
 			continue
 		}
-		d.Claim, d.NextAttemptAt = claim, nil
+		d.Claim, d.NextAttemptAt = claim, &leaseUntil // as stored
 		a := Attempt{Delivery: d, claim: claim}
 		e, ok := byID[d.EndpointID]
 		switch {
@@ -459,7 +461,7 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 			a.URL, a.failing = e.URL, e.FailingSince != nil
 			if _, opened := secrets[e.ID]; !opened {
 				if secrets[e.ID], err = w.Box.SigningSecrets(e, now); err != nil {
-					return out, more, err
+					return nil, more, err
 				}
 			}
 			a.Secrets = secrets[e.ID]

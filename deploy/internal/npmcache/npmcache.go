@@ -31,7 +31,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 )
@@ -236,27 +235,21 @@ func hashFile(h io.Writer, dir, name string) error {
 }
 
 // hashTree hashes the names and contents of the files under dir/sub, in
-// order.
+// the walk's lexical order.
 func hashTree(h io.Writer, dir, sub string) error {
-	var files []string
-	err := filepath.WalkDir(filepath.Join(dir, sub), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	return filepath.WalkDir(filepath.Join(dir, sub), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("npmcache: %w", err)
+		}
+		if d.IsDir() {
+			return nil
 		}
 		rel, err := filepath.Rel(dir, path)
-		files = append(files, rel)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("npmcache: %w", err)
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		if err := hashFile(h, dir, f); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("npmcache: %w", err)
 		}
-	}
-	return nil
+		return hashFile(h, dir, rel)
+	})
 }
 
 func sum(h interface{ Sum([]byte) []byte }) string {

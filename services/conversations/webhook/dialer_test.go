@@ -78,7 +78,7 @@ func TestRefusedRanges(t *testing.T) {
 		// is checked on what it connects to.
 		"rebind.example": {{netip.MustParseAddr("93.184.215.14")}, {netip.MustParseAddr("127.0.0.1")}},
 	}}
-	sender := webhook.NewSender(webhook.NewDialer(nil, res), 5*time.Second)
+	sender := webhook.NewSender(webhook.NewDialer(nil, res), 5*time.Second, 0)
 	ps := func(s string) string { return s + ":" + strconv.Itoa(port) }
 	for _, host := range []string{
 		"127.0.0.1", "[::1]", "10.0.0.1", "172.16.0.1", "172.31.255.254", "192.168.1.1",
@@ -110,7 +110,7 @@ func TestRefusedRanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := webhook.NewSender(webhook.NewDialer(allowed, res), 5*time.Second)
+	open := webhook.NewSender(webhook.NewDialer(allowed, res), 5*time.Second, 0)
 	if r := open.Send(context.Background(), attempt("http://"+ps("loopback.example")+"/hook")); r.Status != 200 || r.Error != "" {
 		t.Fatalf("allowed range: %d %q", r.Status, r.Error)
 	}
@@ -150,7 +150,7 @@ func TestRedirectIsAFailure(t *testing.T) {
 		}
 	})
 	allowed, _ := webhook.ParseAllowedCIDRs([]string{"127.0.0.0/8"})
-	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), 5*time.Second)
+	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), 5*time.Second, 0)
 	r := sender.Send(context.Background(), attempt(srv.URL+"/hook"))
 	if r.Status != 302 || r.Succeeded() || !strings.Contains(r.Error, "redirect") || targetHits.Load() != 0 {
 		t.Fatalf("redirect: %d %q, target hit %d times", r.Status, r.Error, targetHits.Load())

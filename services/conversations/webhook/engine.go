@@ -15,6 +15,10 @@ import (
 	"github.com/acme/platform/services/conversations"
 )
 
+// DefaultWorkers is an Engine's bound on requests in flight when it sets
+// none.
+const DefaultWorkers = 64
+
 // Engine delivers webhooks from one replica: it claims fan-out work (an
 // endpoint's new events become deliveries) and due deliveries from
 // MongoDB with leases, so that every replica takes part and a crashed
@@ -50,7 +54,7 @@ func (e *Engine) init() {
 			e.Poll = time.Second
 		}
 		if e.Workers <= 0 {
-			e.Workers = 64
+			e.Workers = DefaultWorkers
 		}
 		if e.PerEndpoint <= 0 {
 			e.PerEndpoint = 4

@@ -98,7 +98,7 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 	}
 	engine := &webhook.Engine{
 		Webhooks: wh,
-		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), time.Minute),
+		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), time.Minute, workers),
 		// The engine claims when it starts and whenever a slot frees: its
 		// poll is the fallback, and each poll reads the shared store.
 		Poll: time.Minute, Workers: workers, PerEndpoint: perEndpoint,

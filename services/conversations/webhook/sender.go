@@ -38,20 +38,24 @@ type Sender struct {
 }
 
 // NewSender returns a Sender dialling through d, waiting at most timeout
-// for a response, following no redirect and using no proxy.
-func NewSender(d *Dialer, timeout time.Duration) *Sender {
+// for a response, following no redirect and using no proxy. inFlight is
+// the most requests it makes at once (the engine's Workers; 0:
+// DefaultWorkers).
+func NewSender(d *Dialer, timeout time.Duration, inFlight int) *Sender {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
+	}
+	if inFlight <= 0 {
+		inFlight = DefaultWorkers
 	}
 	transport := &http.Transport{
 		Proxy:             nil, // never a proxy from the environment
 		DialContext:       d.DialContext,
 		ForceAttemptHTTP2: true,
-		// As many as a replica's default requests in flight: endpoints
-		// often share a host (the ingest of one SaaS, a local receiver),
-		// and with fewer kept idle every request past them opened a new
-		// connection.
-		MaxIdleConnsPerHost:    64,
+		// One per request in flight: endpoints often share a host (the
+		// ingest of one SaaS, a local receiver), and with fewer kept idle
+		// every request past them opened a new connection.
+		MaxIdleConnsPerHost:    inFlight,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    10 * time.Second,
 		ResponseHeaderTimeout:  timeout,

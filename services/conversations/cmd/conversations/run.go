@@ -270,7 +270,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	}
 	schedule, _ := cfg.webhookSchedule() // checked by validate
 	allowed, _ := webhook.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
-	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), cfg.WebhookTimeout)
+	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &webhook.Engine{
 		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
