@@ -39,48 +39,37 @@ images: ## build both container images (needs a Docker engine)
 # clone elsewhere reuses the cache a previous clone filled.
 export GOFLAGS += -trimpath
 
-# make test runs two sets of packages at the same time, each tested with
-# one set of build flags (vet, before them, has the flags of the second):
-#  - RACE_PACKAGES, with -race: every package whose tests run our code in
-#    their own process, but the two HTTP suites.
-#  - OTHER_PACKAGES, without -race: the two services' HTTP suites (under
-#    -race they took a sixth of a warm run's CPU, and the budget of 120 s
-#    is what make test must meet; the race detector still watches the
-#    domain, the stores, the token library, signing, hashing, the proxy and
-#    the operator commands, and make test-race runs the HTTP suites with
-#    it), the tests that run the service binaries
-#    as processes (the binaries, built first, are what -race would have to
-#    instrument), the single-threaded static checks of the deploy files
-#    (whose Kubernetes, compose and Prometheus libraries would otherwise be
-#    compiled twice), the client libraries' suites, and the embedded store's
-#    own packages: FerretDB and its pure-Go SQLite are the longest
-#    compilation of all, and the test binaries reach the store as a process
-#    of its own built without -race (pkg/testkit/mongoproc), as make run
-#    builds it, so all share one compilation.
-# On a cold build cache the two sets compile side by side, which keeps both
-# cores busy; warm, their tests overlap.
+# make test tests every package with one set of build flags, without
+# -race: the race detector compiles the standard library and every
+# dependency a second time (its instrumented build), about a tenth of a
+# cold run, and runs the tests it watches several times slower; make
+# test-race runs every package that runs our code in its own process with
+# it (see docs/decisions.md). The packages start in the order given, the
+# longest first (deploy/gotest.sh): started last, one of them would run
+# alone at the end while the other core idles. First the three suites of
+# processes (client suites, end-to-end, the bench harness), then the HTTP
+# suites, then the longest of the rest as a warm run measured them.
 HTTP_SUITES := $(addprefix github.com/acme/platform/services/,account/http conversations/http)
 BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench oidcinterop observabilitytest devstack)
 STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
-# deploy/gotest.sh starts a set's test binaries in the order given, so
-# the longest go first: started last, one of them would run alone at the
-# end while the other core idles. Without -race: the three suites of
-# processes (client suites, end-to-end, the bench harness), then the HTTP
-# suites. With -race: the longest as a warm run measured them.
-OTHER_PACKAGES := $(wordlist 1,3,$(BINARY_TESTS)) $(HTTP_SUITES) $(wordlist 4,99,$(BINARY_TESTS)) $(STATIC_CHECKS) $(EMBEDDED_STORE)
-LONGEST_RACE := $(addprefix github.com/acme/platform/,services/account/password services/account/mongostore pkg/testkit/mongoproc services/account services/account/signing pkg/token pkg/testkit/internal/wireproxy)
+LONGEST := $(wordlist 1,3,$(BINARY_TESTS)) $(HTTP_SUITES) $(addprefix github.com/acme/platform/,pkg/testkit/mongoproc services/account/mongostore pkg/token pkg/testkit/internal/wireproxy services/account/password services/account/cmd/account services/account/signing)
 # Listed once per make run, when vet or test first needs it (go list of
 # every module takes about a CPU-second), and not by targets that do not.
-RACE_PACKAGES = $(eval RACE_PACKAGES := $(LONGEST_RACE) $(filter-out $(OTHER_PACKAGES) $(LONGEST_RACE),$(shell $(GO) list $(PACKAGES))))$(RACE_PACKAGES)
+TEST_PACKAGES = $(eval TEST_PACKAGES := $(LONGEST) $(filter-out $(LONGEST),$(shell $(GO) list $(PACKAGES))))$(TEST_PACKAGES)
+# What make test-race runs: every package whose tests run our code in their
+# own process (the tests that run the service binaries as processes, the
+# static checks of the deploy files and the embedded store's packages gain
+# nothing from it).
+RACE_PACKAGES = $(filter-out $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE),$(TEST_PACKAGES))
 CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
-# Test binaries run at once per set; most of their time is spent waiting on
-# the embedded store or on a service process, so more than the two cores.
-TEST_PARALLEL ?= 4
-# Parallel tests at once within one test binary of OTHER_PACKAGES (a test binary
-# runs GOMAXPROCS at a time by default): the end-to-end tests mostly wait
-# on the processes they start (key rotations, outages, drains).
-BINARY_TEST_PARALLEL ?= 6
+# Test binaries run at once; most of their time is spent waiting on the
+# embedded store or on a service process, so more than the two cores.
+TEST_PARALLEL ?= 6
+# Parallel tests at once within one test binary (a test binary runs
+# GOMAXPROCS at a time by default): the end-to-end tests mostly wait on the
+# processes they start (key rotations, outages, drains).
+BINARY_TEST_PARALLEL ?= 4
 # The service binaries are built once for every test that runs them
 # (SERVICE_BINARIES, see deploy/internal/svcproc). So is the embedded store
 # (EMBEDDEDMONGO_BIN, see pkg/testkit/mongoproc): each test binary that
@@ -99,39 +88,23 @@ EMBEDDED_EXIT_WAIT := 10
 # took more CPU than most of the tests).
 TEST_LDFLAGS := -ldflags=-w
 # A test binary built with -race sleeps a second before it exits (the race
-# runtime's atexit_sleep_ms, for reports of goroutines still running); with
-# four at a time and some twenty of them, that was five seconds of a warm
-# run. An explicit GORACE wins.
+# runtime's atexit_sleep_ms, for reports of goroutines still running);
+# make test-race runs some thirty of them. An explicit GORACE wins.
 GORACE ?= atexit_sleep_ms=0
 export GORACE
-# The -race test binaries run with one processor each (GOMAXPROCS=1; the
-# builds keep every core): a dozen Go processes at once on a machine of
-# few cores cost a sixth more CPU with two processors each, spent handing
-# work between threads, and the race detector does not need two threads at
-# once to see a race. Each still runs RACE_TEST_PARALLEL parallel tests at
-# once. The other set keeps the default: its tests start the services,
-# which inherit the setting, and with one processor a service under a
-# burst of 2,000 connections, on a machine running two make tests, left
-# some connections unread until net/http's header timeout closed them.
-RACE_TEST_ENV := -run-env GOMAXPROCS=1
-RACE_TEST_PARALLEL ?= 2
 GOTEST := GO=$(GO) deploy/gotest.sh
 TEST_TIMEOUT := 15m
 
-test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them (see OTHER_PACKAGES for those without -race); fails if an embedded store process outlives them
+test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them; fails if an embedded store process outlives them
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
-	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ) || exit; export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo; \
-	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./services/account/cmd/account ./services/conversations/cmd/conversations && \
-	  SERVICE_BINARIES=$$tmp/bin $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(BINARY_TEST_PARALLEL) -- $(TEST_LDFLAGS) -vet=off -- $(OTHER_PACKAGES) ) > $$tmp/other.log 2>&1 & other=$$!; \
-	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) $(RACE_TEST_ENV) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(RACE_TEST_PARALLEL) -- $(TEST_LDFLAGS) -race -vet=off -- $(RACE_PACKAGES) ); race=$$?; \
-	wait $$other; rc=$$?; cat $$tmp/other.log; \
-	[ $$race -eq 0 ] && [ $$rc -eq 0 ] || exit 1; \
+	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ./services/account/cmd/account ./services/conversations/cmd/conversations ) || exit; \
+	export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo SERVICE_BINARIES=$$tmp/bin; \
+	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(BINARY_TEST_PARALLEL) -- $(TEST_LDFLAGS) -vet=off -- $(TEST_PACKAGES) ) || exit 1; \
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
 	echo "embedded store processes still running $(EMBEDDED_EXIT_WAIT)s after the tests:"; pgrep -af "/embeddedmongo -dir $$tmp/"; exit 1
 
-# The HTTP suites, which make test runs without -race (see OTHER_PACKAGES).
-test-race: ## run the two services' HTTP suites with the race detector (make test runs them without)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(HTTP_SUITES)
+test-race: ## every package whose tests run our code in their own process, with the race detector (make test runs without it)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
 
 # Each client library's own suite (node --test, unittest, PHPUnit) against
 # the real binaries on a fresh database (deploy/clientstest); a missing
@@ -148,16 +121,20 @@ tidy-check: ## fail when a module's go.mod or go.sum is not what go mod tidy mak
 fmt-check: ## fail when a file is not gofmt-formatted
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Every package in one go vet, without -race: vet needs the facts of every
-# dependency, the standard library's included, computed once per set of
-# build flags, and vetting the -race set with -race computed them all a
-# second time (about 90 CPU-seconds of a cold make test) for no finding of
-# its own: no file of ours depends on the race build tag. The -race
-# compilation of those packages happens once, for their tests.
-vet: ## go vet every module
-	$(GO) vet $(RACE_PACKAGES) $(OTHER_PACKAGES)
+# make test's go vet: every check of cmd/vet over every package of the
+# repository, through deploy/vettool.sh, which computes no facts for the
+# packages of the standard library and of other modules (what a package
+# learns about the functions it calls, such as which are printf wrappers).
+# go vet computes them for every dependency, some 1,100 packages parsed and
+# type-checked from source, about 170 of the 200 CPU-seconds that vet took
+# in a cold run; cmd/vet knows the printf functions of the standard library
+# by name, and a dependency's own findings are never reported. make lint
+# runs plain go vet.
+vet: ## go vet every package of the repository (without facts of other modules' packages; make lint runs plain go vet)
+	GOVET_TOOL=$$($(GO) env GOTOOLDIR)/vet GOVET_ROOT=$(CURDIR) $(GO) vet -vettool=$(CURDIR)/deploy/vettool.sh $(TEST_PACKAGES)
 
-lint: fmt-check vet lint-python ## gofmt, go vet, staticcheck, and the Python client's mypy and black
+lint: fmt-check lint-python ## gofmt, go vet, staticcheck, and the Python client's mypy and black
+	$(GO) vet $(PACKAGES)
 	$(GO) run $(STATICCHECK) $(PACKAGES)
 
 # The checkers clients/python/pyproject.toml configures, Debian's builds

@@ -15,12 +15,11 @@
 #
 #   gotest.sh build OUTDIR GO_BUILD_ARGS...
 #       go build -o OUTDIR/ GO_BUILD_ARGS..., reusing binaries linked before.
-#   gotest.sh test [-p N] [-run-flag FLAG]... [-run-env NAME=VALUE]... -- GO_TEST_BUILD_FLAGS... -- PACKAGES...
+#   gotest.sh test [-p N] [-run-flag FLAG]... -- GO_TEST_BUILD_FLAGS... -- PACKAGES...
 #       go test -c the packages, in as few groups as their names allow (a
 #       package without test files is reported as go test reports it), and
 #       run each group's binaries as soon as it is built, N at a time, each
-#       in its package's folder with the FLAGs (e.g. -test.timeout=15m) and
-#       the environment variables (which the builds do not see),
+#       in its package's folder with the FLAGs (e.g. -test.timeout=15m),
 #       printing ok/FAIL lines as go test does, and a failed package's
 #       output. Exits 1 when any package failed or a group did not build
 #       (its packages are not run).
@@ -81,12 +80,11 @@ build() {
 }
 
 test_packages() {
-	local parallel=4 run_flags=() run_env=()
+	local parallel=4 run_flags=()
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do
 		case $1 in
 		-p) parallel=$2; shift 2 ;;
 		-run-flag) run_flags+=("$2"); shift 2 ;;
-		-run-env) run_env+=("$2"); shift 2 ;;
 		*) echo "gotest.sh test: unknown flag $1" >&2; return 2 ;;
 		esac
 	done
@@ -128,7 +126,7 @@ test_packages() {
 	done <<<"$listing"
 	[ ${#groups[@]} -gt 0 ] || return 0
 
-	export GOTEST_RUN_FLAGS="${run_flags[*]}" GOTEST_RUN_ENV="${run_env[*]}" GOTEST_LOCK="$work/output.lock"
+	export GOTEST_RUN_FLAGS="${run_flags[*]}" GOTEST_LOCK="$work/output.lock"
 	local ok=0
 	for g in "${!groups[@]}"; do
 		local -a pkgs
@@ -154,8 +152,8 @@ test_packages() {
 		IFS=$'\''\t'\'' read -r pkg dir bin <<<"$1"
 		out=$(mktemp)
 		start=$(date +%s%N)
-		# shellcheck disable=SC2086 # the flags and variables are words
-		(cd "$dir" && exec env $GOTEST_RUN_ENV "$bin" -test.paniconexit0 $GOTEST_RUN_FLAGS) >"$out" 2>&1
+		# shellcheck disable=SC2086 # the flags are words
+		(cd "$dir" && exec "$bin" -test.paniconexit0 $GOTEST_RUN_FLAGS) >"$out" 2>&1
 		rc=$?
 		ms=$((($(date +%s%N) - start) / 1000000))
 		took=$((ms / 1000)).$(printf %03d $((ms % 1000)))

@@ -18,15 +18,19 @@ import (
 	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
-// Rotation timings of TestKeyRotationUnderLoad: a key signs for 5 s and is
-// published 3 s before it signs. The conversations service refreshes its
+// Rotation timings of TestKeyRotationUnderLoad: a key signs for 8 s and is
+// published 6 s before it signs. The conversations service refreshes its
 // JWKS every second (jwx schedules in whole seconds plus one, so every
-// 2 s at worst), well within the 3 s, and the account replicas reload every
-// 250 ms.
+// 2 s at worst) and the account replicas reload every 250 ms, so a second
+// or two would do on an idle machine; the rest is for a loaded one. Every
+// test binary of make test shares one embedded store, which runs one
+// command at a time: with two make tests side by side, a replica's reload
+// waited in its queue long enough that a key published 3 s ahead was not
+// yet in its JWKS when the other replica signed with it.
 const (
-	rotPeriod       = 5 * time.Second
-	rotPublishAhead = 3 * time.Second
-	rotLoad         = 15 * time.Second
+	rotPeriod       = 8 * time.Second
+	rotPublishAhead = 6 * time.Second
+	rotLoad         = 2 * rotPeriod
 	// rotPace is the least time between two rounds (a login and two
 	// verified calls) of one user: about 7 rounds a second per user keep
 	// tokens minted and verified around every key change (each key signs
@@ -50,6 +54,26 @@ func (r *rotRecorder) fail(format string, args ...any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.failures = append(r.failures, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+// seen says when a kid was first seen in a token and in each replica's
+// JWKS, in seconds before now.
+func (r *rotRecorder) seen(kid string, replicas []string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ago := func(at time.Time, ok bool) string {
+		if !ok {
+			return "not yet"
+		}
+		return fmt.Sprintf("%.1fs ago", time.Since(at).Seconds())
+	}
+	first, ok := r.firstToken[kid]
+	out := "first token " + ago(first, ok)
+	for i, replica := range replicas {
+		at, ok := r.firstJWKS[replica][kid]
+		out += fmt.Sprintf(", in replica %d's JWKS %s", i+1, ago(at, ok))
+	}
+	return out
 }
 
 func (r *rotRecorder) count() {
@@ -241,7 +265,7 @@ func TestKeyRotationUnderLoad(t *testing.T) {
 
 				rec.count()
 				if status, body := rotDo(httpc, "GET", s.convURL+"/v1/conversations", idToken, ""); status != http.StatusOK {
-					rec.fail("list conversations as %s with a token of kid %s from replica %d: %d %s", user, kid, replica+1, status, body)
+					rec.fail("list conversations as %s with a token of kid %s from replica %d: %d %s (%s)", user, kid, replica+1, status, body, rec.seen(kid, replicas))
 				}
 				rec.count()
 				other := replicas[1-replica]

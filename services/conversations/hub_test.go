@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) { mongotest.Main(m) }
 
 // TestHubFansOutToConcurrentStreams drives the hub from every side at once,
-// as a replica does (make test runs this package under -race): events are
+// as a replica does (make test-race runs it under -race): events are
 // appended to the log while streams read them, others open and close, and
 // one never reads. Every reading stream gets every event it may see, once
 // and in order; the one that never reads is dropped as slow; the bound per

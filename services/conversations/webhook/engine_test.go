@@ -54,7 +54,7 @@ func (r *holdingReceiver) count() int {
 }
 
 // TestEngineDeliversEachOnceWithinItsSlots runs the engine on the real
-// store (make test runs this package under -race): deliveries of two
+// store (make test-race runs this package under -race): deliveries of two
 // endpoints, claimed in batches and recorded in batches, reach the
 // receiver once each, never more at once than the engine's slots allow
 // (in all and per endpoint), and each ends succeeded after one attempt.

@@ -55,8 +55,16 @@ var adminCommands = map[string]adminCommand{
 	"enable-client":        setClientDisabled(false),
 }
 
+// adminDBTimeout is the least time an operator command waits for the
+// database to be selected and for a connection to it. MONGODB_TIMEOUT
+// bounds a request's wait so that the API answers a 503 fast; a command run
+// by hand or by a provisioning job would rather wait out a database that
+// is busy or still starting than fail after 3 s (the driver's own default
+// is 30 s).
+const adminDBTimeout = 30 * time.Second
+
 func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
-	client, err := mongoconn.Connect(cfg.MongoDBURI, cfg.MongoDBTimeout)
+	client, err := mongoconn.Connect(cfg.MongoDBURI, max(cfg.MongoDBTimeout, adminDBTimeout))
 	if err != nil {
 		return adminEnv{}, nil, err
 	}
