@@ -16,24 +16,31 @@
 # ours it runs cmd/vet as go vet would. make lint runs plain go vet.
 #
 #   GOVET_TOOL  cmd/vet's binary ($(go env GOTOOLDIR)/vet by default)
-#   GOVET_ROOT  the repository's folder (this script's parent's by default)
+#   GOVET_ROOT  the repository's folder, without symbolic links (this
+#               script's parent's by default)
 #
 # go vet runs the tool in the folder of the package it vets, with the path
 # of the package's vet.cfg as the last argument, and wants the facts in
 # vet.out beside it. It caches the results under the tool's -V=full line,
-# which names this tool apart from cmd/vet, so plain go vet never reuses
-# the empty facts.
+# which names this tool (and the version of this script) apart from
+# cmd/vet, so plain go vet never reuses the empty facts.
 set -uo pipefail
 
 vet=${GOVET_TOOL:-$("${GO:-go}" env GOTOOLDIR)/vet}
 case ${1:-} in
 -V=full)
+	# With this script's own hash: a change to it is a new tool to the
+	# cache.
 	version=$("$vet" -V=full) || exit
-	echo "$version (deploy/vettool.sh: no facts outside the repository)"
+	script=$(sha256sum "$0") || exit
+	echo "$version (deploy/vettool.sh ${script:0:16}: no facts outside the repository)"
 	exit
 	;;
 esac
 root=${GOVET_ROOT:-$(cd "$(dirname "$0")/.." && pwd -P)}
+# Both paths without symbolic links (make's CURDIR has none), so that a
+# checkout reached through a link is still the repository.
+cd -P . || exit
 cfg=${!#}
 if [[ $cfg == */vet.cfg && $PWD != "$root"/* ]]; then
 	: >"${cfg%/*}/vet.out"
