@@ -69,7 +69,7 @@ TEST_PARALLEL ?= 6
 # Parallel tests at once within one test binary (a test binary runs
 # GOMAXPROCS at a time by default): the end-to-end tests mostly wait on the
 # processes they start (key rotations, outages, drains).
-BINARY_TEST_PARALLEL ?= 4
+TESTS_PER_BINARY ?= 4
 # The service binaries are built once for every test that runs them
 # (SERVICE_BINARIES, see deploy/internal/svcproc). So is the embedded store
 # (EMBEDDEDMONGO_BIN, see pkg/testkit/mongoproc): each test binary that
@@ -99,7 +99,7 @@ test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and ev
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
 	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ./services/account/cmd/account ./services/conversations/cmd/conversations ) || exit; \
 	export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo SERVICE_BINARIES=$$tmp/bin; \
-	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(BINARY_TEST_PARALLEL) -- $(TEST_LDFLAGS) -vet=off -- $(TEST_PACKAGES) ) || exit 1; \
+	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(TESTS_PER_BINARY) -- $(TEST_LDFLAGS) -vet=off -- $(TEST_PACKAGES) ) || exit 1; \
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
 	echo "embedded store processes still running $(EMBEDDED_EXIT_WAIT)s after the tests:"; pgrep -af "/embeddedmongo -dir $$tmp/"; exit 1
 

@@ -26,12 +26,14 @@
 # cmd/vet, so plain go vet never reuses the empty facts.
 set -uo pipefail
 
-vet=${GOVET_TOOL:-$("${GO:-go}" env GOTOOLDIR)/vet}
+# cmd/vet's path, found only when it is run: most runs are for packages
+# outside the repository, and go env costs a process each.
+cmdvet() { echo "${GOVET_TOOL:-$("${GO:-go}" env GOTOOLDIR)/vet}"; }
 case ${1:-} in
 -V=full)
 	# With this script's own hash: a change to it is a new tool to the
 	# cache.
-	version=$("$vet" -V=full) || exit
+	version=$("$(cmdvet)" -V=full) || exit
 	script=$(sha256sum "$0") || exit
 	echo "$version (deploy/vettool.sh ${script:0:16}: no facts outside the repository)"
 	exit
@@ -46,4 +48,4 @@ if [[ $cfg == */vet.cfg && $PWD != "$root"/* ]]; then
 	: >"${cfg%/*}/vet.out"
 	exit
 fi
-exec "$vet" "$@"
+exec "$(cmdvet)" "$@"
