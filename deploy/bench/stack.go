@@ -86,7 +86,7 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		s.uri = db.URI()
 		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
-	s.client, err = mongoconn.Connect(s.uri, 5*time.Second)
+	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -119,6 +119,13 @@ func TestClientLogAndMetricsAgree(t *testing.T) {
 	for name, ops := range map[string]string{"account": s.accountOps, "conversations": s.convOps, "starting": startingOps} {
 		series[name] = scrapeRequestCounts(t, "http://"+ops+"/metrics")
 	}
+	// Both services count the database commands they send (the logins
+	// read users, the listing and the creations read conversations).
+	for name, ops := range map[string]string{"account": s.accountOps, "conversations": s.convOps} {
+		if n := scrapeCounter(t, "http://"+ops+"/metrics", `mongodb_commands_total{command="find"}`); n <= 0 {
+			t.Errorf("%s: mongodb_commands_total{command=\"find\"} = %v, want > 0", name, n)
+		}
+	}
 	account.stop(t)
 	conv.stop(t)
 	if err := starting.Stop(20 * time.Second); err != nil {
@@ -203,6 +210,31 @@ func scrapeRequestCounts(t *testing.T, url string) map[string]int {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// scrapeCounter returns the value of one series (name and labels as the
+// text format writes them), or -1 when the scrape has none.
+func scrapeCounter(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if value, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			n, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", series, err)
+			}
+			return n
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return -1
 }
 
 // accessLines returns the access log lines of a service's output by

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
@@ -26,8 +27,9 @@ import (
 //
 // Server selection is bounded by selectTimeout so that a request made while
 // the database is down fails fast with a 503 instead of hanging for the
-// driver's default 30 seconds.
-func Connect(uri string, selectTimeout time.Duration) (*mongo.Client, error) {
+// driver's default 30 seconds. A non-nil monitor sees every command the
+// client sends (see CommandCounter).
+func Connect(uri string, selectTimeout time.Duration, monitor *event.CommandMonitor) (*mongo.Client, error) {
 	if selectTimeout <= 0 {
 		selectTimeout = 3 * time.Second
 	}
@@ -36,6 +38,9 @@ func Connect(uri string, selectTimeout time.Duration) (*mongo.Client, error) {
 		SetServerSelectionTimeout(selectTimeout).
 		SetConnectTimeout(selectTimeout).
 		SetRetryWrites(true)
+	if monitor != nil {
+		opts.SetMonitor(monitor)
+	}
 	client, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, fmt.Errorf("mongodb client for configured URI: %w", err)

@@ -191,10 +191,11 @@ func NewRegistry() *prometheus.Registry {
 	return registry
 }
 
-// ConnectMongo returns a client for uri (see mongoconn.Connect) and a function
+// ConnectMongo returns a client for uri (see mongoconn.Connect) whose
+// commands are counted in metrics (mongodb_commands_total), and a function
 // that disconnects it, waiting at most 5 s for in-use connections.
-func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) (*mongo.Client, func(), error) {
-	client, err := mongoconn.Connect(uri, selectTimeout)
+func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration, metrics prometheus.Registerer) (*mongo.Client, func(), error) {
+	client, err := mongoconn.Connect(uri, selectTimeout, mongoconn.NewCommandCounter(metrics).Monitor())
 	if err != nil {
 		return nil, nil, err
 	}

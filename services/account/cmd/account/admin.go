@@ -64,7 +64,7 @@ var adminCommands = map[string]adminCommand{
 const adminDBTimeout = 30 * time.Second
 
 func openAdminEnv(ctx context.Context, cfg config) (adminEnv, func(), error) {
-	client, err := mongoconn.Connect(cfg.MongoDBURI, max(cfg.MongoDBTimeout, adminDBTimeout))
+	client, err := mongoconn.Connect(cfg.MongoDBURI, max(cfg.MongoDBTimeout, adminDBTimeout), nil)
 	if err != nil {
 		return adminEnv{}, nil, err
 	}

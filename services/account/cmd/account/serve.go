@@ -34,7 +34,8 @@ import (
 func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
-	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
+	registry := servicecmd.NewRegistry()
+	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout, registry)
 	if err != nil {
 		return err
 	}
@@ -47,7 +48,6 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer disconnectReadiness()
 	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
-	registry := servicecmd.NewRegistry()
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency, Metrics: registry})
 	if err != nil {
 		return err

@@ -80,7 +80,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
-	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
+	registry := servicecmd.NewRegistry()
+	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout, registry)
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,6 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	defer disconnectReadiness()
 	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
 
-	registry := servicecmd.NewRegistry()
 	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
 		RefreshInterval:    cfg.JWKSRefreshInterval,
 		MinRefreshInterval: cfg.JWKSMinRefreshInterval,
