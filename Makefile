@@ -1,6 +1,7 @@
 # One entry point for everything a developer or CI does. Building and running
 # need only Go; make test also needs the client toolchains and wrk (README.md,
-# "Test prerequisites").
+# "Test prerequisites"), and make lint mypy and black ("Lint prerequisites"),
+# which they install first on Debian and Ubuntu (deploy/prereqs.sh).
 SHELL := /bin/bash
 GO ?= go
 # Every module of the workspace (go.work).
@@ -12,7 +13,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 FUZZTIME ?= 60s
 
-.PHONY: run test test-race test-clients lint lint-python tidy-check fmt-check vet build images bench bench-go fuzz clean help
+.PHONY: run test test-prereqs test-race test-clients lint lint-prereqs lint-python tidy-check fmt-check vet build images bench bench-go fuzz clean help
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -51,7 +52,7 @@ export GOFLAGS += -trimpath
 # suites, then the longest of the rest as a warm run measured them.
 HTTP_SUITES := $(addprefix github.com/acme/platform/services/,account/http conversations/http)
 BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench oidcinterop observabilitytest devstack)
-STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest)
+STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest prereqstest)
 EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
 LONGEST := $(wordlist 1,3,$(BINARY_TESTS)) $(HTTP_SUITES) $(addprefix github.com/acme/platform/,pkg/testkit/mongoproc services/account/mongostore pkg/token pkg/testkit/internal/wireproxy services/account/password services/account/cmd/account services/account/signing)
 # Listed once per make run, when vet or test first needs it (go list of
@@ -95,7 +96,19 @@ export GORACE
 GOTEST := GO=$(GO) deploy/gotest.sh
 TEST_TIMEOUT := 15m
 
-test: fmt-check tidy-check vet ## gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them; fails if an embedded store process outlives them
+# make test, make test-clients and make lint first install what is missing
+# of their README section's apt-get line on Debian and Ubuntu, and elsewhere
+# stop naming it (deploy/prereqs.sh; nothing but one dpkg-query when all is
+# there). SKIP_CLIENTS means the developer chose the toolchains: make test
+# installs nothing then, and each suite not left out still fails naming its
+# missing package.
+test-prereqs:
+	@[ -n "$(SKIP_CLIENTS)" ] || deploy/prereqs.sh 'Test prerequisites'
+
+lint-prereqs:
+	@deploy/prereqs.sh 'Lint prerequisites'
+
+test: test-prereqs fmt-check tidy-check vet ## installs what is missing of the README's test prerequisites (Debian, Ubuntu), then gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them; fails if an embedded store process outlives them
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
 	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ./services/account/cmd/account ./services/conversations/cmd/conversations ) || exit; \
 	export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo SERVICE_BINARIES=$$tmp/bin; \
@@ -110,7 +123,7 @@ test-race: ## every package whose tests run our code in their own process, with 
 # the real binaries on a fresh database (deploy/clientstest); a missing
 # toolchain fails with its package; SKIP_CLIENTS=php,python leaves clients out.
 # make test runs them too.
-test-clients: ## run only the Go, JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
+test-clients: test-prereqs ## run only the Go, JS, Python and PHP clients' own test suites against the real services (SKIP_CLIENTS=php,python leaves some out)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp && set -x && \
 	$(GO) build -o $$tmp/bin/ ./services/account/cmd/account ./services/conversations/cmd/conversations && \
 	SERVICE_BINARIES=$$tmp/bin $(GO) test -count=1 -timeout 15m $(CLIENT_TESTS)
@@ -133,14 +146,13 @@ fmt-check: ## fail when a file is not gofmt-formatted
 vet: ## go vet every package of the repository (without facts of other modules' packages; make lint runs plain go vet)
 	GOVET_TOOL=$$($(GO) env GOTOOLDIR)/vet GOVET_ROOT=$(CURDIR) $(GO) vet -vettool=$(CURDIR)/deploy/vettool.sh $(TEST_PACKAGES)
 
-lint: fmt-check lint-python ## gofmt, go vet, staticcheck, and the Python client's mypy and black
+lint: lint-prereqs fmt-check lint-python ## installs mypy and black when missing (Debian, Ubuntu), then gofmt, go vet, staticcheck, and the Python client's mypy and black
 	$(GO) vet $(PACKAGES)
 	$(GO) run $(STATICCHECK) $(PACKAGES)
 
 # The checkers clients/python/pyproject.toml configures, Debian's builds
-# (mypy 1.0, black 23.1): a missing one fails with its package.
-lint-python: ## mypy --strict and black --check over the Python client (configured in clients/python/pyproject.toml)
-	@for p in mypy:mypy black:black; do command -v $${p%%:*} >/dev/null || { echo "lint-python: $${p%%:*} not found: apt-get install $${p#*:}"; exit 1; }; done
+# (mypy 1.0, black 23.1), installed first when missing (lint-prereqs).
+lint-python: lint-prereqs ## mypy --strict and black --check over the Python client (configured in clients/python/pyproject.toml)
 	cd clients/python && mypy && black --check --diff .
 
 bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 9 min)
