@@ -3,6 +3,8 @@ package conversations_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -162,5 +164,156 @@ func TestHubFansOutToConcurrentStreams(t *testing.T) {
 	}
 	if _, err := hub.Subscribe(client, nil, 0); !errors.Is(err, conversations.ErrShuttingDown) {
 		t.Errorf("a stream after Close: %v, want ErrShuttingDown", err)
+	}
+}
+
+// TestHubStreamsMatchTheLog opens streams at random positions, for random
+// callers and types, while events are appended, and closes some of them
+// early: every stream gets exactly the events after its position that its
+// caller may see, of its types, in order, with no gap and no repeat. The
+// bounds are small, so streams catch up in many batches, go back to
+// catching up when a poll brings more than they may hold, and are dropped
+// as slow when they hold too much; a dropped stream reconnects from the
+// last event it got, as a client does with Last-Event-ID.
+func TestHubStreamsMatchTheLog(t *testing.T) {
+	ctx := t.Context()
+	store := mongostore.New(mongotest.New(t))
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
+	const account, events, streams = "acc_random", 240, 24
+	hub := &conversations.Hub{Store: store, Interval: 5 * time.Millisecond, MaxStreamBytes: 2 << 10, MaxBytes: 16 << 10}
+	defer hub.Close()
+	callers := []conversations.Caller{
+		{AccountID: account, ID: "cli_random", Client: true},
+		{AccountID: account, ID: "usr_ann"},
+		{AccountID: account, ID: "usr_ben"},
+	}
+	typeSets := [][]conversations.EventType{nil, {conversations.EventMessageCreated}, {conversations.EventConversationUpdated, conversations.EventParticipantAdded}}
+
+	// The log, as appended so far.
+	var mu sync.Mutex
+	var log []conversations.Event
+	head := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return int64(len(log))
+	}
+
+	type stream struct {
+		who   conversations.Caller
+		types []conversations.EventType
+		after int64
+		stop  int // events it reads before it leaves; 0: to the end
+		got   []int64
+		done  chan struct{}
+	}
+	// read follows one stream, reconnecting when dropped, until it has
+	// read s.stop events or the hub closes.
+	read := func(s *stream) {
+		defer close(s.done)
+		pos := s.after
+		for {
+			sub, err := hub.Subscribe(s.who, s.types, pos)
+			if err != nil {
+				if !errors.Is(err, conversations.ErrShuttingDown) {
+					t.Errorf("subscribe: %v", err)
+				}
+				return
+			}
+			for batch := range sub.Events {
+				for _, e := range batch {
+					mu.Lock()
+					s.got = append(s.got, e.Sequence)
+					mu.Unlock()
+					pos = e.Sequence
+				}
+				hub.Sent(sub, batch)
+				if s.stop > 0 && len(s.got) >= s.stop {
+					hub.Unsubscribe(sub)
+					return
+				}
+			}
+			if !errors.Is(sub.Reason(), conversations.ErrSlowReader) {
+				return // the hub closed
+			}
+		}
+	}
+
+	var all []*stream
+	var readers sync.WaitGroup
+	start := time.Now().UTC().Truncate(time.Millisecond)
+	for i := int64(1); i <= events; i++ {
+		e := conversations.Event{
+			ID: conversations.NewEventID(), AccountID: account, Type: conversations.EventTypes[rnd.IntN(len(conversations.EventTypes))],
+			Sequence: i, Timestamp: start.Add(time.Duration(i) * time.Millisecond), ConversationID: "cnv_random",
+			Audience: []string{[]string{"usr_ann", "usr_ben"}[rnd.IntN(2)]},
+		}
+		if err := store.AppendEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		log = append(log, e)
+		mu.Unlock()
+		hub.Wake()
+		if rnd.IntN(events/streams) == 0 || i == 1 {
+			s := &stream{
+				who: callers[rnd.IntN(len(callers))], types: typeSets[rnd.IntN(len(typeSets))],
+				after: rnd.Int64N(head() + 1), done: make(chan struct{}),
+			}
+			if rnd.IntN(3) == 0 {
+				s.stop = 1 + rnd.IntN(10)
+			}
+			all = append(all, s)
+			readers.Go(func() { read(s) })
+		}
+		if rnd.IntN(4) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	want := func(s *stream) []int64 {
+		var seqs []int64
+		for _, e := range log {
+			if e.Sequence > s.after && e.VisibleTo(s.who) && (len(s.types) == 0 || slices.Contains(s.types, e.Type)) {
+				seqs = append(seqs, e.Sequence)
+			}
+		}
+		return seqs
+	}
+	// Every stream that reads to the end gets there.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		behind := 0
+		mu.Lock()
+		for _, s := range all {
+			if s.stop == 0 && len(s.got) < len(want(s)) {
+				behind++
+			}
+		}
+		mu.Unlock()
+		if behind == 0 {
+			break
+		}
+	}
+	hub.Close()
+	readers.Wait()
+	for i, s := range all {
+		w := want(s)
+		if s.stop > 0 {
+			// It left after the batch that reached its count.
+			if len(s.got) < min(s.stop, len(w)) {
+				t.Errorf("stream %d left after %d events, before its %d", i, len(s.got), s.stop)
+			}
+			w = w[:min(len(s.got), len(w))]
+		}
+		if fmt.Sprint(s.got) != fmt.Sprint(w) {
+			t.Errorf("stream %d (%s, types %v, after %d, stop %d):\n got %v\nwant %v", i, s.who.ID, s.types, s.after, s.stop, s.got, w)
+		}
+	}
+	if len(all) < streams/2 {
+		t.Errorf("only %d streams opened", len(all))
 	}
 }

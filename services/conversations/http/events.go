@@ -153,6 +153,10 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 		if err != nil {
 			return err
 		}
+		var expiry time.Time
+		if claims, ok := token.ClaimsFromContext(r.Context()); ok {
+			expiry = claims.Expiry
+		}
 		who := caller(c)
 		after, err := svc.EventFloor(r.Context(), who.AccountID, p.after)
 		if err != nil {
@@ -188,8 +192,8 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 		}
 
 		end := time.Duration(1<<63 - 1)
-		if claims, ok := token.ClaimsFromContext(r.Context()); ok && !claims.Expiry.IsZero() {
-			end = time.Until(claims.Expiry)
+		if !expiry.IsZero() {
+			end = time.Until(expiry)
 		}
 		if cfg.MaxDuration > 0 {
 			end = min(end, cfg.MaxDuration)
@@ -225,7 +229,9 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 					}
 					buf = append(buf, "\n\n"...)
 				}
-				if write(buf) != nil {
+				err := write(buf)
+				hub.Sent(sub, batch)
+				if err != nil {
 					return nil
 				}
 				keepAlive.Reset(cfg.KeepAlive)

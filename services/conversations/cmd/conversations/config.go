@@ -43,6 +43,8 @@ type config struct {
 	EventsPurgeInterval    time.Duration `envconfig:"EVENTS_PURGE_INTERVAL" default:"1h" desc:"how often one replica (holding a lease in MongoDB) purges events older than the retention"`
 	EventsKeepAlive        time.Duration `envconfig:"EVENTS_KEEPALIVE" default:"15s" desc:"longest silence of an event stream: a comment line is sent when nothing else was"`
 	EventsMaxStreams       int           `envconfig:"EVENTS_MAX_STREAMS_PER_CALLER" default:"10" desc:"open event streams one caller may have on a replica; beyond it 429"`
+	EventsStreamBytes      int64         `envconfig:"EVENTS_STREAM_BUFFER_BYTES" default:"262144" desc:"bytes of events one stream may hold unwritten; a stream at the head that holds more is dropped with retry: (it resumes with Last-Event-ID)"`
+	EventsStreamsBytes     int64         `envconfig:"EVENTS_STREAMS_BUFFER_BYTES" default:"16777216" desc:"bytes of events all streams of a replica may hold unwritten; a stream's backlog is read page by page within it"`
 
 	WebhookSecretKey       string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
 	WebhookAllowedCIDRs    []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`
@@ -109,6 +111,9 @@ func (c config) validate() error {
 	}
 	if c.EventsPollInterval <= 0 || c.EventsRetention <= 0 || c.EventsPurgeInterval <= 0 || c.EventsKeepAlive <= 0 || c.EventsKeepAlive > 15*time.Second {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_POLL_INTERVAL, _RETENTION and _PURGE_INTERVAL must be positive, CONVERSATIONS_EVENTS_KEEPALIVE from above 0 to 15s")
+	}
+	if c.EventsStreamBytes < 1024 || c.EventsStreamsBytes < c.EventsStreamBytes {
+		return errors.New("configuration: CONVERSATIONS_EVENTS_STREAM_BUFFER_BYTES must be at least 1024 and at most CONVERSATIONS_EVENTS_STREAMS_BUFFER_BYTES")
 	}
 	if c.EventsMaxStreams < 1 {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")

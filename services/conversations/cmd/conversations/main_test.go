@@ -57,6 +57,7 @@ func TestRefusesBadConfigurationBeforeListening(t *testing.T) {
 		{"CONVERSATIONS_ISSUER", "", "issuer"},
 		{"CONVERSATIONS_AUDIENCE", "", "audience"},
 		{"CONVERSATIONS_CORS_ORIGINS", "app.example", "CONVERSATIONS_CORS_ORIGINS"},
+		{"CONVERSATIONS_EVENTS_STREAM_BUFFER_BYTES", "10", "STREAM_BUFFER_BYTES"},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

@@ -136,6 +136,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	events := newEventMetrics(registry)
 	hub := &conversations.Hub{
 		Store: store, Interval: cfg.EventsPollInterval, MaxPerCaller: cfg.EventsMaxStreams, Logger: logger,
+		MaxStreamBytes: cfg.EventsStreamBytes, MaxBytes: cfg.EventsStreamsBytes,
 		Opened: events.open.Inc, Dropped: events.streamClosed, Read: events.reads.Inc,
 	}
 	background.Go(func() {
