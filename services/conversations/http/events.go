@@ -153,9 +153,15 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 		if err != nil {
 			return err
 		}
+		// A token past its expiry opens no stream, leeway or not: the
+		// stream would end at once, and a client reconnecting with the
+		// same token would loop; a 401 tells it to renew.
 		var expiry time.Time
 		if claims, ok := token.ClaimsFromContext(r.Context()); ok {
 			expiry = claims.Expiry
+		}
+		if !expiry.IsZero() && !time.Now().Before(expiry) {
+			return &token.BearerError{Reason: "token expired"}
 		}
 		who := caller(c)
 		after, err := svc.EventFloor(r.Context(), who.AccountID, p.after)

@@ -349,6 +349,16 @@ func TestEventStreamEnds(t *testing.T) {
 	if last := short.end(); last["retry"] != "3000" {
 		t.Fatalf("at expiry: last %v", last)
 	}
+	// Reconnecting with the expired token, within the verifier's leeway,
+	// opens no stream: the client must renew it.
+	r := a.do(exchange{method: "GET", path: "/v1/events/stream", bearer: set.IDToken})
+	r.problem(t, 401, "invalid_token", "")
+	if got := r.header.Get("WWW-Authenticate"); !strings.Contains(got, `error="invalid_token"`) {
+		t.Errorf("WWW-Authenticate = %q", got)
+	}
+	if r := a.do(exchange{method: "GET", path: "/v1/events", bearer: set.IDToken}); r.status != 200 {
+		t.Errorf("the feed within the leeway: %d, want 200", r.status)
+	}
 
 	stopping := a.openStream(a.user("acc_ends", "long"), "/v1/events/stream", nil)
 	stopping.next()
@@ -356,7 +366,7 @@ func TestEventStreamEnds(t *testing.T) {
 	if last := stopping.end(); last["retry"] != "3000" {
 		t.Fatalf("at shutdown: last %v", last)
 	}
-	r := a.do(exchange{method: "GET", path: "/v1/events/stream", bearer: a.user("acc_ends", "late")})
+	r = a.do(exchange{method: "GET", path: "/v1/events/stream", bearer: a.user("acc_ends", "late")})
 	r.problem(t, 503, "service_unavailable", "")
 }
 
