@@ -207,15 +207,16 @@ func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration) 
 
 // MongoReadiness returns the readiness check of the database ("mongodb" in
 // /readyz): a ping on a client of its own (mongoconn.ConnectReadiness), so
-// that a busy request pool never makes the database look unreachable, and
-// a function that disconnects that client.
+// that a busy request pool never makes the database look unreachable,
+// failing once the database has not answered for selectTimeout, the
+// requests' own budget (mongoconn.Readiness); and a function that
+// disconnects that client.
 func MongoReadiness(ctx context.Context, uri string, selectTimeout time.Duration) (web.Check, func(), error) {
 	client, err := mongoconn.ConnectReadiness(uri, selectTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
-	check := func(ctx context.Context) error { return mongoconn.Ping(ctx, client) }
-	return check, func() {
+	return mongoconn.NewReadiness(client, selectTimeout).Check, func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = client.Disconnect(closeCtx)
