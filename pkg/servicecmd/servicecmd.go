@@ -94,6 +94,11 @@ type Service struct {
 	// MaxInFlight bounds the API requests worked on at once; the excess
 	// gets the overloaded 503 at once (web.LimitInFlight). 0: no bound.
 	MaxInFlight int
+	// RequestBudget is each API request's deadline (web.Budget), the
+	// service's MongoDB timeout: all of a request's database commands
+	// together wait that long for a database that does not answer, then
+	// the request gets its 503. 0: no deadline.
+	RequestBudget time.Duration
 	// Init builds the API handler from what lives in the database
 	// (indexes, keys); validate the configuration before Run, so that a
 	// mistake in it ends the process before it listens. Run retries Init
@@ -146,7 +151,7 @@ func (s Service) Run(ctx context.Context) error {
 
 	s.Logger.Info("starting "+s.Name, "version", s.Version)
 	err = web.Serve(serveCtx, s.Logger, s.Drain,
-		web.Server{Name: "api", Listener: apiListener, Handler: web.LimitInFlight(api, s.MaxInFlight, observe), Observe: &observe},
+		web.Server{Name: "api", Listener: apiListener, Handler: web.LimitInFlight(web.Budget(api, s.RequestBudget), s.MaxInFlight, observe), Observe: &observe},
 		web.Server{Name: "ops", Listener: opsListener, Handler: s.opsHandler(checks)},
 	)
 	if cause := context.Cause(serveCtx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
