@@ -9,6 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -27,8 +30,12 @@ import (
 //
 // Server selection is bounded by selectTimeout so that a request made while
 // the database is down fails fast with a 503 instead of hanging for the
-// driver's default 30 seconds. A non-nil monitor sees every command the
-// client sends (see CommandCounter).
+// driver's default 30 seconds. A database that is selected but does not
+// answer (a frozen process keeps its connections open) is bounded by each
+// request's deadline (web.Budget), not here: a client-wide operation
+// timeout would also cut the index builds at start and the purges, which
+// may rightly take longer on a large collection. A non-nil monitor sees
+// every command the client sends (see CommandCounter).
 func Connect(uri string, selectTimeout time.Duration, monitor *event.CommandMonitor) (*mongo.Client, error) {
 	if selectTimeout <= 0 {
 		selectTimeout = 3 * time.Second
@@ -48,27 +55,94 @@ func Connect(uri string, selectTimeout time.Duration, monitor *event.CommandMoni
 	return client, nil
 }
 
-// Ping is a readiness check: nil when the primary is reachable. A primary
-// that the driver selected and holds a connection to, but that has not
-// answered within ctx, is slow, not unreachable: readiness answers whether
-// the database can be reached, and a slow database must not take every
-// replica out of a Kubernetes Service at once (the requests themselves get
-// their 503s). The database is unreachable when no primary can be selected
-// (the driver's monitor lost it) or the connection fails (refused, reset).
-// A connection the driver was still opening when ctx ended is slow too: a
-// database busy with a burst may take longer than the probe to accept
-// one; one that stays unreachable fails the monitor's next heartbeat, and
-// selection then fails.
-func Ping(ctx context.Context, client *mongo.Client) error {
-	err := client.Ping(ctx, readpref.Primary())
-	if err == nil {
-		return nil
+// Readiness is the readiness check of a database, on a client of its own
+// (ConnectReadiness): nil while the primary answers a ping within silence
+// (the requests' timeout). A database that does not answer for that long,
+// connected or not (a frozen process accepts connections and never
+// replies), fails every request's budget too, so the replica is not ready;
+// one that answers more slowly than a probe waits is slow, and stays ready
+// until silence has passed without an answer. A failed server selection or
+// a refused or reset connection is unreachable at once. At most one ping is
+// in flight: a probe that finds one waits for it.
+type Readiness struct {
+	client  *mongo.Client
+	silence time.Duration
+
+	mu sync.Mutex
+	// pending is closed when the ping in flight ends; nil when none is.
+	pending chan struct{}
+	// err is what the last ping that ended means for readiness.
+	err error
+	// unanswered is when the first ping since the last answer started;
+	// zero while the last ping was answered.
+	unanswered time.Time
+}
+
+// NewReadiness returns the readiness check of client, which fails once the
+// database has left pings unanswered for silence (3 s when not positive).
+func NewReadiness(client *mongo.Client, silence time.Duration) *Readiness {
+	if silence <= 0 {
+		silence = 3 * time.Second
 	}
-	var selErr topology.ServerSelectionError
-	if ctx.Err() != nil && !errors.As(err, &selErr) && (!mongo.IsNetworkError(err) || mongo.IsTimeout(err)) {
-		return nil
+	return &Readiness{client: client, silence: silence}
+}
+
+// Check returns nil when the database is ready; it returns by the end of
+// ctx at the latest, the ping it started going on for the next probe.
+func (r *Readiness) Check(ctx context.Context) error {
+	r.mu.Lock()
+	if r.pending == nil {
+		r.ping()
 	}
-	return fmt.Errorf("ping mongodb: %w", Classify(err))
+	pending := r.pending
+	r.mu.Unlock()
+	select {
+	case <-pending:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.err
+	case <-ctx.Done():
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.silent(time.Now())
+}
+
+// silent is the error of a database that has answered no ping since
+// r.unanswered, once silence has passed; nil before. r.mu is held.
+func (r *Readiness) silent(now time.Time) error {
+	if waited := now.Sub(r.unanswered); !r.unanswered.IsZero() && waited >= r.silence {
+		return fmt.Errorf("ping mongodb: no answer for %v: %w", waited.Round(time.Millisecond), problem.ErrUnavailable)
+	}
+	return nil
+}
+
+// ping starts a ping bounded by silence. r.mu is held.
+func (r *Readiness) ping() {
+	done := make(chan struct{})
+	r.pending = done
+	if r.unanswered.IsZero() {
+		r.unanswered = time.Now()
+	}
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), r.silence)
+		defer cancel()
+		err := r.client.Ping(ctx, readpref.Primary())
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.pending = nil
+		var selErr topology.ServerSelectionError
+		switch {
+		case err == nil:
+			r.err, r.unanswered = nil, time.Time{}
+		case ctx.Err() != nil && !errors.As(err, &selErr) && (!mongo.IsNetworkError(err) || mongo.IsTimeout(err)):
+			// No answer in time, on a selected server: silent, not refused.
+			r.err = r.silent(time.Now())
+		default:
+			r.err = fmt.Errorf("ping mongodb: %w", Classify(err))
+		}
+	}()
 }
 
 // readinessPoolSize is the connection pool of the readiness client: /readyz
@@ -76,7 +150,7 @@ func Ping(ctx context.Context, client *mongo.Client) error {
 const readinessPoolSize = 2
 
 // ConnectReadiness returns a client of its own for the readiness check
-// (/readyz pings the primary with it; see Ping). Pinging on the client that
+// (/readyz pings the primary with it; see Readiness). Pinging on the client that
 // serves requests would wait in line behind them for a pooled connection,
 // and a busy pool would then report the database as unreachable: under
 // Kubernetes, every replica would leave the Service at once during a
@@ -125,21 +199,29 @@ func PoolSize(uri string) int {
 	return int(*opts.MaxPoolSize)
 }
 
-// Classify wraps err with problem.ErrOverloaded when no pooled connection
-// came free in time (the database answers, but this process has more
-// operations waiting than connections: the overloaded 503), and with
+// Classify wraps err with problem.ErrOverloaded when no connection of a
+// full pool came free in time (the database answers, but this process has
+// more operations waiting than connections: the overloaded 503), and with
 // problem.ErrUnavailable when it means the database could not be reached
-// (no server selectable, network failure, timeout, a connection pool
-// cleared by another operation's network failure), so that the HTTP layer
-// answers 503 with Retry-After. Other errors are returned as they are.
+// (no server selectable, network failure, timeout, including the request's
+// deadline on a database that does not answer, a new connection not
+// accepted in time, a connection pool cleared by another operation's
+// network failure), so that the HTTP layer answers 503 with Retry-After.
+// Other errors are returned as they are.
 func Classify(err error) error {
 	if err == nil || errors.Is(err, problem.ErrUnavailable) || errors.Is(err, problem.ErrOverloaded) {
 		return err
 	}
 	// Checked first: it is a timeout too (mongo.IsTimeout), but the server
-	// was selected, so the database is reachable.
+	// was selected, so the database is reachable; unless the pool had room
+	// for more connections: then the wait was for one the database did not
+	// accept in time (a frozen database takes connections and never answers
+	// their handshake).
 	var waitErr topology.WaitQueueTimeoutError
 	if errors.As(err, &waitErr) {
+		if poolHadRoom(waitErr) {
+			return errors.Join(problem.ErrUnavailable, err)
+		}
 		return errors.Join(problem.ErrOverloaded, err)
 	}
 	var selErr topology.ServerSelectionError
@@ -153,6 +235,22 @@ func Classify(err error) error {
 		return errors.Join(problem.ErrUnavailable, err)
 	}
 	return err
+}
+
+// poolCounts finds the pool's counts in a WaitQueueTimeoutError's message,
+// the only place the driver gives them.
+var poolCounts = regexp.MustCompile(`total connections: (\d+), maxPoolSize: (\d+)`)
+
+// poolHadRoom reports whether the pool of err held fewer connections than
+// its bound when the wait ended.
+func poolHadRoom(err topology.WaitQueueTimeoutError) bool {
+	m := poolCounts.FindStringSubmatch(err.Error())
+	if m == nil {
+		return false
+	}
+	total, err1 := strconv.Atoi(m[1])
+	limit, err2 := strconv.Atoi(m[2])
+	return err1 == nil && err2 == nil && total < limit
 }
 
 // Wrap names the failed operation and classifies err; nil stays nil.

@@ -94,6 +94,11 @@ type Service struct {
 	// MaxInFlight bounds the API requests worked on at once; the excess
 	// gets the overloaded 503 at once (web.LimitInFlight). 0: no bound.
 	MaxInFlight int
+	// RequestBudget is each API request's deadline (web.Budget), the
+	// service's MongoDB timeout: all of a request's database commands
+	// together wait that long for a database that does not answer, then
+	// the request gets its 503. 0: no deadline.
+	RequestBudget time.Duration
 	// Init builds the API handler from what lives in the database
 	// (indexes, keys); validate the configuration before Run, so that a
 	// mistake in it ends the process before it listens. Run retries Init
@@ -146,7 +151,7 @@ func (s Service) Run(ctx context.Context) error {
 
 	s.Logger.Info("starting "+s.Name, "version", s.Version)
 	err = web.Serve(serveCtx, s.Logger, s.Drain,
-		web.Server{Name: "api", Listener: apiListener, Handler: web.LimitInFlight(api, s.MaxInFlight, observe), Observe: &observe},
+		web.Server{Name: "api", Listener: apiListener, Handler: web.LimitInFlight(web.Budget(api, s.RequestBudget), s.MaxInFlight, observe), Observe: &observe},
 		web.Server{Name: "ops", Listener: opsListener, Handler: s.opsHandler(checks)},
 	)
 	if cause := context.Cause(serveCtx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
@@ -208,15 +213,16 @@ func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration, 
 
 // MongoReadiness returns the readiness check of the database ("mongodb" in
 // /readyz): a ping on a client of its own (mongoconn.ConnectReadiness), so
-// that a busy request pool never makes the database look unreachable, and
-// a function that disconnects that client.
+// that a busy request pool never makes the database look unreachable,
+// failing once the database has not answered for selectTimeout, the
+// requests' own budget (mongoconn.Readiness); and a function that
+// disconnects that client.
 func MongoReadiness(ctx context.Context, uri string, selectTimeout time.Duration) (web.Check, func(), error) {
 	client, err := mongoconn.ConnectReadiness(uri, selectTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
-	check := func(ctx context.Context) error { return mongoconn.Ping(ctx, client) }
-	return check, func() {
+	return mongoconn.NewReadiness(client, selectTimeout).Check, func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = client.Disconnect(closeCtx)

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -251,7 +252,8 @@ func methodLabel(m string) string {
 // ends: problems pass through as they are (see problem.From for validation
 // errors and unavailable dependencies); a body the decoder refuses, a
 // bearer token the middleware refuses, a missing scope, and Echo's router
-// errors (unknown route, wrong method) get their contract code; anything
+// errors (unknown route, wrong method) get their contract code; a wait that
+// the request's Budget ended is the database-unreachable 503; anything
 // else is a 500 whose cause is logged and never shown.
 func ProblemFor(err error) *problem.Problem {
 	var request *RequestError
@@ -289,6 +291,9 @@ func ProblemFor(err error) *problem.Problem {
 	}
 	if p := problem.From(err); p.Status != http.StatusInternalServerError {
 		return p
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return problem.DatabaseUnavailable()
 	}
 	switch echo.StatusCode(err) {
 	case http.StatusNotFound:

@@ -439,14 +439,22 @@ type LoginAttempt struct {
 	settled  func() // stops the renewal of its lease; nil when there is none
 }
 
-// settleContext outlives the request: a client that hangs up after its
-// password was checked must not save the attempt from being counted.
+// settleContext outlives the request's cancellation: a client that hangs
+// up after its password was checked must not save the attempt from being
+// counted. It keeps the request's deadline when that comes sooner (the
+// request's database budget, in the service): an update that cannot be
+// made in time fails the login with a 503, which tells nothing of the
+// password, and its place is released when its lease ends.
 func (th *LoginThrottle) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := th.SettleTimeout
 	if d <= 0 {
 		d = DefaultSettleTimeout
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
+	deadline := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	return context.WithDeadline(context.WithoutCancel(ctx), deadline)
 }
 
 // Failed records a wrong password: the user's attempt becomes a confirmed

@@ -174,8 +174,10 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 		}
 		defer hub.Unsubscribe(sub)
 		// The stream waits for events, not for the database: it must not
-		// hold a slot of the replica's in-flight bound.
+		// hold a slot of the replica's in-flight bound, and it lives past
+		// the request's database budget.
 		web.LeaveInFlight(r.Context())
+		streamCtx := web.WithoutBudget(r.Context())
 
 		h := c.Response().Header()
 		h.Set("Content-Type", "text/event-stream")
@@ -211,7 +213,7 @@ func handleStream(svc *conversations.Service, hub *conversations.Hub, cfg Stream
 		var buf []byte
 		for {
 			select {
-			case <-r.Context().Done():
+			case <-streamCtx.Done():
 				return nil
 			case <-expired.C:
 				_ = write(retry)

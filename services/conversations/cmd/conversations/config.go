@@ -25,7 +25,7 @@ type config struct {
 	OpsPprof               bool          `envconfig:"OPS_PPROF" default:"false" desc:"serve net/http/pprof under /debug/pprof/ on the operations listener; keep that port private"`
 	MongoDBURI             string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
 	MongoDBDatabase        string        `envconfig:"MONGODB_DATABASE" default:"conversations" desc:"MongoDB database of this service"`
-	MongoDBTimeout         time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"how long a request waits for an unreachable MongoDB before a 503"`
+	MongoDBTimeout         time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"the deadline of each request for all its MongoDB commands, then a 503; /readyz fails once MongoDB has answered nothing for as long"`
 	MaxInFlight            int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
 	JWKSURL                string        `envconfig:"JWKS_URL" default:"http://localhost:8080/.well-known/jwks.json" desc:"the account service's JWKS, fetched in the background"`
 	Issuer                 string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"trusted token issuer (iss), the account service's ACCOUNT_ISSUER"`

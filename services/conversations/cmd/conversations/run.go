@@ -177,7 +177,9 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		Profiling:   cfg.OpsPprof,
 		Drain:       cfg.ShutdownTimeout,
 		MaxInFlight: servicecmd.MaxInFlight(cfg.MaxInFlight, cfg.MongoDBURI),
-		Registry:    registry,
+		// One deadline per request for all its database commands.
+		RequestBudget: cfg.MongoDBTimeout,
+		Registry:      registry,
 		Checks: map[string]web.Check{
 			"mongodb": mongoReady,
 			"signing_keys": func(ctx context.Context) error {
