@@ -270,13 +270,16 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	}
 	schedule, _ := cfg.webhookSchedule() // checked by validate
 	allowed, _ := webhook.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
-	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), cfg.WebhookTimeout, cfg.WebhookWorkers)
+	// One dialler: its check refuses addresses when dialling and, named
+	// literally in an endpoint's URL, at registration.
+	dialer := webhook.NewDialer(allowed, nil)
+	sender := webhook.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &webhook.Engine{
 		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
 	}
 	webhooks := &conversations.Webhooks{
-		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP},
+		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP, Dialable: dialer.Check},
 		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
