@@ -482,8 +482,9 @@ type AttemptResult struct {
 	RetryAfter time.Duration
 }
 
-// Succeeded: a 2xx.
-func (r AttemptResult) Succeeded() bool { return r.Status >= 200 && r.Status < 300 }
+// Succeeded: a complete 2xx (a 2xx whose body broke off or timed out
+// carries an Error and failed).
+func (r AttemptResult) Succeeded() bool { return r.Status >= 200 && r.Status < 300 && r.Error == "" }
 
 // FinishOutcome tells the engine what was recorded.
 type FinishOutcome struct {
