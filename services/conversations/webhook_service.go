@@ -492,6 +492,8 @@ type FinishOutcome struct {
 	// holds the delivery: nothing was written.
 	Recorded bool
 	State    DeliveryState
+	// NextAttemptAt is when a delivery left pending is due again.
+	NextAttemptAt *time.Time
 	// Disabled is set when this attempt disabled the endpoint.
 	Disabled bool
 }
@@ -509,7 +511,7 @@ func (w *Webhooks) FinishAttempts(ctx context.Context, as []Attempt, rs []Attemp
 	outs := make([]FinishOutcome, len(as))
 	for i, a := range as {
 		records[i] = AttemptRecord{ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
-		outs[i].State = records[i].Outcome.State
+		outs[i].State, outs[i].NextAttemptAt = records[i].Outcome.State, records[i].Outcome.NextAttemptAt
 	}
 	recorded, err := w.Store.FinishAttempts(ctx, records)
 	if err != nil {
