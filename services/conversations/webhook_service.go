@@ -50,6 +50,10 @@ const (
 	DefaultMaxEndpoints    = 20
 	DefaultManualPerMinute = 10
 	DefaultDisableAfter    = 5 * 24 * time.Hour
+	// DefaultDeliveryRetention is how long finished deliveries are kept.
+	DefaultDeliveryRetention = 30 * 24 * time.Hour
+	// quotaWindow is the window of the test and retry budgets.
+	quotaWindow = time.Minute
 	// MaxRetryAfter caps how far a Retry-After postpones an attempt.
 	MaxRetryAfter = 24 * time.Hour
 	// retryJitter is the ± share of each retry delay.
@@ -235,7 +239,7 @@ func (w *Webhooks) takeManualQuota(ctx context.Context, endpointID, kind string)
 	if limit <= 0 {
 		limit = DefaultManualPerMinute
 	}
-	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), time.Minute, limit)
+	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), quotaWindow, limit)
 	if err != nil {
 		return err
 	}
@@ -625,4 +629,18 @@ func (w *Webhooks) retryDelay(done int, retryAfter time.Duration) time.Duration 
 // (nil: none pending): how long deliveries wait for a replica.
 func (w *Webhooks) OldestPending(ctx context.Context) (*time.Time, error) {
 	return w.Store.OldestPending(ctx)
+}
+
+// PurgeDeliveries deletes the deliveries that ended (succeeded or failed)
+// and last changed retention or longer before now, never a pending one,
+// and the test and retry budgets whose window ended an hour ago (a
+// deleted endpoint leaves its own behind). It is run by one replica at a
+// time (a lease), but is safe to repeat.
+func (w *Webhooks) PurgeDeliveries(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
+	n, err := w.Store.DeleteFinishedDeliveries(ctx, now.UTC().Add(-retention))
+	if err != nil {
+		return n, err
+	}
+	q, err := w.Store.DeleteQuotas(ctx, now.UTC().Add(-quotaWindow-time.Hour))
+	return n + q, err
 }

@@ -466,6 +466,12 @@ type WebhookStore interface {
 	// OldestPending is the due time of the pending delivery due longest
 	// ago (nil: none pending).
 	OldestPending(ctx context.Context) (*time.Time, error)
+	// DeleteFinishedDeliveries deletes the succeeded and failed
+	// deliveries last changed before t, never a pending one.
+	DeleteFinishedDeliveries(ctx context.Context, before time.Time) (int64, error)
+	// DeleteQuotas deletes the test and retry budgets whose window
+	// started before t.
+	DeleteQuotas(ctx context.Context, before time.Time) (int64, error)
 
 	// ClaimFanout claims the enabled endpoint whose events were looked at
 	// longest ago (not after now) until leaseUntil.

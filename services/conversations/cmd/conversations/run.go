@@ -209,7 +209,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder)
 			if err != nil {
 				return nil, err
 			}
@@ -246,9 +246,10 @@ func newCursorSecret() (string, error) {
 }
 
 // startWebhooks builds the webhooks' use cases and starts this replica's
-// delivery engine, which ends with ctx (background waits for it).
+// delivery engine and the leased purge of deliveries, which end with ctx
+// (background waits for them); holder names this replica in the lease.
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
-	registry prometheus.Registerer, background *sync.WaitGroup,
+	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
 ) (*conversations.Webhooks, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -285,6 +286,17 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	}
 	engine.Webhooks = webhooks
 	background.Go(func() { engine.Run(ctx) })
+	purge := func(ctx context.Context, now time.Time) (int64, error) {
+		// One replica at a time, as the events' purge.
+		held, err := store.AcquireLease(ctx, "webhook_deliveries_purge", holder, now, cfg.WebhookPurgeInterval)
+		if err != nil || !held {
+			return 0, err
+		}
+		return webhooks.PurgeDeliveries(ctx, now, cfg.WebhookDeliveriesRetention)
+	}
+	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, cfg.WebhookPurgeInterval, "webhook deliveries", purge)
+	})
 	return webhooks, nil
 }
 
