@@ -361,16 +361,20 @@ func TestWebhooks(t *testing.T) {
 			ln.Close()
 			local6 = newHookReceiver(t, "[::1]", nil)
 		}
-		hosts := []string{"127.0.0.1", "[::1]", "10.0.0.1", "172.16.0.1", "192.168.0.1", "169.254.169.254",
-			"[fd00:ec2::254]", "100.64.0.1", "[::ffff:127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "0.0.0.0", "localhost"}
+		// An address literal the dialler refuses is refused at
+		// registration already: no delivery to it could ever happen.
+		for _, host := range []string{"127.0.0.1", "[::1]", "10.0.0.1", "172.16.0.1", "192.168.0.1", "169.254.169.254",
+			"[fd00:ec2::254]", "100.64.0.1", "[::ffff:127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "0.0.0.0"} {
+			url := fmt.Sprintf("http://%s:%d/hook", host, port)
+			if s := h.do("POST", "/v1/webhooks", fmt.Sprintf(`{"url":%q}`, url), nil); s != 400 {
+				t.Errorf("%s registered: %d, want 400", url, s)
+			}
+		}
+		// A name is judged when dialling: localhost resolves to loopback.
 		type pending struct{ endpoint, delivery, host string }
 		var all []pending
-		for _, host := range hosts {
-			p := port
-			if host == "[::1]" && local6 != nil {
-				p = local6.Listener.Addr().(*net.TCPAddr).Port
-			}
-			e := h.create(fmt.Sprintf("http://%s:%d/hook", host, p))
+		for _, host := range []string{"localhost"} {
+			e := h.create(fmt.Sprintf("http://%s:%d/hook", host, port))
 			all = append(all, pending{e.ID, h.test(e.ID).ID, host})
 		}
 		for _, p := range all {

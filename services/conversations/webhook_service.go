@@ -50,6 +50,10 @@ const (
 	DefaultMaxEndpoints    = 20
 	DefaultManualPerMinute = 10
 	DefaultDisableAfter    = 5 * 24 * time.Hour
+	// DefaultDeliveryRetention is how long finished deliveries are kept.
+	DefaultDeliveryRetention = 30 * 24 * time.Hour
+	// quotaWindow is the window of the test and retry budgets.
+	quotaWindow = time.Minute
 	// MaxRetryAfter caps how far a Retry-After postpones an attempt.
 	MaxRetryAfter = 24 * time.Hour
 	// retryJitter is the ± share of each retry delay.
@@ -235,7 +239,7 @@ func (w *Webhooks) takeManualQuota(ctx context.Context, endpointID, kind string)
 	if limit <= 0 {
 		limit = DefaultManualPerMinute
 	}
-	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), time.Minute, limit)
+	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), quotaWindow, limit)
 	if err != nil {
 		return err
 	}
@@ -482,8 +486,9 @@ type AttemptResult struct {
 	RetryAfter time.Duration
 }
 
-// Succeeded: a 2xx.
-func (r AttemptResult) Succeeded() bool { return r.Status >= 200 && r.Status < 300 }
+// Succeeded: a complete 2xx (a 2xx whose body broke off or timed out
+// carries an Error and failed).
+func (r AttemptResult) Succeeded() bool { return r.Status >= 200 && r.Status < 300 && r.Error == "" }
 
 // FinishOutcome tells the engine what was recorded.
 type FinishOutcome struct {
@@ -491,6 +496,8 @@ type FinishOutcome struct {
 	// holds the delivery: nothing was written.
 	Recorded bool
 	State    DeliveryState
+	// NextAttemptAt is when a delivery left pending is due again.
+	NextAttemptAt *time.Time
 	// Disabled is set when this attempt disabled the endpoint.
 	Disabled bool
 }
@@ -508,7 +515,7 @@ func (w *Webhooks) FinishAttempts(ctx context.Context, as []Attempt, rs []Attemp
 	outs := make([]FinishOutcome, len(as))
 	for i, a := range as {
 		records[i] = AttemptRecord{ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
-		outs[i].State = records[i].Outcome.State
+		outs[i].State, outs[i].NextAttemptAt = records[i].Outcome.State, records[i].Outcome.NextAttemptAt
 	}
 	recorded, err := w.Store.FinishAttempts(ctx, records)
 	if err != nil {
@@ -622,4 +629,18 @@ func (w *Webhooks) retryDelay(done int, retryAfter time.Duration) time.Duration 
 // (nil: none pending): how long deliveries wait for a replica.
 func (w *Webhooks) OldestPending(ctx context.Context) (*time.Time, error) {
 	return w.Store.OldestPending(ctx)
+}
+
+// PurgeDeliveries deletes the deliveries that ended (succeeded or failed)
+// and last changed retention or longer before now, never a pending one,
+// and the test and retry budgets whose window ended an hour ago (a
+// deleted endpoint leaves its own behind). It is run by one replica at a
+// time (a lease), but is safe to repeat.
+func (w *Webhooks) PurgeDeliveries(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
+	n, err := w.Store.DeleteFinishedDeliveries(ctx, now.UTC().Add(-retention))
+	if err != nil {
+		return n, err
+	}
+	q, err := w.Store.DeleteQuotas(ctx, now.UTC().Add(-quotaWindow-time.Hour))
+	return n + q, err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -146,12 +147,17 @@ type WebhookPatch struct {
 type WebhookURLPolicy struct {
 	// AllowHTTP accepts plain http URLs (development); https always.
 	AllowHTTP bool
+	// Dialable is the delivery dialler's check of an address (nil: none
+	// is refused here). A URL whose host is an address it refuses could
+	// never be delivered to.
+	Dialable func(netip.Addr) error
 }
 
 // CheckURL validates an endpoint URL: absolute, https (or http when
 // allowed), a host, no credentials, no fragment, at most
-// MaxWebhookURLLen bytes. Whether its addresses may be dialled is
-// decided when dialling (the address may change after this check).
+// MaxWebhookURLLen bytes, and a host that is not an address Dialable
+// refuses. A host name's addresses are judged when dialling (they may
+// change after this check).
 func (p WebhookURLPolicy) CheckURL(raw string) string {
 	if raw == "" {
 		return "is required"
@@ -186,6 +192,9 @@ func (p WebhookURLPolicy) CheckURL(raw string) string {
 	}
 	if u.Fragment != "" || strings.Contains(raw, "#") {
 		return "must not have a fragment"
+	}
+	if addr, err := netip.ParseAddr(u.Hostname()); err == nil && p.Dialable != nil && p.Dialable(addr) != nil {
+		return fmt.Sprintf("must not name %s, an address deliveries are never sent to (not globally reachable, and not in a range the operator allowed)", addr)
 	}
 	if port := u.Port(); port != "" {
 		n := 0
@@ -457,6 +466,12 @@ type WebhookStore interface {
 	// OldestPending is the due time of the pending delivery due longest
 	// ago (nil: none pending).
 	OldestPending(ctx context.Context) (*time.Time, error)
+	// DeleteFinishedDeliveries deletes the succeeded and failed
+	// deliveries last changed before t, never a pending one.
+	DeleteFinishedDeliveries(ctx context.Context, before time.Time) (int64, error)
+	// DeleteQuotas deletes the test and retry budgets whose window
+	// started before t.
+	DeleteQuotas(ctx context.Context, before time.Time) (int64, error)
 
 	// ClaimFanout claims the enabled endpoint whose events were looked at
 	// longest ago (not after now) until leaseUntil.

@@ -274,6 +274,7 @@ func TestAPI(t *testing.T) {
 		{"WebhookEndpoints", testWebhookEndpoints},
 		{"WebhookScopes", testWebhookScopes},
 		{"WebhookBadInput", testWebhookBadInput},
+		{"WebhookURLAddresses", testWebhookURLAddresses},
 		{"WebhookLimits", testWebhookLimits},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, a.fresh(t)) })

@@ -16,6 +16,7 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // OpenAPI is the service's OpenAPI 3.1 document, served at /openapi.yaml and
@@ -38,7 +39,8 @@ type Deps struct {
 	MaxPageSize     int
 	// Webhooks manages the account's webhook endpoints; nil: one on
 	// Store (which must then be a conversations.WebhookStore) with a key
-	// of its own, for tests that do not look at secrets at rest.
+	// of its own, for tests that do not look at secrets at rest, refusing
+	// URLs as the default dialler does (no range allowed).
 	Webhooks *conversations.Webhooks
 	// CORSOrigins are the origins whose web pages may call the API
 	// (web.ParseCORSOrigins); empty: none.
@@ -84,7 +86,8 @@ func NewHandler(d Deps) http.Handler {
 	if wh == nil {
 		store, _ := d.Store.(conversations.WebhookStore)
 		box, _ := conversations.NewSecretBox(randomKey())
-		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box}
+		urls := conversations.WebhookURLPolicy{Dialable: webhook.NewDialer(nil, nil).Check}
+		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box, URLs: urls}
 	}
 	addRoutes(e, d, svc, d.Hub, wh)
 	return e

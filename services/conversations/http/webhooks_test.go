@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/acme/platform/pkg/token"
+	"github.com/acme/platform/services/conversations"
+	conversationshttp "github.com/acme/platform/services/conversations/http"
+	webhookdial "github.com/acme/platform/services/conversations/webhook"
 )
 
 // Webhook endpoints (contract section 11.3) through the API: who may
@@ -292,6 +295,87 @@ func testWebhookBadInput(t *testing.T, a *api) {
 	}
 	if got := a.listWebhooks(mgr); len(got) != 1 {
 		t.Fatalf("bad input created endpoints: %v", got)
+	}
+}
+
+// testWebhookURLAddresses: a URL naming an address the dialler refuses
+// (under production defaults, and with loopback allowed as the dev stack
+// configures it) is a 400 on url at registration and in a PATCH, and
+// changes nothing; a host name is judged only when dialling.
+func testWebhookURLAddresses(t *testing.T, a *api) {
+	allowed, err := webhookdial.ParseAllowedCIDRs([]string{"127.0.0.0/8", "::1/128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := serve(t, a.tokens, a.doc, func(d *conversationshttp.Deps) {
+		box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Webhooks = &conversations.Webhooks{
+			Store: d.Store.(conversations.WebhookStore), Events: conversations.EventLogOf(d.Store), Box: box,
+			URLs: conversations.WebhookURLPolicy{AllowHTTP: true, Dialable: webhookdial.NewDialer(allowed, nil).Check},
+		}
+	})
+	for _, c := range []struct {
+		host          string
+		production, d bool // accepted under production defaults, in the dev stack
+	}{
+		{"127.0.0.1", false, true},
+		{"127.0.0.2:8443", false, true},
+		{"[::1]", false, true},
+		{"0.0.0.0", false, false},
+		{"[::ffff:127.0.0.1]", false, true}, // dialled as 127.0.0.1
+		{"[::ffff:10.0.0.1]", false, false},
+		{"[::]", false, false},
+		{"10.0.0.1", false, false},
+		{"169.254.169.254", false, false},
+		{"[fd00:ec2::254]", false, false},
+		{"[fe80::1%25eth0]", false, false},
+		{"[64:ff9b::7f00:1]", false, false},
+		{"93.184.215.14", true, true},
+		{"[2606:4700:4700::1111]", true, true},
+		{"[::ffff:93.184.215.14]", true, true},
+		{"localhost", true, true}, // a name: checked when dialling
+		{"hooks.example.com", true, true},
+	} {
+		for _, env := range []struct {
+			name   string
+			api    *api
+			accept bool
+		}{{"production", a, c.production}, {"dev", dev, c.d}} {
+			mgr := env.api.webhookManager("acc_whaddr")
+			url := "https://" + c.host + "/in"
+			r := env.api.send("POST", "/v1/webhooks", mgr, `{"url":"`+url+`"}`, env.accept)
+			if !env.accept {
+				r.problem(t, 400, "validation_failed", "url")
+				continue
+			}
+			if r.status != http.StatusCreated {
+				t.Errorf("%s: %s refused: %d %s", env.name, url, r.status, r.body)
+				continue
+			}
+			var w webhook
+			if err := json.Unmarshal(r.body, &w); err != nil {
+				t.Fatal(err)
+			}
+			env.api.send("DELETE", "/v1/webhooks/"+w.ID, mgr, "", true)
+		}
+	}
+	if got := a.listWebhooks(a.webhookManager("acc_whaddr")); len(got) != 0 {
+		t.Fatalf("refused URLs created endpoints: %v", got)
+	}
+
+	// PATCH of url: the same rule, and the endpoint stays as it was.
+	mgr := a.webhookManager("acc_whaddr")
+	w := a.createWebhook(mgr, `{"url":"https://hooks.example.com/in"}`)
+	before := a.send("GET", "/v1/webhooks/"+w.ID, mgr, "", true).body
+	for _, host := range []string{"127.0.0.1", "[::1]", "0.0.0.0", "[::ffff:127.0.0.1]"} {
+		a.do(exchange{method: "PATCH", path: "/v1/webhooks/" + w.ID, bearer: mgr, contentType: "application/merge-patch+json",
+			body: `{"url":"https://` + host + `/in","description":"changed"}`, invalid: true}).problem(t, 400, "validation_failed", "url")
+	}
+	if after := a.send("GET", "/v1/webhooks/"+w.ID, mgr, "", true).body; string(after) != string(before) {
+		t.Fatalf("a refused PATCH changed the endpoint:\n%s\n%s", before, after)
 	}
 }
 

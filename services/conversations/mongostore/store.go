@@ -66,7 +66,7 @@
 //	    the leased purge of events older than the retention.
 //
 // event_floors: {_id (account), sequence}: the position purged through.
-// leases: {_id (name), holder, expires_at}: the purge's lease.
+// leases: {_id (name), holder, expires_at}: the purges' leases.
 //
 // Paging is keyset, never skip: the cost of a page does not grow with its
 // depth. A large deployment shards conversations and messages on

@@ -3,12 +3,14 @@ package mongostore_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
@@ -126,12 +128,22 @@ func TestDocumentWithoutVersionCanChange(t *testing.T) {
 // account_id, optionally status, then the sort order) has indexes of its
 // own; the participant indexes cannot serve it without a scan.
 func TestAccountWideListHasItsIndexes(t *testing.T) {
-	ctx := context.Background()
 	db := mongotest.New(t)
-	if err := mongostore.New(db).EnsureIndexes(ctx); err != nil {
+	if err := mongostore.New(db).EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := db.Collection("conversations").Indexes().List(ctx)
+	assertIndexes(t, db, "conversations", map[string]string{
+		"by_account":        "account_id:1 updated_at:-1 _id:-1",
+		"by_account_status": "account_id:1 status:1 updated_at:-1 _id:-1",
+	})
+}
+
+// assertIndexes fails unless coll has each index of want (name: its keys)
+// with those keys.
+func assertIndexes(t *testing.T, db *mongo.Database, coll string, want map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	cur, err := db.Collection(coll).Indexes().List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,10 +154,7 @@ func TestAccountWideListHasItsIndexes(t *testing.T) {
 	if err := cur.All(ctx, &indexes); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{
-		"by_account":        "account_id:1 updated_at:-1 _id:-1",
-		"by_account_status": "account_id:1 status:1 updated_at:-1 _id:-1",
-	}
+	want = maps.Clone(want)
 	for _, ix := range indexes {
 		var keys []string
 		for _, e := range ix.Key {
@@ -153,12 +162,12 @@ func TestAccountWideListHasItsIndexes(t *testing.T) {
 		}
 		if w, ok := want[ix.Name]; ok {
 			if got := strings.Join(keys, " "); got != w {
-				t.Errorf("index %s = %s, want %s", ix.Name, got, w)
+				t.Errorf("index %s of %s = %s, want %s", ix.Name, coll, got, w)
 			}
 			delete(want, ix.Name)
 		}
 	}
 	if len(want) > 0 {
-		t.Fatalf("missing indexes %v", want)
+		t.Fatalf("missing indexes of %s: %v", coll, want)
 	}
 }

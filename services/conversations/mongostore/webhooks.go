@@ -42,9 +42,15 @@ import (
 //	    claim (a lease: a claimed delivery's next_attempt_at is its
 //	    lease's end, so a crashed replica's claim falls due again); how
 //	    overdue the oldest is (a metric).
+//	by_finished       {state:1, updated_at:1}
+//	    the leased purge of finished deliveries: equality on each
+//	    finished state, a range of updated_at older than the retention.
 //
 // webhook_quotas: {_id: endpoint id + kind, window_start, count}: the
 // test and retry budget of an endpoint, one conditional update per request.
+//
+//	by_window         {window_start:1}
+//	    the purge of budgets whose window ended long ago.
 
 type webhookDoc struct {
 	ID             string      `bson:"_id"`
@@ -161,6 +167,14 @@ func (s *Store) webhookIndexes() []struct {
 		{s.deliveries, mongo.IndexModel{
 			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "next_attempt_at", Value: 1}},
 			Options: options.Index().SetName("by_due"),
+		}},
+		{s.deliveries, mongo.IndexModel{
+			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "updated_at", Value: 1}},
+			Options: options.Index().SetName("by_finished"),
+		}},
+		{s.quotas, mongo.IndexModel{
+			Keys:    bson.D{{Key: "window_start", Value: 1}},
+			Options: options.Index().SetName("by_window"),
 		}},
 	}
 }
@@ -481,6 +495,36 @@ func (s *Store) OldestPending(ctx context.Context) (*time.Time, error) {
 		return nil, mongoconn.Wrap(err, "oldest pending webhook delivery")
 	}
 	return utcPtr(d.NextAttemptAt), nil
+}
+
+// DeleteFinishedDeliveries implements conversations.WebhookStore: one
+// delete per finished state, each served by by_finished (equality on
+// state, a range of updated_at). A pending delivery never matches, and
+// one set back to pending meanwhile no longer does.
+func (s *Store) DeleteFinishedDeliveries(ctx context.Context, before time.Time) (int64, error) {
+	var deleted int64
+	for _, state := range []conversations.DeliveryState{conversations.DeliverySucceeded, conversations.DeliveryFailed} {
+		res, err := s.deliveries.DeleteMany(ctx, bson.D{
+			{Key: "state", Value: string(state)},
+			{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: before.UTC()}}},
+		})
+		if err != nil {
+			return deleted, mongoconn.Wrap(err, "purge webhook deliveries")
+		}
+		deleted += res.DeletedCount
+	}
+	return deleted, nil
+}
+
+// DeleteQuotas implements conversations.WebhookStore (by_window). A
+// budget deleted is started afresh by the next request, as an ended
+// window is.
+func (s *Store) DeleteQuotas(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.quotas.DeleteMany(ctx, bson.D{{Key: "window_start", Value: bson.D{{Key: "$lt", Value: before.UTC()}}}})
+	if err != nil {
+		return 0, mongoconn.Wrap(err, "purge webhook quotas")
+	}
+	return res.DeletedCount, nil
 }
 
 // ClaimFanout implements conversations.WebhookStore.

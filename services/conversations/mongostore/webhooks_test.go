@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 // The rules of conversations.Webhooks on the real store, with a clock the
@@ -333,5 +338,96 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 		if d.State != conversations.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != 204 {
 			t.Fatalf("recorded delivery %+v", d)
 		}
+	}
+}
+
+// TestWebhookPurge: the purge deletes the deliveries that ended
+// (succeeded or failed) and last changed longer ago than the retention,
+// never a pending one however old, nor one set back to pending; and the
+// test and retry budgets whose window ended long ago. Both by indexes.
+func TestWebhookPurge(t *testing.T) {
+	ctx := context.Background()
+	db := mongotest.New(t)
+	store := mongostore.New(db)
+	if err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertIndexes(t, db, "webhook_deliveries", map[string]string{"by_finished": "state:1 updated_at:1"})
+	assertIndexes(t, db, "webhook_quotas", map[string]string{"by_window": "window_start:1"})
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &conversations.Webhooks{Store: store, Box: box, Now: func() time.Time { return now }}
+	client := conversations.Caller{AccountID: "acc_purge", ID: "cli_purge", Client: true}
+	u := "https://hooks.example.com/in"
+	e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const retention = 30 * 24 * time.Hour
+	old, recent := now.Add(-retention-time.Minute), now.Add(-retention+time.Minute)
+	delivery := func(state conversations.DeliveryState, at time.Time) conversations.WebhookDelivery {
+		d := conversations.WebhookDelivery{
+			ID: conversations.NewDeliveryID(), AccountID: client.AccountID, EndpointID: e.ID,
+			EventID: conversations.NewTestEventID(), EventType: "webhook.test", EventTime: at, Payload: []byte(`{}`),
+			State: state, Attempts: 1, CreatedAt: at, UpdatedAt: at,
+		}
+		if state == conversations.DeliveryPending {
+			d.NextAttemptAt = &at
+		}
+		return d
+	}
+	ds := map[string]conversations.WebhookDelivery{
+		"old succeeded":    delivery(conversations.DeliverySucceeded, old),
+		"old failed":       delivery(conversations.DeliveryFailed, old),
+		"old pending":      delivery(conversations.DeliveryPending, old),
+		"old retried":      delivery(conversations.DeliveryFailed, old),
+		"recent succeeded": delivery(conversations.DeliverySucceeded, recent),
+		"recent failed":    delivery(conversations.DeliveryFailed, recent),
+		"recent pending":   delivery(conversations.DeliveryPending, recent),
+	}
+	if err := store.InsertDeliveries(ctx, slices.Collect(maps.Values(ds))); err != nil {
+		t.Fatal(err)
+	}
+	// An operator's retry sets an old failed one back to pending.
+	if ok, err := store.RequeueDelivery(ctx, client.AccountID, e.ID, ds["old retried"].ID, now); err != nil || !ok {
+		t.Fatalf("requeue: %v %v", ok, err)
+	}
+	// Budgets: one whose window ended two hours ago, one running.
+	for _, at := range []time.Time{now.Add(-2 * time.Hour), now.Add(-30 * time.Second)} {
+		if _, err := store.TakeQuota(ctx, e.ID+at.String(), "test", at, time.Minute, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n, err := wh.PurgeDeliveries(ctx, now, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("purged %d, want 3 (two deliveries, one budget)", n)
+	}
+	page, err := wh.ListDeliveries(ctx, client, e.ID, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, d := range page.Deliveries {
+		kept[d.ID] = true
+	}
+	for name, d := range ds {
+		want := name != "old succeeded" && name != "old failed"
+		if kept[d.ID] != want {
+			t.Errorf("%s: kept %v, want %v", name, kept[d.ID], want)
+		}
+	}
+	if left, err := db.Collection("webhook_quotas").CountDocuments(ctx, bson.D{}); err != nil || left != 1 {
+		t.Errorf("%d budgets left (%v), want the running one", left, err)
+	}
+	// A second purge finds nothing more.
+	if n, err := wh.PurgeDeliveries(ctx, now, retention); err != nil || n != 0 {
+		t.Errorf("second purge: %d, %v", n, err)
 	}
 }

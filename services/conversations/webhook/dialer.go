@@ -88,8 +88,11 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("refused: %s%s is not a globally reachable address (not dialled; an operator may allow a range with CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS)", host, e.Addr)
 }
 
-// Check reports whether addr may be dialled.
+// Check reports whether addr may be dialled: the one rule of the
+// dialler, which endpoint URLs naming an address are also checked by. An
+// IPv4-mapped address is judged as the IPv4 address it is dialled as.
 func (d *Dialer) Check(addr netip.Addr) error {
+	addr = addr.Unmap()
 	for _, p := range d.allowed {
 		if p.Contains(addr) {
 			return nil

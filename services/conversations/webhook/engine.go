@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"container/heap"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,7 +31,9 @@ type Engine struct {
 	Webhooks *conversations.Webhooks
 	Sender   *Sender
 	Logger   *slog.Logger
-	// Poll is how often the engine looks for work when not woken.
+	// Poll is how often the engine looks for work when not woken: by a
+	// delivery recorded here, a slot that frees, or a retry this replica
+	// recorded falling due.
 	Poll time.Duration
 	// Lease is how long a claim holds: longer than an attempt's timeout.
 	Lease time.Duration
@@ -42,6 +45,56 @@ type Engine struct {
 
 	wake chan struct{}
 	once sync.Once
+	due  dueTimes
+}
+
+// maxDueTimes bounds the due times an engine keeps; beyond them a retry
+// is found by the poll.
+const maxDueTimes = 10000
+
+// dueTimes are the times retries this replica recorded fall due, earliest
+// first, so that the engine claims when one is due rather than at its
+// next poll: the retry schedule is kept without a read per delivery.
+type dueTimes struct {
+	mu   sync.Mutex
+	heap timeHeap
+}
+
+// add remembers t.
+func (d *dueTimes) add(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.heap.Len() < maxDueTimes {
+		heap.Push(&d.heap, t)
+	}
+}
+
+// next forgets the times before claimed (a claim that started at claimed
+// saw them due) and returns the earliest left.
+func (d *dueTimes) next(claimed time.Time) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.heap.Len() > 0 && d.heap[0].Before(claimed) {
+		heap.Pop(&d.heap)
+	}
+	if d.heap.Len() == 0 {
+		return time.Time{}, false
+	}
+	return d.heap[0], true
+}
+
+// timeHeap is a container/heap of times, earliest first.
+type timeHeap []time.Time
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i].Before(h[j]) }
+func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap) Push(x any)        { *h = append(*h, x.(time.Time)) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
 }
 
 func (e *Engine) init() {
@@ -185,7 +238,13 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	t := time.NewTicker(e.Poll)
 	defer t.Stop()
+	// due fires when the earliest retry this replica recorded is due.
+	due := time.NewTimer(e.Poll)
+	defer due.Stop()
 	for {
+		// A claim sees due what is due a millisecond before it starts
+		// (the store keeps milliseconds).
+		claimed := time.Now().Add(-time.Millisecond)
 		for ctx.Err() == nil {
 			room := slots()
 			if room.Free <= 0 {
@@ -219,12 +278,18 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 				break
 			}
 		}
+		if next, ok := e.due.next(claimed); ok {
+			due.Reset(max(time.Until(next), 0))
+		} else {
+			due.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
 		case <-freed:
 		case <-t.C:
+		case <-due.C:
 		}
 	}
 }
@@ -274,6 +339,10 @@ func (e *Engine) record(ctx context.Context, batch []finished) {
 		a, r := as[i], rs[i]
 		if !out.Recorded {
 			e.Logger.InfoContext(ctx, "webhook attempt outlived its lease; another replica holds the delivery", "delivery", a.Delivery.ID)
+		} else if out.State == conversations.DeliveryPending && out.NextAttemptAt != nil {
+			// Its slot frees after this; the claim that follows sets
+			// the timer of the earliest retry.
+			e.due.add(*out.NextAttemptAt)
 		}
 		if out.Disabled {
 			e.Logger.WarnContext(ctx, "webhook endpoint disabled", "endpoint", a.Delivery.EndpointID)

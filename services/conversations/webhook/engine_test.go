@@ -53,6 +53,21 @@ func (r *holdingReceiver) count() int {
 	return len(r.received)
 }
 
+// newWebhooks returns a store on a fresh database and the webhooks' use
+// cases on it, accepting http URLs.
+func newWebhooks(t *testing.T) (*mongostore.Store, *conversations.Webhooks) {
+	t.Helper()
+	store := mongostore.New(mongotest.New(t))
+	if err := store.EnsureIndexes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, &conversations.Webhooks{Store: store, Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: true}}
+}
+
 // TestEngineDeliversEachOnceWithinItsSlots runs the engine on the real
 // store (make test-race runs this package under -race): deliveries of two
 // endpoints, claimed in batches and recorded in batches, reach the
@@ -61,15 +76,7 @@ func (r *holdingReceiver) count() int {
 func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	store := mongostore.New(mongotest.New(t))
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
-	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wh := &conversations.Webhooks{Store: store, Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: true}}
+	store, wh := newWebhooks(t)
 	rcv := &holdingReceiver{inFlight: map[string]int{}, maxInFlight: map[string]int{}, received: map[string]int{}, release: make(chan struct{})}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
@@ -163,5 +170,106 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 		if d.State != conversations.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != http.StatusNoContent {
 			t.Errorf("delivery %s: %s after %d attempts (status %v)", d.ID, d.State, d.Attempts, d.ResponseStatus)
 		}
+	}
+}
+
+// TestRetryKeepsItsSchedule: an attempt whose 200 never finishes its body
+// fails, and its retry is made when the schedule says, not at the
+// engine's next poll (ten minutes away here): the engine wakes for the
+// retries it recorded. The second attempt then succeeds.
+func TestRetryKeepsItsSchedule(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const retry, timeout, poll = time.Second, 300 * time.Millisecond, 10 * time.Minute
+	_, wh := newWebhooks(t)
+	wh.RetrySchedule = []time.Duration{retry}
+	var mu sync.Mutex
+	var arrivals []time.Time
+	stop := make(chan struct{})
+	defer close(stop)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		first := len(arrivals) == 1
+		mu.Unlock()
+		if !first {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		// 200 and its headers, then a body that never ends in time.
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer srv.Close()
+	client := conversations.Caller{AccountID: "acc_retry", ID: "cli_retry", Client: true}
+	u := srv.URL + "/hook"
+	e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &webhook.Engine{
+		Webhooks: wh,
+		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), timeout, 0),
+		Poll:     poll,
+	}
+	wh.Wake = engine.Wake
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		engine.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	if _, err := wh.SendTest(ctx, client, e.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// The due time of the retry, when the test sees it before the claim
+	// (which moves it to the lease's end), for the log.
+	var due *time.Time
+	deadline := time.Now().Add(time.Minute) // far below the poll
+	var d conversations.WebhookDelivery
+	for {
+		page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Deliveries) == 1 {
+			d = page.Deliveries[0]
+			if d.Attempts == 1 && d.State == conversations.DeliveryPending && due == nil && d.Claim == "" {
+				due = d.NextAttemptAt
+			}
+			if d.State != conversations.DeliveryPending {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry within a minute: %s after %d attempts, next at %v (the engine polls every %s)", d.State, d.Attempts, d.NextAttemptAt, poll)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if d.State != conversations.DeliverySucceeded || d.Attempts != 2 || len(arrivals) != 2 ||
+		d.ResponseStatus == nil || *d.ResponseStatus != http.StatusNoContent {
+		t.Fatalf("delivery %s after %d attempts (status %v, %d requests), want succeeded at the second", d.State, d.Attempts, d.ResponseStatus, len(arrivals))
+	}
+	// The retry cannot come early: the first attempt ended after its
+	// timeout, and the retry was due at least 80 % of the schedule later.
+	gap := arrivals[1].Sub(arrivals[0])
+	if min := timeout + retry*8/10; gap < min {
+		t.Fatalf("retry after %s, before the schedule allows (%s)", gap, min)
+	}
+	if due != nil {
+		t.Logf("retry %s after the first attempt, %s after it was due", gap.Round(time.Millisecond), arrivals[1].Sub(*due).Round(time.Millisecond))
+	} else {
+		t.Logf("retry %s after the first attempt", gap.Round(time.Millisecond))
 	}
 }

@@ -99,14 +99,14 @@ func (s *Sender) Send(ctx context.Context, a conversations.Attempt) conversation
 		return result(0, describe(err, s.timeout), 0)
 	}
 	defer resp.Body.Close()
-	// Read a little of the body (so the connection can be reused), never
-	// more than MaxResponseBody.
+	// Read the body to its end (so the connection can be reused), never
+	// more than MaxResponseBody: a 2xx counts only once it is complete.
 	_, readErr := io.Copy(io.Discard, io.LimitReader(resp.Body, MaxResponseBody))
 	status := resp.StatusCode
 	switch {
 	case status >= 200 && status < 300:
-		if readErr != nil && errors.Is(readErr, context.DeadlineExceeded) {
-			return result(status, fmt.Sprintf("no complete response within %s", s.timeout), 0)
+		if readErr != nil {
+			return result(status, incomplete(status, readErr, s.timeout), 0)
 		}
 		return result(status, "", 0)
 	case status >= 300 && status < 400:
@@ -161,6 +161,18 @@ func describe(err error, timeout time.Duration) string {
 		err = urlErr.Err
 	}
 	return "the request failed: " + err.Error()
+}
+
+// incomplete is the error of a 2xx whose body did not arrive whole: the
+// attempt failed, since the receiver may not have finished with it.
+func incomplete(status int, err error, timeout time.Duration) string {
+	if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
+		return fmt.Sprintf("the endpoint answered %d but sent no complete response within %s", status, timeout)
+	}
+	if errors.Is(err, context.Canceled) {
+		return "the attempt was interrupted (the service stopped)"
+	}
+	return fmt.Sprintf("the endpoint answered %d but its response broke off: %v", status, err)
 }
 
 func isTimeout(err error) bool {

@@ -46,18 +46,20 @@ type config struct {
 	EventsStreamBytes      int64         `envconfig:"EVENTS_STREAM_BUFFER_BYTES" default:"262144" desc:"bytes of events one stream may hold unwritten; a stream at the head that holds more is dropped with retry: (it resumes with Last-Event-ID)"`
 	EventsStreamsBytes     int64         `envconfig:"EVENTS_STREAMS_BUFFER_BYTES" default:"16777216" desc:"bytes of events all streams of a replica may hold unwritten; a stream's backlog is read page by page within it"`
 
-	WebhookSecretKey       string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
-	WebhookAllowedCIDRs    []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`
-	WebhookAllowHTTP       bool          `envconfig:"WEBHOOK_ALLOW_HTTP" default:"false" desc:"accept plain http:// endpoint URLs (development); https only when false"`
-	WebhookTimeout         time.Duration `envconfig:"WEBHOOK_TIMEOUT" default:"15s" desc:"how long a delivery attempt waits for a 2xx"`
-	WebhookRetrySchedule   []string      `envconfig:"WEBHOOK_RETRY_SCHEDULE" default:"5s,5m,30m,2h,5h,10h,10h" desc:"comma-separated waits before each retry after a failed attempt (each ±20 %); the attempt after the last fails the delivery"`
-	WebhookDisableAfter    time.Duration `envconfig:"WEBHOOK_DISABLE_AFTER" default:"120h" desc:"an endpoint failing without a single success for this long is disabled"`
-	WebhookPollInterval    time.Duration `envconfig:"WEBHOOK_POLL_INTERVAL" default:"1s" desc:"how often a replica looks for new events and due deliveries"`
-	WebhookLease           time.Duration `envconfig:"WEBHOOK_LEASE" default:"0" desc:"how long a replica's claim on a delivery holds before another replica may take it; 0 means twice WEBHOOK_TIMEOUT plus 15s"`
-	WebhookWorkers         int           `envconfig:"WEBHOOK_WORKERS" default:"64" desc:"delivery attempts one replica makes at once"`
-	WebhookPerEndpoint     int           `envconfig:"WEBHOOK_PER_ENDPOINT" default:"4" desc:"delivery attempts one replica makes at once to one endpoint"`
-	WebhookMaxEndpoints    int           `envconfig:"WEBHOOK_MAX_ENDPOINTS" default:"20" desc:"webhook endpoints per account"`
-	WebhookManualPerMinute int           `envconfig:"WEBHOOK_MANUAL_PER_MINUTE" default:"10" desc:"test and retry requests per endpoint and minute (each)"`
+	WebhookSecretKey           string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
+	WebhookAllowedCIDRs        []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`
+	WebhookAllowHTTP           bool          `envconfig:"WEBHOOK_ALLOW_HTTP" default:"false" desc:"accept plain http:// endpoint URLs (development); https only when false"`
+	WebhookTimeout             time.Duration `envconfig:"WEBHOOK_TIMEOUT" default:"15s" desc:"how long a delivery attempt waits for a 2xx"`
+	WebhookRetrySchedule       []string      `envconfig:"WEBHOOK_RETRY_SCHEDULE" default:"5s,5m,30m,2h,5h,10h,10h" desc:"comma-separated waits before each retry after a failed attempt (each ±20 %); the attempt after the last fails the delivery"`
+	WebhookDisableAfter        time.Duration `envconfig:"WEBHOOK_DISABLE_AFTER" default:"120h" desc:"an endpoint failing without a single success for this long is disabled"`
+	WebhookPollInterval        time.Duration `envconfig:"WEBHOOK_POLL_INTERVAL" default:"1s" desc:"how often a replica looks for new events and due deliveries; a retry it recorded is claimed when due, a delivery it recorded at once"`
+	WebhookLease               time.Duration `envconfig:"WEBHOOK_LEASE" default:"0" desc:"how long a replica's claim on a delivery holds before another replica may take it; 0 means twice WEBHOOK_TIMEOUT plus 15s"`
+	WebhookWorkers             int           `envconfig:"WEBHOOK_WORKERS" default:"64" desc:"delivery attempts one replica makes at once"`
+	WebhookPerEndpoint         int           `envconfig:"WEBHOOK_PER_ENDPOINT" default:"4" desc:"delivery attempts one replica makes at once to one endpoint"`
+	WebhookMaxEndpoints        int           `envconfig:"WEBHOOK_MAX_ENDPOINTS" default:"20" desc:"webhook endpoints per account"`
+	WebhookManualPerMinute     int           `envconfig:"WEBHOOK_MANUAL_PER_MINUTE" default:"10" desc:"test and retry requests per endpoint and minute (each)"`
+	WebhookDeliveriesRetention time.Duration `envconfig:"WEBHOOK_DELIVERIES_RETENTION" default:"720h" desc:"how long deliveries that ended (succeeded or failed) are kept after their last change (30 days); pending ones are never purged"`
+	WebhookPurgeInterval       time.Duration `envconfig:"WEBHOOK_PURGE_INTERVAL" default:"1h" desc:"how often one replica (holding a lease in MongoDB) purges the deliveries older than the retention"`
 }
 
 // webhookSchedule parses WebhookRetrySchedule.
@@ -130,8 +132,9 @@ func (c config) validate() error {
 	if _, err := c.webhookKey(); err != nil {
 		return err
 	}
-	if c.WebhookTimeout <= 0 || c.WebhookDisableAfter <= 0 || c.WebhookPollInterval <= 0 || c.WebhookLease < 0 {
-		return errors.New("configuration: CONVERSATIONS_WEBHOOK_TIMEOUT, _DISABLE_AFTER and _POLL_INTERVAL must be positive, _LEASE not negative")
+	if c.WebhookTimeout <= 0 || c.WebhookDisableAfter <= 0 || c.WebhookPollInterval <= 0 || c.WebhookLease < 0 ||
+		c.WebhookDeliveriesRetention <= 0 || c.WebhookPurgeInterval <= 0 {
+		return errors.New("configuration: CONVERSATIONS_WEBHOOK_TIMEOUT, _DISABLE_AFTER, _POLL_INTERVAL, _DELIVERIES_RETENTION and _PURGE_INTERVAL must be positive, _LEASE not negative")
 	}
 	if c.WebhookWorkers < 1 || c.WebhookPerEndpoint < 1 || c.WebhookMaxEndpoints < 1 || c.WebhookManualPerMinute < 1 {
 		return errors.New("configuration: CONVERSATIONS_WEBHOOK_WORKERS, _PER_ENDPOINT, _MAX_ENDPOINTS and _MANUAL_PER_MINUTE must be at least 1")

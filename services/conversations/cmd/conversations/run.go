@@ -212,7 +212,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder)
 			if err != nil {
 				return nil, err
 			}
@@ -249,9 +249,10 @@ func newCursorSecret() (string, error) {
 }
 
 // startWebhooks builds the webhooks' use cases and starts this replica's
-// delivery engine, which ends with ctx (background waits for it).
+// delivery engine and the leased purge of deliveries, which end with ctx
+// (background waits for them); holder names this replica in the lease.
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
-	registry prometheus.Registerer, background *sync.WaitGroup,
+	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
 ) (*conversations.Webhooks, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -273,18 +274,32 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	}
 	schedule, _ := cfg.webhookSchedule() // checked by validate
 	allowed, _ := webhook.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
-	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), cfg.WebhookTimeout, cfg.WebhookWorkers)
+	// One dialler: its check refuses addresses when dialling and, named
+	// literally in an endpoint's URL, at registration.
+	dialer := webhook.NewDialer(allowed, nil)
+	sender := webhook.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &webhook.Engine{
 		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
 	}
 	webhooks := &conversations.Webhooks{
-		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP},
+		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP, Dialable: dialer.Check},
 		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
 	engine.Webhooks = webhooks
 	background.Go(func() { engine.Run(ctx) })
+	purge := func(ctx context.Context, now time.Time) (int64, error) {
+		// One replica at a time, as the events' purge.
+		held, err := store.AcquireLease(ctx, "webhook_deliveries_purge", holder, now, cfg.WebhookPurgeInterval)
+		if err != nil || !held {
+			return 0, err
+		}
+		return webhooks.PurgeDeliveries(ctx, now, cfg.WebhookDeliveriesRetention)
+	}
+	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, cfg.WebhookPurgeInterval, "webhook deliveries", purge)
+	})
 	return webhooks, nil
 }
 
