@@ -23,7 +23,8 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 	}
 	var stdout, stderr bytes.Buffer
 	args := []string{"-rounds", "1", "-cpu-run", "5ms", "-service-run", "10ms", "-workers", "1",
-		"-conversations", "31", "-depth", "3", "-messages", "21", "-idle-streams", "12", "-changes", "3", "-out", doc}
+		"-conversations", "31", "-depth", "3", "-messages", "21", "-idle-streams", "12", "-changes", "3",
+		"-stream-backlog", "200000", "-unread-streams", "3", "-out", doc}
 	if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -38,6 +39,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"CPU per page of the conversations process",
 		"Messages: POST /v1/conversations/{id}/messages vs the same writes", "Messages: GET /v1/conversations/{id}/messages vs driver find",
 		"Events: GET /v1/events, a page of 100", "idle streams open on the replica", "its event in the feed", "its event in an open stream",
+		"streams from after=0 that never read",
 		"Webhooks: deliveries to a local receiver vs a bare loop of signed POSTs", "Webhooks: change → 2xx at the receiver",
 		"Webhooks: POST /v1/conversations/{id}/messages with 3 endpoints subscribed",
 		"Start-up: account", "Start-up: conversations",
@@ -79,6 +81,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"-rounds", "0"},
 		{"-depth", "50", "-conversations", "100"},
 		{"-messages", "10"},
+		{"-unread-streams", "0"},
 		{"-only", "login", "-out", "x.md"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -16,6 +16,8 @@
 //     process's CPU per page;
 //   - messages: posting and listing a conversation's messages against the
 //     same writes and finds through the driver;
+//   - stream memory: what streams that never read, from the start of a
+//     large backlog, add to the conversations process's peak RSS;
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives

@@ -36,11 +36,13 @@ type benchOptions struct {
 	messages      int    // the messages of the listed conversation in the messages measure
 	idleStreams   int    // idle event streams open in the events measure
 	changes       int    // changes timed to the feed and the stream in the events measure
+	streamBacklog int    // bytes of event data behind the unread streams of the stream-memory measure
+	unreadStreams int    // streams that never read in the stream-memory measure
 	wrk           string // the wrk binary, found at start when a measure sends with it
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "webhooks", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "stream-memory", "webhooks", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -62,6 +64,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.messages, "messages", 1000, "messages of the listed conversation in the messages measure")
 	fs.IntVar(&o.idleStreams, "idle-streams", 1000, "idle event streams open on the replica in the events measure")
 	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure")
+	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
+	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +86,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if o.idleStreams < 10 || o.changes < 1 {
 		return errors.New("-idle-streams must be at least 10 and -changes at least 1")
+	}
+	if o.streamBacklog < 1 || o.unreadStreams < 1 {
+		return errors.New("-stream-backlog and -unread-streams must be positive")
 	}
 	if o.messages < 11 {
 		return errors.New("-messages must be at least 11: a page of 10 and one more")
@@ -117,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("webhooks") || want("startup") {
+	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("stream-memory") || want("webhooks") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -149,6 +156,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"users", usersRows, false},
 			{"messages", messagesRows, true},
 			{"events", eventsRows, true},
+			{"stream-memory", streamMemoryRows, true},
 			{"webhooks", webhooksRows, true},
 			{"listing", listingRows, true},
 			{"startup", startupRows, false},

@@ -129,9 +129,16 @@ func (p *Process) Kill() {
 
 // PeakRSS is the process's resident-set high-water mark (VmHWM) in MiB;
 // zero where /proc is not available.
-func (p *Process) PeakRSS() float64 {
+func (p *Process) PeakRSS() float64 { return p.statusMiB("VmHWM:") }
+
+// RSS is the process's resident set now (VmRSS) in MiB; zero where /proc
+// is not available.
+func (p *Process) RSS() float64 { return p.statusMiB("VmRSS:") }
+
+// statusMiB reads a field of /proc/<pid>/status given in kB, in MiB.
+func (p *Process) statusMiB(field string) float64 {
 	for line := range strings.Lines(readFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kib, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
 			if err == nil {
 				return kib / 1024
