@@ -88,9 +88,10 @@
 // from, which moves past events the caller may not see. [Client.FollowEvents]
 // follows the live stream (Server-Sent Events) and reconnects with
 // Last-Event-ID and a fresh token whenever the stream ends, so no event is
-// skipped or repeated. A position older than the service keeps events (30
-// days) is refused with [ErrCursorExpired]: resynchronise with
-// ListOptions.UpdatedAfter.
+// skipped or repeated; a token the service refuses when it reconnects is
+// renewed once, and a second refusal ends it with [ErrInvalidToken]. A
+// position older than the service keeps events (30 days) is refused with
+// [ErrCursorExpired]: resynchronise with ListOptions.UpdatedAfter.
 //
 // # Messages and the lifecycle of a conversation
 //

@@ -173,10 +173,12 @@ type StreamOptions struct {
 // FromOldest) until ctx ends or the loop is left: first the events that
 // exist, then each new one as it happens. When the stream ends (the token
 // expired, the replica stopped, the network failed) it reconnects with
-// Last-Event-ID and a fresh token, so no event is skipped or repeated. An
-// error that reconnecting cannot fix (a position below the purge:
-// CodeCursorExpired; a refused token or scope) is yielded once and ends
-// it; so does the end of ctx.
+// Last-Event-ID and a fresh token, so no event is skipped or repeated. A
+// connection refused with 401 invalid_token (a token the service deems
+// expired or revoked) renews the session once and connects again; refused
+// again, it is yielded as ErrInvalidToken. An error that reconnecting
+// cannot fix (a position below the purge: CodeCursorExpired; a refused
+// scope) is yielded once and ends it; so does the end of ctx.
 func (c *Client) FollowEvents(ctx context.Context, after int64, opts StreamOptions) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		maxWait := opts.MaxReconnectWait

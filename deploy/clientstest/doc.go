@@ -74,7 +74,10 @@
 //	                             instead of answering the first N requests of a method and path prefix;
 //	                             GET /proxies/{id} reports what it forwarded, DELETE /proxies/{id} closes it;
 //	                             with "cutAfterEvents":N it streams the matching answers and closes the first
-//	                             "drop" of them right after their N-th event instead (a live stream that breaks)
+//	                             "drop" of them right after their N-th event instead (a live stream that breaks);
+//	                             with "refuseTokens":N (and "refuseFrom":K, 0 the first) it breaks the bearer token
+//	                             of N matching requests from the K-th, so that the service answers 401 invalid_token
+//	                             as to an expired token; the report marks them "tokenRefused"
 //
 // The login throttle is the services' default: five wrong passwords of one
 // user lock it for 15 minutes; a hundred failures from one address lock the

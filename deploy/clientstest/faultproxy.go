@@ -2,6 +2,8 @@ package clientstest
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +40,13 @@ import (
 // stream never ends by itself), and for the first "drop" of them closes
 // the connection right after the N-th event (a block with a data line), as
 // a network failure in the middle of a live stream would.
+//
+// With "refuseTokens":N the proxy breaks the signature of the bearer token
+// of N matching requests, from the one numbered "refuseFrom" (0: the
+// first), so that the service itself answers 401 invalid_token, as it
+// does to a token that expired or that a key rotation left behind: no
+// service can be made to refuse a token on demand. The report shows the
+// headers as the client sent them, and tokenRefused.
 type FaultProxy struct {
 	// URL is the control endpoint, e.g. http://127.0.0.1:40123.
 	URL string
@@ -59,6 +68,9 @@ type Forwarded struct {
 	// Dropped says whether the client got the answer (false) or a closed
 	// connection (true).
 	Dropped bool `json:"dropped"`
+	// TokenRefused says whether the proxy broke the request's bearer token
+	// on its way (refuseTokens).
+	TokenRefused bool `json:"tokenRefused"`
 }
 
 // faultSpec is the body of POST /proxies.
@@ -70,6 +82,10 @@ type faultSpec struct {
 	// CutAfterEvents > 0 streams the matching answers and cuts the first
 	// Drop of them after this many events.
 	CutAfterEvents int `json:"cutAfterEvents"`
+	// RefuseTokens matching requests, from the one numbered RefuseFrom
+	// (0: the first), reach the service with their bearer token broken.
+	RefuseTokens int `json:"refuseTokens"`
+	RefuseFrom   int `json:"refuseFrom"`
 }
 
 // StartFaultProxy serves the control endpoint on a loopback port, for
@@ -119,8 +135,8 @@ func (fp *FaultProxy) open(w http.ResponseWriter, r *http.Request) {
 	for _, u := range fp.upstreams {
 		known = known || u == strings.TrimSuffix(spec.Upstream, "/")
 	}
-	if err != nil || !known || spec.Method == "" || spec.Drop < 0 || spec.CutAfterEvents < 0 {
-		http.Error(w, fmt.Sprintf("want an upstream of %v, a method and drop >= 0", fp.upstreams), http.StatusBadRequest)
+	if err != nil || !known || spec.Method == "" || min(spec.Drop, spec.CutAfterEvents, spec.RefuseTokens, spec.RefuseFrom) < 0 {
+		http.Error(w, fmt.Sprintf("want an upstream of %v, a method, and no negative count", fp.upstreams), http.StatusBadRequest)
 		return
 	}
 	p, err := startDropProxy(upstream, spec)
@@ -178,6 +194,7 @@ type dropProxy struct {
 
 	mu        sync.Mutex
 	dropped   int
+	matched   int // matching requests so far
 	forwarded []Forwarded
 }
 
@@ -195,9 +212,10 @@ func startDropProxy(upstream *url.URL, spec faultSpec) (*dropProxy, error) {
 	return p, nil
 }
 
-// forward sends the request to the service, waits for its whole answer,
-// and then either passes it on or, for the first spec.Drop matching
-// requests, closes the connection without a response.
+// forward sends the request to the service (its bearer token broken when
+// spec.RefuseTokens says so), waits for its whole answer, and then either
+// passes it on or, for the first spec.Drop matching requests, closes the
+// connection without a response.
 func (p *dropProxy) forward(w http.ResponseWriter, r *http.Request) {
 	// Hop-by-hop headers are not passed on (RFC 9110 7.6.1).
 	hopHeaders := []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -207,13 +225,24 @@ func (p *dropProxy) forward(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}
+	matching := r.Method == p.spec.Method && strings.HasPrefix(r.URL.RequestURI(), p.spec.PathPrefix)
+	refused := false
+	if matching {
+		p.mu.Lock()
+		refused = p.matched >= p.spec.RefuseFrom && p.matched < p.spec.RefuseFrom+p.spec.RefuseTokens
+		p.matched++
+		p.mu.Unlock()
+	}
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); refused && ok {
+		out.Header.Set("Authorization", "Bearer "+breakSignature(bearer))
+	}
 	resp, err := p.client.Do(out)
 	if err != nil {
 		http.Error(w, "fault proxy: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	if p.spec.CutAfterEvents > 0 && r.Method == p.spec.Method && strings.HasPrefix(r.URL.RequestURI(), p.spec.PathPrefix) {
-		p.stream(w, r, resp, hopHeaders)
+	if p.spec.CutAfterEvents > 0 && matching {
+		p.stream(w, r, resp, hopHeaders, refused)
 		return
 	}
 	body, err := io.ReadAll(resp.Body)
@@ -227,12 +256,12 @@ func (p *dropProxy) forward(w http.ResponseWriter, r *http.Request) {
 		headers[name] = r.Header.Get(name)
 	}
 	p.mu.Lock()
-	drop := r.Method == p.spec.Method && strings.HasPrefix(r.URL.RequestURI(), p.spec.PathPrefix) && p.dropped < p.spec.Drop
+	drop := matching && p.dropped < p.spec.Drop
 	if drop {
 		p.dropped++
 	}
 	p.forwarded = append(p.forwarded, Forwarded{Method: r.Method, Target: r.URL.RequestURI(), Headers: headers,
-		IdempotencyKey: r.Header.Get("Idempotency-Key"), Dropped: drop})
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), Dropped: drop, TokenRefused: refused})
 	p.mu.Unlock()
 	if drop {
 		// net/http closes the connection without writing a response.
@@ -253,8 +282,8 @@ func (p *dropProxy) forward(w http.ResponseWriter, r *http.Request) {
 
 // stream passes a matching answer on as it arrives, line by line, and cuts
 // the connection after spec.CutAfterEvents events while fewer than
-// spec.Drop answers were cut.
-func (p *dropProxy) stream(w http.ResponseWriter, r *http.Request, resp *http.Response, hopHeaders []string) {
+// spec.Drop answers were cut. refused says the request's token was broken.
+func (p *dropProxy) stream(w http.ResponseWriter, r *http.Request, resp *http.Response, hopHeaders []string, refused bool) {
 	defer resp.Body.Close()
 	headers := map[string]string{}
 	for name := range r.Header {
@@ -266,7 +295,7 @@ func (p *dropProxy) stream(w http.ResponseWriter, r *http.Request, resp *http.Re
 		p.dropped++
 	}
 	p.forwarded = append(p.forwarded, Forwarded{Method: r.Method, Target: r.URL.RequestURI(), Headers: headers,
-		IdempotencyKey: r.Header.Get("Idempotency-Key"), Dropped: cut})
+		IdempotencyKey: r.Header.Get("Idempotency-Key"), Dropped: cut, TokenRefused: refused})
 	p.mu.Unlock()
 	for name, values := range resp.Header {
 		for _, v := range values {
@@ -305,4 +334,10 @@ func (p *dropProxy) stream(w http.ResponseWriter, r *http.Request, resp *http.Re
 			}
 		}
 	}
+}
+
+// breakSignature returns the JWT with a signature that does not verify:
+// the service refuses it with its own 401 invalid_token.
+func breakSignature(jwt string) string {
+	return jwt[:strings.LastIndex(jwt, ".")+1] + base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{0}, 64))
 }

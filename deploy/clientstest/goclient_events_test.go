@@ -2,7 +2,10 @@ package clientstest
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -155,5 +158,88 @@ func (g *goSuite) testEventsThroughFeedAndStream(t *testing.T) {
 	if resumed[0].ID != stream[2].ID || resumed[1].Type != client.EventConversationUpdated ||
 		resumed[1].Data.Changes["subject"] != "events" || resumed[1].Sequence <= stream[2].Sequence {
 		t.Fatalf("resumed stream: %v (%+v)", eventTypes(resumed), resumed[1].Data.Changes)
+	}
+}
+
+// testFollowEventsRenewsARefusedToken: a reconnection whose token the
+// service refuses (401 invalid_token, as it answers a token that expired)
+// renews the session once and resumes where the stream ended; a token
+// refused again right after its renewal ends the stream with
+// ErrInvalidToken instead of a reconnection loop. The suites' fault proxy
+// breaks the tokens in front of the service (the wire would buffer the
+// stream) and cuts the first stream after its first event.
+func (g *goSuite) testFollowEventsRenewsARefusedToken(t *testing.T) {
+	f := g.newWire(t)
+	direct := f.direct(t)
+	ctx := t.Context()
+	start := feedPosition(t, direct)
+	conv, err := direct.CreateConversation(ctx, client.NewConversation{Subject: "a refused token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := direct.PostMessage(ctx, conv.ID, client.NewMessage{Body: "after the refusal"}); err != nil {
+		t.Fatal(err)
+	}
+	// The client renews through the wire, which counts the renewals.
+	streamClient := func(p *dropProxy) *client.Client {
+		c, err := client.New(client.Config{AccountURL: f.account.URL, ConversationsURL: p.url, HTTPClient: &http.Client{}, // no timeout: see wire.newClient
+			Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	streams := faultSpec{Method: http.MethodGet, PathPrefix: "/v1/events/stream", CutAfterEvents: 1}
+
+	spec := streams
+	spec.Drop, spec.RefuseFrom, spec.RefuseTokens = 1, 1, 1
+	p := f.faultProxy(t, g.st.convURL, spec)
+	c := streamClient(p)
+	var got []client.Event
+	for e, err := range c.FollowEvents(ctx, start, client.StreamOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+		if len(got) == 2 {
+			break
+		}
+	}
+	if !slices.Equal(eventTypes(got), storyEvents[:2]) || got[0].Data.Conversation.ID != conv.ID {
+		t.Fatalf("stream: %v", eventTypes(got))
+	}
+	reqs := p.requests()
+	if len(reqs) != 3 || reqs[0].TokenRefused || !reqs[1].TokenRefused || reqs[2].TokenRefused {
+		t.Fatalf("stream requests %+v, want the first, its refused reconnection, and the retry", reqs)
+	}
+	auth := func(i int) string { return reqs[i].Headers["Authorization"] }
+	if auth(1) != auth(0) || auth(2) == auth(1) {
+		t.Fatal("want the refused token renewed, and only then")
+	}
+	resumed := strconv.FormatInt(got[0].Sequence, 10)
+	if reqs[1].Headers["Last-Event-Id"] != resumed || reqs[2].Headers["Last-Event-Id"] != resumed {
+		t.Fatalf("Last-Event-ID %q and %q, want %s", reqs[1].Headers["Last-Event-Id"], reqs[2].Headers["Last-Event-Id"], resumed)
+	}
+	if logins, refreshes := f.renewals(); logins != 1 || refreshes != 1 {
+		t.Fatalf("%d logins, %d refreshes, want 1 and 1", logins, refreshes)
+	}
+
+	// Refused twice in a row: the error, once, and no third request.
+	spec = streams
+	spec.RefuseTokens = 2
+	p = f.faultProxy(t, g.st.convURL, spec)
+	var errs []error
+	for e, err := range streamClient(p).FollowEvents(ctx, start, client.StreamOptions{}) {
+		if err == nil {
+			t.Fatalf("an event through refused tokens: %+v", e)
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], client.ErrInvalidToken) {
+		t.Fatalf("errors %v, want ErrInvalidToken once", errs)
+	}
+	if reqs := p.requests(); len(reqs) != 2 || !reqs[0].TokenRefused || !reqs[1].TokenRefused ||
+		reqs[0].Headers["Authorization"] == reqs[1].Headers["Authorization"] {
+		t.Fatalf("stream requests %+v, want two, the second with a renewed token", reqs)
 	}
 }

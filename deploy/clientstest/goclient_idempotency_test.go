@@ -169,7 +169,7 @@ func (g *goSuite) testTheClientsOwnRetryReusesTheKey(t *testing.T) {
 		f := g.newWire(t)
 		id := f.seed(1)[0].ID
 		lossy := f.faultProxy(t, f.conv.URL, faultSpec{Method: http.MethodPost, PathPrefix: "/v1/conversations/" + id + "/messages", Drop: 1})
-		c, err := client.New(client.Config{AccountURL: f.account.URL, ConversationsURL: lossy, HTTPClient: &http.Client{}, // no timeout: see wire.newClient
+		c, err := client.New(client.Config{AccountURL: f.account.URL, ConversationsURL: lossy.url, HTTPClient: &http.Client{}, // no timeout: see wire.newClient
 			Credentials: client.Credentials{AccountName: f.accountName, Username: f.username, Password: f.password}})
 		if err != nil {
 			t.Fatal(err)

@@ -37,6 +37,7 @@ func goTests(g *goSuite) []namedTest {
 		{"MessagesFollowsLinkAcrossPages", g.testMessagesFollowsLinkAcrossPages},
 		{"PostMessageFollowsTheLifecycle", g.testPostMessageFollowsTheLifecycle},
 		{"EventsThroughFeedAndStream", g.testEventsThroughFeedAndStream},
+		{"FollowEventsRenewsARefusedToken", g.testFollowEventsRenewsARefusedToken},
 		{"LoginSendsCredentialsAndUsesTheIDToken", g.testLoginSendsCredentialsAndUsesTheIDToken},
 		{"LoginInvalidCredentials", g.testLoginInvalidCredentials},
 		{"FirstCallLogsIn", g.testFirstCallLogsIn},

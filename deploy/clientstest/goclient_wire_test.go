@@ -3,7 +3,6 @@ package clientstest
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -340,9 +339,7 @@ func (f *wire) proxy(doc *openapitest.Validator, upstream string) http.Handler {
 			}
 			header := r.Header.Clone()
 			if revoked {
-				// A signature of the right length that does not verify.
-				header.Set("Authorization", "Bearer "+bearer[:strings.LastIndex(bearer, ".")+1]+
-					base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{0}, 64)))
+				header.Set("Authorization", "Bearer "+breakSignature(bearer))
 			}
 			f.forward(res, r, upstream, header, out)
 		}
@@ -494,9 +491,10 @@ func (f *wire) createDefinition(t *testing.T, c *client.Client, body string) cli
 }
 
 // faultProxy opens a proxy of the suites' FaultProxy in front of upstream
-// (the wire's own URL, so that the wire records what passes) and returns
-// its URL; the test's cleanup closes it.
-func (f *wire) faultProxy(t *testing.T, upstream string, spec faultSpec) string {
+// (the wire's own URL, so that the wire records what passes, or a
+// service's when the wire would buffer a stream) and returns it; the
+// test's cleanup closes it.
+func (f *wire) faultProxy(t *testing.T, upstream string, spec faultSpec) *dropProxy {
 	t.Helper()
 	u, err := url.Parse(upstream)
 	if err != nil {
@@ -507,7 +505,14 @@ func (f *wire) faultProxy(t *testing.T, upstream string, spec faultSpec) string 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.server.Close() })
-	return p.url
+	return p
+}
+
+// requests returns what the proxy forwarded so far.
+func (p *dropProxy) requests() []Forwarded {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Forwarded(nil), p.forwarded...)
 }
 
 // otherClient is a client of the suite's second user (ACME_TEST_OTHER_*),

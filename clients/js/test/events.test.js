@@ -2,7 +2,8 @@
 // conversation created, given a message and closed is three events, in
 // order, through both; a stored position resumes the feed, and a stream
 // whose connection is cut (deploy/clientstest's fault proxy) resumes
-// after the last event it received, with nothing lost or repeated.
+// after the last event it received, with nothing lost or repeated; a
+// token the service refuses at a reconnection is renewed once, not twice.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ApiError } from "../dist/index.js";
@@ -33,6 +34,15 @@ async function eventsOf(feed, conversationId, count) {
     if (got.length >= count) return got;
     await sleep(50);
   }
+}
+
+/**
+ * A fault proxy in front of the conversations service that streams the
+ * event streams through, cutting the first `drop` (default none) after
+ * their first event; `faults` adds to its spec.
+ */
+function streamProxy(faults) {
+  return faultProxy({ upstream: env.conversationsUrl, method: "GET", pathPrefix: "/v1/events/stream", drop: 0, cutAfterEvents: 1, ...faults });
 }
 
 /** Checks the three events of a conversation created, given message m and closed. */
@@ -102,7 +112,7 @@ test("the stream delivers the three events, and resumes a cut connection after t
   const client = userClient();
   const start = await currentPosition(client);
   // The first stream through this proxy is cut after its first event.
-  const proxy = await faultProxy({ upstream: env.conversationsUrl, method: "GET", pathPrefix: "/v1/events/stream", drop: 1, cutAfterEvents: 1 });
+  const proxy = await streamProxy({ drop: 1 });
   const stream = userClient({ conversationsUrl: proxy.url }).streamEvents({ after: start });
   const received = [];
   let onFirstConnection = 0; // events that came before the cut
@@ -147,11 +157,13 @@ test("the stream delivers the three events, and resumes a cut connection after t
   }
 });
 
-test("the stream outlives its token: it reconnects with a fresh one and Last-Event-ID, and misses nothing", async () => {
+test("the stream outlives its token: it reconnects with a fresh one and Last-Event-ID, renews a refused one, and misses nothing", async () => {
   const client = userClient();
   const start = await currentPosition(client);
-  // A proxy that cuts nothing (drop 0), to see the stream's requests.
-  const proxy = await faultProxy({ upstream: env.conversationsUrl, method: "GET", pathPrefix: "/v1/events/stream", drop: 0, cutAfterEvents: 1 });
+  // A proxy that cuts nothing (drop 0), to see the stream's requests; the
+  // service refuses the token of the first reconnection (401
+  // invalid_token, as it answers a token that expired).
+  const proxy = await streamProxy({ refuseFrom: 1, refuseTokens: 1 });
   try {
     const stream = userClient({ conversationsUrl: proxy.url }).streamEvents({ after: start });
     const conv = await client.createConversation({ subject: "a stream across its token's expiry" });
@@ -171,10 +183,33 @@ test("the stream outlives its token: it reconnects with a fresh one and Last-Eve
     const mine = received.filter(([e]) => e.data.conversation.id === conv.id).map(([e]) => e.type);
     assert.deepEqual(mine, ["conversation.created", "message.created"]);
     const { forwarded } = await proxy.report();
-    const [first, second] = forwarded.map((f) => f.headers);
-    assert.notEqual(second.Authorization, first.Authorization, "a fresh token");
+    // (A slow machine may see the third connection's token expire too.)
+    assert.deepEqual(forwarded.slice(0, 3).map((f) => f.tokenRefused), [false, true, false]);
+    const [first, refused, second] = forwarded.map((f) => f.headers);
+    assert.notEqual(refused.Authorization, first.Authorization, "a fresh token");
+    assert.notEqual(second.Authorization, refused.Authorization, "the refused token renewed");
     const before = received.filter(([, connection]) => connection === 1).at(-1)?.[0];
-    assert.equal(second["Last-Event-Id"], before === undefined ? undefined : String(before.sequence));
+    const resumedAfter = before === undefined ? undefined : String(before.sequence);
+    assert.equal(refused["Last-Event-Id"], resumedAfter);
+    assert.equal(second["Last-Event-Id"], resumedAfter);
+  } finally {
+    await proxy.close();
+  }
+});
+
+test("a token refused again right after its renewal ends the stream with the ApiError, without a third try", async () => {
+  const proxy = await streamProxy({ refuseTokens: 2 });
+  try {
+    const stream = userClient({ conversationsUrl: proxy.url }).streamEvents();
+    await assert.rejects(
+      (async () => {
+        for await (const _ of stream);
+      })(),
+      (err) => err instanceof ApiError && err.status === 401 && err.code === "invalid_token",
+    );
+    const { forwarded } = await proxy.report();
+    assert.deepEqual(forwarded.map((f) => f.tokenRefused), [true, true]);
+    assert.notEqual(forwarded[1].headers.Authorization, forwarded[0].headers.Authorization, "renewed once");
   } finally {
     await proxy.close();
   }

@@ -87,7 +87,8 @@ export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 /**
  * A proxy of deploy/clientstest's fault proxy in front of a real service
  * (see its faultproxy.go): spec is { upstream, method, pathPrefix, drop,
- * cutAfterEvents? }. Returns { url, report(), close() }.
+ * cutAfterEvents?, refuseTokens?, refuseFrom? }. Returns { url, report(),
+ * close() }.
  */
 export async function faultProxy(spec) {
   const control = env.faultProxyUrl;

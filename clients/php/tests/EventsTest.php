@@ -21,7 +21,8 @@ use Acme\Platform\Tests\Support\ServiceTestCase;
  * conversation created, given a message and closed is three events, in
  * order, through both; a stored position resumes the feed, and a stream
  * whose connection is cut (deploy/clientstest's fault proxy) resumes after
- * the last event it received, with nothing lost or repeated.
+ * the last event it received, with nothing lost or repeated; a token the
+ * service refuses at a reconnection is renewed once, not twice.
  */
 final class EventsTest extends ServiceTestCase
 {
@@ -156,8 +157,18 @@ final class EventsTest extends ServiceTestCase
     {
         $client = Env::userClient();
         $start = self::currentPosition($client);
-        // A proxy that cuts nothing (drop 0), to see the stream's requests.
-        $proxy = new DropFirstResponses(Env::get('CONVERSATIONS_URL'), 'GET', '/v1/events/stream', 0, 1);
+        // A proxy that cuts nothing (drop 0), to see the stream's requests;
+        // the service refuses the token of the first reconnection (401
+        // invalid_token, as it answers a token that expired): renewed once.
+        $proxy = new DropFirstResponses(
+            Env::get('CONVERSATIONS_URL'),
+            'GET',
+            '/v1/events/stream',
+            0,
+            1,
+            refuseTokens: 1,
+            refuseFrom: 1,
+        );
         try {
             $stream = Env::userClient(conversationsUrl: $proxy->url)->streamEvents(after: $start);
             $conv = $client->createConversation(subject: "a stream across its token's expiry");
@@ -189,13 +200,39 @@ final class EventsTest extends ServiceTestCase
                 [Event::CONVERSATION_CREATED, Event::MESSAGE_CREATED],
                 array_map(static fn (array $r) => $r[0]->type, $mine),
             );
-            [$first, $second] = array_column($proxy->forwarded(), 'headers');
-            $this->assertNotSame($first['Authorization'], $second['Authorization'], 'a fresh token');
+            // (A slow machine may see the third connection's token expire too.)
+            $forwarded = array_slice($proxy->forwarded(), 0, 3);
+            $this->assertSame([false, true, false], array_column($forwarded, 'tokenRefused'));
+            [$first, $refused, $second] = array_column($forwarded, 'headers');
+            $this->assertNotSame($first['Authorization'], $refused['Authorization'], 'a fresh token');
+            $this->assertNotSame($refused['Authorization'], $second['Authorization'], 'the refused one renewed');
             $before = array_values(array_filter($received, static fn (array $r) => $r[1] === 1));
-            $this->assertSame(
-                $before === [] ? null : (string) end($before)[0]->sequence,
-                $second['Last-Event-Id'] ?? null,
-            );
+            $resumedAfter = $before === [] ? null : (string) end($before)[0]->sequence;
+            $this->assertSame($resumedAfter, $refused['Last-Event-Id'] ?? null);
+            $this->assertSame($resumedAfter, $second['Last-Event-Id'] ?? null);
+        } finally {
+            $proxy->close();
+        }
+    }
+
+    public function testATokenRefusedAgainAfterItsRenewalThrowsWithoutAThirdTry(): void
+    {
+        $conversations = Env::get('CONVERSATIONS_URL');
+        $proxy = new DropFirstResponses($conversations, 'GET', '/v1/events/stream', 0, 1, refuseTokens: 2);
+        try {
+            $stream = Env::userClient(conversationsUrl: $proxy->url)->streamEvents();
+            try {
+                foreach ($stream as $_) {
+                    $this->fail('an event through refused tokens');
+                }
+                $this->fail('the stream ended without an error');
+            } catch (ApiError $e) {
+                $this->assertSame([401, ApiError::INVALID_TOKEN], [$e->status, $e->code()]);
+            }
+            $forwarded = $proxy->forwarded();
+            $this->assertSame([true, true], array_column($forwarded, 'tokenRefused'));
+            [$first, $second] = array_column($forwarded, 'headers');
+            $this->assertNotSame($first['Authorization'], $second['Authorization'], 'renewed once');
         } finally {
             $proxy->close();
         }

@@ -162,10 +162,20 @@ class DropFirstResponses:
     control endpoint (ACME_TEST_FAULT_PROXY_URL)."""
 
     def __init__(
-        self, upstream: str, method: str, path_prefix: str, drop: int, cut_after_events: int = 0
+        self,
+        upstream: str,
+        method: str,
+        path_prefix: str,
+        drop: int,
+        cut_after_events: int = 0,
+        refuse_tokens: int = 0,
+        refuse_from: int = 0,
     ) -> None:
         """With ``cut_after_events``, the matching answers are streamed and
-        the first ``drop`` of them cut after that many events instead."""
+        the first ``drop`` of them cut after that many events instead. With
+        ``refuse_tokens``, that many matching requests from the one numbered
+        ``refuse_from`` (0: the first) reach the service with their bearer
+        token broken: the service answers 401 ``invalid_token``."""
         self._control = env("FAULT_PROXY_URL")
         status, body = raw_post(
             self._control + "/proxies",
@@ -175,6 +185,8 @@ class DropFirstResponses:
                 "pathPrefix": path_prefix,
                 "drop": drop,
                 "cutAfterEvents": cut_after_events,
+                "refuseTokens": refuse_tokens,
+                "refuseFrom": refuse_from,
             },
         )
         if status != 201:
@@ -197,6 +209,11 @@ class DropFirstResponses:
     def forwarded(self) -> List[Tuple[str, str, Dict[str, str]]]:
         """Method, target and headers of every request passed on so far."""
         return [(f["method"], f["target"], f["headers"]) for f in self._report()["forwarded"]]
+
+    @property
+    def tokens_refused(self) -> List[bool]:
+        """For every request passed on so far, whether its token was broken."""
+        return [bool(f["tokenRefused"]) for f in self._report()["forwarded"]]
 
     def close(self) -> None:
         req = urllib.request.Request(self._control + "/proxies/" + self._id, method="DELETE")

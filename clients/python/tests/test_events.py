@@ -2,7 +2,8 @@
 conversation created, given a message and closed is three events, in order,
 through both; a stored position resumes the feed, and a stream whose
 connection is cut (deploy/clientstest's fault proxy) resumes after the last
-event it received, with nothing lost or repeated."""
+event it received, with nothing lost or repeated; a token the service
+refuses at a reconnection is renewed once, not twice."""
 
 from __future__ import annotations
 
@@ -183,13 +184,21 @@ class EventsTest(LoggedTestCase):
         self.assertEqual([e["id"] for e in received], from_feed)
 
     def test_the_stream_outlives_its_token(self) -> None:
-        """It reconnects with a fresh token and Last-Event-ID, and misses
-        nothing."""
+        """It reconnects with a fresh token and Last-Event-ID, renews a
+        token the service refuses, and misses nothing."""
         client = user_client()
         start = current_position(client)
-        # A proxy that cuts nothing (drop 0), to see the stream's requests.
+        # A proxy that cuts nothing (drop 0), to see the stream's requests;
+        # the service refuses the token of the first reconnection (401
+        # invalid_token, as it answers a token that expired).
         proxy = DropFirstResponses(
-            env("CONVERSATIONS_URL"), "GET", "/v1/events/stream", 0, cut_after_events=1
+            env("CONVERSATIONS_URL"),
+            "GET",
+            "/v1/events/stream",
+            0,
+            cut_after_events=1,
+            refuse_tokens=1,
+            refuse_from=1,
         )
         self.addCleanup(proxy.close)
         stream = user_client(conversations_url=proxy.url).stream_events(after=start)
@@ -221,11 +230,37 @@ class EventsTest(LoggedTestCase):
 
         mine = [e["type"] for e, _ in received if e["data"]["conversation"]["id"] == conv["id"]]
         self.assertEqual(mine, [EVENT_CONVERSATION_CREATED, EVENT_MESSAGE_CREATED])
-        first, second = [headers for _, _, headers in proxy.forwarded][:2]
+        # (A slow machine may see the third connection's token expire too.)
+        self.assertEqual(proxy.tokens_refused[:3], [False, True, False])
+        first, refused, second = [headers for _, _, headers in proxy.forwarded][:3]
         self.assertNotEqual(
-            second.get("Authorization"), first.get("Authorization"), "a fresh token"
+            refused.get("Authorization"), first.get("Authorization"), "a fresh token"
+        )
+        self.assertNotEqual(
+            second.get("Authorization"), refused.get("Authorization"), "the refused one renewed"
         )
         before = [e for e, connection in received if connection == 1]
-        self.assertEqual(
-            second.get("Last-Event-Id"), str(before[-1]["sequence"]) if before else None
+        resumed_after = str(before[-1]["sequence"]) if before else None
+        self.assertEqual(refused.get("Last-Event-Id"), resumed_after)
+        self.assertEqual(second.get("Last-Event-Id"), resumed_after)
+
+    def test_a_token_refused_again_after_its_renewal_raises(self) -> None:
+        """No third try: the stream raises the ApiError."""
+        proxy = DropFirstResponses(
+            env("CONVERSATIONS_URL"),
+            "GET",
+            "/v1/events/stream",
+            0,
+            cut_after_events=1,
+            refuse_tokens=2,
+        )
+        self.addCleanup(proxy.close)
+        stream = user_client(conversations_url=proxy.url).stream_events()
+        with self.assertRaises(ApiError) as caught:
+            next(iter(stream))
+        self.assertEqual((caught.exception.status, caught.exception.code), (401, "invalid_token"))
+        self.assertEqual(proxy.tokens_refused, [True, True])
+        first, second = [headers for _, _, headers in proxy.forwarded]
+        self.assertNotEqual(
+            second.get("Authorization"), first.get("Authorization"), "renewed once"
         )

@@ -22,10 +22,20 @@ final class DropFirstResponses
 
     /**
      * With $cutAfterEvents, the matching answers are streamed and the first
-     * $drop of them cut after that many events instead.
+     * $drop of them cut after that many events instead. With
+     * $refuseTokens, that many matching requests from the one numbered
+     * $refuseFrom (0: the first) reach the service with their bearer token
+     * broken: the service answers 401 invalid_token.
      */
-    public function __construct(string $upstream, string $method, string $prefix, int $drop, int $cutAfterEvents = 0)
-    {
+    public function __construct(
+        string $upstream,
+        string $method,
+        string $prefix,
+        int $drop,
+        int $cutAfterEvents = 0,
+        int $refuseTokens = 0,
+        int $refuseFrom = 0,
+    ) {
         $this->control = Env::get('FAULT_PROXY_URL');
         [$status, $body] = self::call('POST', $this->control . '/proxies', json_encode(
             [
@@ -34,6 +44,8 @@ final class DropFirstResponses
                 'pathPrefix' => $prefix,
                 'drop' => $drop,
                 'cutAfterEvents' => $cutAfterEvents,
+                'refuseTokens' => $refuseTokens,
+                'refuseFrom' => $refuseFrom,
             ],
             JSON_THROW_ON_ERROR,
         ));
@@ -53,7 +65,7 @@ final class DropFirstResponses
 
     /**
      * @return list<array{method: string, target: string, headers: array<string, string>, idempotencyKey: string,
-     *     dropped: bool}>
+     *     dropped: bool, tokenRefused: bool}>
      */
     public function forwarded(): array
     {

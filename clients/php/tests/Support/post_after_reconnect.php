@@ -1,8 +1,8 @@
 <?php
 
 // Waits until the fault proxy whose report is at $argv[1] has forwarded two
-// event streams (the first ended with its token, the second is the
-// reconnection), then posts the message $argv[3] to the conversation
+// event streams whose token it did not refuse (the first ended with its
+// token, the second is the reconnection), then posts the message $argv[3] to the conversation
 // $argv[2] as the suite's user. EventsTest runs it beside a blocking
 // stream, which cannot post while it waits.
 
@@ -15,7 +15,7 @@ use Acme\Platform\Tests\Support\Env;
 [, $reportUrl, $conversationId, $body] = $argv;
 while (true) {
     $report = json_decode((string) file_get_contents($reportUrl), true, 512, JSON_THROW_ON_ERROR);
-    if (count($report['forwarded']) >= 2) {
+    if (count(array_filter($report['forwarded'], static fn (array $f) => !$f['tokenRefused'])) >= 2) {
         break;
     }
     usleep(50_000);
