@@ -53,6 +53,11 @@ type Hub struct {
 	running bool
 	closed  bool
 	stop    chan struct{}
+	// reading bounds the catch-up reads in flight (catchUpReads): streams
+	// reconnecting at once must not crowd the requests out of the
+	// database.
+	readingOnce sync.Once
+	reading     chan struct{}
 	// wake is made once, by wakeChan: Wake may be called before any
 	// stream opens, from any goroutine.
 	wakeOnce sync.Once
@@ -83,6 +88,10 @@ const streamBuffer = 16
 // hubBatch is the most events one read of an account's log for the
 // streams at its head returns.
 const hubBatch = 1000
+
+// catchUpReads is the most reads of streams' backlogs a replica makes at
+// once.
+const catchUpReads = 2
 
 // catchUpPage is the most events one read of a stream's own backlog
 // returns.
@@ -255,7 +264,7 @@ func (h *Hub) catchUp(sub *Subscription) {
 		if h.Read != nil {
 			h.Read()
 		}
-		events, err := h.Store.ListEvents(ctx, EventRange{AccountID: sub.caller.AccountID, After: sub.pos, Limit: catchUpPage})
+		events, err := h.readBacklog(ctx, sub)
 		if err != nil {
 			if ctx.Err() != nil {
 				close(sub.events)
@@ -291,6 +300,19 @@ func (h *Hub) catchUp(sub *Subscription) {
 			return
 		}
 	}
+}
+
+// readBacklog reads the page of sub's backlog after its position, waiting
+// for one of the catchUpReads slots.
+func (h *Hub) readBacklog(ctx context.Context, sub *Subscription) ([]Event, error) {
+	h.readingOnce.Do(func() { h.reading = make(chan struct{}, catchUpReads) })
+	select {
+	case h.reading <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-h.reading }()
+	return h.Store.ListEvents(ctx, EventRange{AccountID: sub.caller.AccountID, After: sub.pos, Limit: catchUpPage})
 }
 
 // handOut sends chunk to a catching-up sub once the bounds have room for
