@@ -325,12 +325,20 @@ func startStackWithTTL(t *testing.T, browserOrigin string, ttl time.Duration) *s
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each request's database budget: the four suites share one embedded
+	// store, which runs one command at a time, beside the rest of make
+	// test; under that load a login's commands together took over the 3 s
+	// default, which no database a deployment runs would take. What a
+	// spent budget answers is TestFrozenDatabase's (deploy/e2e).
+	const dbTimeout = "30s"
 	accountEnv := []string{
 		"ACCOUNT_TOKEN_TTL=" + ttl.String(),
 		"ACCOUNT_CORS_ORIGINS=" + browserOrigin,
+		"ACCOUNT_MONGODB_TIMEOUT=" + dbTimeout,
 	}
 	convEnv := []string{
 		"CONVERSATIONS_CORS_ORIGINS=" + browserOrigin,
+		"CONVERSATIONS_MONGODB_TIMEOUT=" + dbTimeout,
 		// One replica: its own changes wake its relay and streams at once;
 		// the poll, which looks for other replicas' changes, would only
 		// load the shared embedded store.
