@@ -865,7 +865,11 @@ export interface components {
          * Format: uri
          * @description An absolute `https` URL (`http` only where the operator allows it),
          *     without credentials or fragment. Its addresses are checked on every
-         *     delivery, when dialling: only globally reachable ones are used.
+         *     delivery, when dialling: only globally reachable ones are used. A
+         *     host that is an address literal (IPv4, IPv6, IPv4-mapped) deliveries
+         *     would never be sent to, such as `127.0.0.1`, `[::1]` or `0.0.0.0`, is
+         *     a 400 `validation_failed` on `url` (unless the operator allowed its
+         *     range); a host name is judged when dialling.
          * @example https://crm.example.com/hooks/acme
          */
         WebhookUrl: string;
@@ -910,9 +914,15 @@ export interface components {
             eventId: string;
             eventType: string;
             attempts: number;
-            /** @enum {string} */
+            /**
+             * @description `succeeded` once an attempt got a 2xx whose body arrived whole
+             *     within the timeout; `failed` after the last retry (or a `410`).
+             *     A delivery that ended is kept 30 days after its last change
+             *     (configurable), then purged; a pending one is never purged.
+             * @enum {string}
+             */
             state: "pending" | "succeeded" | "failed";
-            /** @description The status of the last attempt's response; null when it got none. */
+            /** @description The status of the last attempt's response; null when it got none. A 2xx whose body stalled or broke off keeps its status, with `error` set and the attempt failed. */
             responseStatus: number | null;
             durationMs: number | null;
             /** @description Why the last attempt failed, e.g. an address that is not globally reachable, a redirect, a timeout. */
