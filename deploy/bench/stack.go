@@ -26,6 +26,7 @@ type stack struct {
 	accountDB, convDB     string
 	convBase              string // convDB of the first start; measures add a suffix
 	client                *mongo.Client
+	driverCmds            *commandCounter // the commands client has sent
 	account, conv         *svcproc.Process
 	accountURL, convURL   string
 	accountEnv, convEnv   []string
@@ -86,7 +87,8 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		s.uri = db.URI()
 		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
-	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, nil)
+	s.driverCmds = &commandCounter{}
+	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, s.driverCmds.monitor())
 	if err != nil {
 		return nil, err
 	}
