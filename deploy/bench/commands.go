@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,8 +11,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-
-	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
 // Commands per operation: what an operation costs the database, counted
@@ -128,11 +124,14 @@ func (s *stack) quietCount(ctx context.Context, sides ...side) (out []sample, er
 // restartConversations stops the conversations service and starts it
 // again on the same database, with extra added to its environment.
 func (s *stack) restartConversations(ctx context.Context, extra ...string) error {
-	if err := s.conv.Stop(stopTimeout); err != nil {
-		return fmt.Errorf("stop conversations: %w", err)
+	if s.conv != nil {
+		if err := s.conv.Stop(stopTimeout); err != nil {
+			return fmt.Errorf("stop conversations: %w", err)
+		}
+		s.conv = nil
 	}
 	var err error
-	s.conv, err = svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), append(slices.Clip(s.convEnv), extra...), s.convOps, readyTimeout)
+	s.conv, err = s.startConversations(ctx, extra...)
 	return err
 }
 
@@ -167,9 +166,9 @@ func (s *stack) drainEvents(ctx context.Context) error {
 // postSide is a side that posts for its run and then waits until the
 // relay has ordered the posts' events, so that a count of its commands
 // (on a quiet replica, which has ordered every event before: see
-// quietCount) holds the relay's share. In the
-// alternating rounds the relay orders both sides' events whenever it gets
-// to them, so the commands of a service side's run are not its posts'.
+// quietCount) holds the relay's share. In the alternating rounds the
+// relay orders both sides' events whenever it gets to them, so the
+// commands of a service side's run are not its posts'.
 func (s *stack) postSide(post func(context.Context, int) error) side {
 	return side{name: "posts, then the relay", run: func(ctx context.Context, d time.Duration) (int64, time.Duration, error) {
 		ops, elapsed, err := runWorkers(ctx, side{workers: s.o.workers, op: post}, d)

@@ -139,6 +139,7 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("messages posting: %w", err)
 	}
+	peak := s.conv.PeakRSS() // before quietCount starts another process
 	counted, err := s.quietCount(ctx, side{name: "GET …/messages", workers: o.workers, op: list}, s.postSide(post))
 	if err != nil {
 		return nil, fmt.Errorf("messages: %w", err)
@@ -153,7 +154,7 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 	return []row{
 		{
 			measure: fmt.Sprintf("Messages: POST /v1/conversations/{id}/messages vs the same writes through the driver (its event recorded with the message; the relay orders it meanwhile), %d concurrent", o.workers),
-			subject: fmt.Sprintf("%s posts; peak RSS of the conversations process %.0f MiB", perSecond(postSamples[0]), s.conv.PeakRSS()),
+			subject: fmt.Sprintf("%s posts; peak RSS of the conversations process %.0f MiB", perSecond(postSamples[0]), peak),
 			against: perSecond(postSamples[1]) + " (find the conversation, insert the message with its pending event, compare-and-set the conversation)",
 			ratio:   vsWrites, unit: "× driver", id: "messages",
 			cmds:   fmt.Sprintf("%.2f / %s", perPost, cmdsOf(postSamples[1])),

@@ -153,8 +153,10 @@ func (s *stack) startAccount(ctx context.Context) (*svcproc.Process, error) {
 	return svcproc.Start(ctx, filepath.Join(s.bin, "account"), s.accountEnv, s.accountOps, readyTimeout)
 }
 
-func (s *stack) startConversations(ctx context.Context) (*svcproc.Process, error) {
-	return svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), s.convEnv, s.convOps, readyTimeout)
+// startConversations starts the conversations service, with extra added
+// to its environment.
+func (s *stack) startConversations(ctx context.Context, extra ...string) (*svcproc.Process, error) {
+	return svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), append(slices.Clip(s.convEnv), extra...), s.convOps, readyTimeout)
 }
 
 // provision creates the bench account and one user per login worker with
