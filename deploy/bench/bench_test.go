@@ -56,7 +56,21 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 			t.Errorf("row %q has no command: %s", want, line)
 		}
 	}
-	for _, want := range []string{"- Machine: ", "- Store: ", "- Each ratio: 1 rounds"} {
+	// Commands per operation beside every row of a database: the judged
+	// rows with the service's count and the driver's where it has one.
+	for want, cmds := range map[string]string{
+		"Messages: POST /v1/conversations/{id}/messages vs the same writes": `\| [0-9]+\.[0-9]{2} / 3\.00 \| ≤ 6\.0 cmds/op`,
+		"Webhooks: deliveries to a local receiver":                          `\| [0-9]+\.[0-9]{2} / – \| ≤ 2\.00 cmds/op`,
+		"Messages: GET /v1/conversations/{id}/messages vs driver find":      `\| [0-9]+\.[0-9]{2} / 2\.00 \|`,
+		"Listing: GET /v1/conversations vs driver find":                     `\| [0-9]+\.[0-9]{2} / 1\.00 \|`,
+		"Users: GET /users (100 per page) vs driver find":                   `\| [0-9]+\.[0-9]{2} / [0-9]+\.[0-9]{2} \|`,
+		"vs bare argon2id": `\| [0-9]+\.[0-9]{2} / – \|`,
+	} {
+		if line := lineWith(out, want); !regexp.MustCompile(cmds).MatchString(line) {
+			t.Errorf("row %q has no commands per operation %s: %s", want, cmds, line)
+		}
+	}
+	for _, want := range []string{"- Machine: ", "- Store: ", "- Each ratio: 1 rounds", "| cmds/op (ours / reference) |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in the header:\n%s", want, out)
 		}
@@ -72,6 +86,9 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 	}
 	if !strings.Contains(w, lineWith(out, "Start-up: account")) {
 		t.Errorf("document lacks the table:\n%s", w)
+	}
+	if !strings.Contains(w, "### Commands per operation") || !strings.Contains(w, "**4/4 = 1.00** a delivery") {
+		t.Errorf("document lacks the cost model:\n%s", w)
 	}
 }
 

@@ -75,7 +75,7 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 		return err
 	}
 	sides := []side{
-		{name: "POST /oauth2/token", run: load.run, cpu: s.account.CPUTime},
+		{name: "POST /oauth2/token", run: load.run, cpu: s.account.CPUTime, commands: s.accountCommands},
 		{name: "secret hash + 1 signature", workers: o.workers, op: floor, cpu: selfCPU},
 	}
 	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
@@ -99,12 +99,13 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 			subject: fmt.Sprintf("%s tokens/s; peak RSS of the account process %.0f MiB", perSecond(tokens), s.account.PeakRSS()),
 			against: perSecond(floors) + " floors/s (SHA-256 of the secret against the stored hash + `Issuer.MintClient`, " + o.signingAlg + ")",
 			ratio:   vsFloor, unit: "× floor", target: "≥ 0.80", hasGoal: true, met: vsFloor.median >= 0.80, id: "client-credentials",
+			cmds: cmdsCell(tokens, floors),
 		},
 		{
 			measure: title + ", CPU per token of the account process vs per floor",
 			subject: cpu(tokens) + " (the store's and the load generator's CPU not counted)",
 			against: cpu(floors),
-			ratio:   perCPU, unit: "× floor", id: "client-credentials",
+			ratio:   perCPU, unit: "× floor", id: "client-credentials", cmds: cmdsCell(tokens, floors),
 		},
 	}, nil
 }

@@ -126,17 +126,22 @@ func eventsRows(ctx context.Context, s *stack) ([]row, error) {
 	}
 	feedSamples, err := alternate(ctx, o.rounds, o.serviceRun,
 		side{name: "GET /v1/events", workers: o.workers, op: feed},
-		side{name: "driver find", workers: o.workers, op: driverFind})
+		side{name: "driver find", workers: o.workers, op: driverFind, commands: s.driverCmds.read})
 	if err != nil {
 		return nil, fmt.Errorf("events feed: %w", err)
 	}
 	vsFind := ratios(feedSamples[0], feedSamples[1], throughputRatio)
 	perSecond := func(s []sample) string { return thousands(medianOf(s, sample.perSecond)) + "/s" }
+	counted, err := s.quietCount(ctx, side{name: "GET /v1/events", workers: o.workers, op: feed})
+	if err != nil {
+		return nil, err
+	}
 	rows := []row{{
 		measure: fmt.Sprintf("Events: GET /v1/events, a page of 100, vs driver find of the same 100, %d concurrent", o.workers),
 		subject: perSecond(feedSamples[0]) + " pages",
 		against: perSecond(feedSamples[1]) + " (the same filter, sort, limit and hint)",
 		ratio:   vsFind, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsFind.median >= 0.90, id: "events",
+		cmds: cmdsCell(counted, feedSamples[1]),
 	}}
 
 	// Idle streams: another account's events would be idle too; these

@@ -88,7 +88,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 
 	sides := []side{
 		{name: "GET /v1/conversations", workers: o.workers, op: list(s.convURL + "/v1/conversations")},
-		{name: "driver find", workers: o.workers, op: driverFind},
+		{name: "driver find", workers: o.workers, op: driverFind, commands: s.driverCmds.read},
 		{name: fmt.Sprintf("GET page %d", o.depth), workers: o.workers, op: list(deepURL)},
 	}
 	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
@@ -99,6 +99,13 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil, err
 	}
 	api, driver, deep := samples[0], samples[1], samples[2]
+	peak := s.conv.PeakRSS() // before quietCount starts another process
+	counted, err := s.quietCount(ctx, sides[0], sides[2])
+	if err != nil {
+		return nil, err
+	}
+	// The CPU row's page is the same query as the first page here.
+	cpuRow.cmds = cmdsOf(counted[:1]) + " / " + cpuRow.cmds
 	depthNote := "The store reports no execution statistics (explain), so what each page reads is not shown."
 	k1, d1, ok1 := examined(ctx, coll, filter)
 	kN, dN, okN := examined(ctx, coll, keysetFilter(filter, deepStart))
@@ -113,14 +120,16 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 	return []row{
 		{
 			measure: fmt.Sprintf("Listing: GET /v1/conversations vs driver find, 10 of %d, %d concurrent", o.conversations, o.workers),
-			subject: fmt.Sprintf("%s pages; peak RSS of the conversations process %.0f MiB", perSecond(api), s.conv.PeakRSS()),
+			subject: fmt.Sprintf("%s pages; peak RSS of the conversations process %.0f MiB", perSecond(api), peak),
 			against: perSecond(driver) + " finds (same filter, sort, limit 11, hint)",
 			ratio:   vsDriver, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsDriver.median >= 0.90, id: "listing",
+			cmds: cmdsCell(counted[:1], driver),
 		},
 		{
 			measure: fmt.Sprintf("Listing: cost of page %d vs page 1 (keyset paging)", o.depth),
 			subject: fmt.Sprintf("%s pages at page %d", perSecond(deep), o.depth), against: perSecond(api) + " pages at page 1",
 			ratio: depth, unit: "× page 1", target: "≤ 1.10", hasGoal: true, met: depth.median <= 1.10, id: "listing",
+			cmds:  cmdsCell(counted[1:], counted[:1]),
 			notes: depthNote,
 		},
 		cpuRow,
@@ -140,7 +149,7 @@ func (s *stack) listingCPURow(ctx context.Context, client *http.Client, bearer s
 	}
 	samples, err := alternate(ctx, s.o.rounds, s.o.serviceRun,
 		side{name: "GET /v1/conversations", workers: s.o.workers, op: list, cpu: s.conv.CPUTime},
-		side{name: "driver find", workers: s.o.workers, op: driverFind, cpu: selfCPU})
+		side{name: "driver find", workers: s.o.workers, op: driverFind, cpu: selfCPU, commands: s.driverCmds.read})
 	if err != nil {
 		return row{}, fmt.Errorf("listing CPU: %w", err)
 	}
@@ -153,6 +162,7 @@ func (s *stack) listingCPURow(ctx context.Context, client *http.Client, bearer s
 		subject: fmt.Sprintf("%s (%s pages/s; the store's and the load generator's CPU not counted)", cpu(api), thousands(medianOf(api, sample.perSecond))),
 		against: cpu(driver) + " of the harness (the client side of the same find: encode, decode into structs)",
 		ratio:   ratios(api, driver, cpuEfficiencyRatio), unit: "× driver", id: "listing",
+		cmds: cmdsOf(driver), // listingRows puts the service's count before it
 	}, nil
 }
 

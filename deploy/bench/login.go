@@ -73,7 +73,7 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 		return nil
 	}
 	sides := []side{
-		{name: "POST /login", workers: o.workers, op: login, cpu: s.account.CPUTime},
+		{name: "POST /login", workers: o.workers, op: login, cpu: s.account.CPUTime, commands: s.accountCommands},
 		{name: "argon2id", workers: o.workers, op: func(_ context.Context, w int) error { return bare[w]() }, cpu: selfCPU},
 		{name: "argon2id + 3 signatures", workers: o.workers, op: floor},
 	}
@@ -101,18 +101,19 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 			subject: fmt.Sprintf("%s; peak RSS of the account process %.0f MiB", rate(logins, "logins"), s.account.PeakRSS()),
 			against: rate(hashes, "verifications") + " (" + params + ")",
 			ratio:   vsHash, unit: "× bare", target: "≥ 0.90", hasGoal: true, met: vsHash.median >= 0.90, id: "login",
+			cmds: cmdsCell(logins, hashes),
 		},
 		{
 			measure: title + ", vs argon2id + the 3 token signatures",
 			subject: rate(logins, "logins"),
 			against: rate(floors, "floors") + " (argon2id + 3 × " + o.signingAlg + " sign, the least any login under the contract does)",
-			ratio:   vsFloor, unit: "× floor", id: "login",
+			ratio:   vsFloor, unit: "× floor", id: "login", cmds: cmdsCell(logins, floors),
 		},
 		{
 			measure: title + ", CPU per login of the account process vs per bare argon2id",
 			subject: cpu(logins) + " (the store's and the load generator's CPU not counted)",
 			against: cpu(hashes),
-			ratio:   perCPU, unit: "× bare", id: "login",
+			ratio:   perCPU, unit: "× bare", id: "login", cmds: cmdsCell(logins, hashes),
 		},
 	}, nil
 }

@@ -21,7 +21,9 @@
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives
-// the median and the range over the rounds. Services run as the real
+// the median and the range over the rounds, and beside every row the
+// database commands per operation of each side (commands.go), by which
+// the message post and the webhook deliveries are judged. Services run as the real
 // binaries (built into a temporary folder) on loopback, against MONGODB_URI
 // when set, else the embedded store of "make run". Runs are bounded in time
 // and stop by themselves.

@@ -23,6 +23,11 @@ type side struct {
 	// that does the side's work (a service, or this process), so that a
 	// sample also gives the CPU cost of one operation.
 	cpu func() (time.Duration, error)
+	// commands, when set, reads the database commands the side has sent
+	// so far (a service's mongodb_commands_total, or the bench's own
+	// client's for a driver side), so that a sample also gives the
+	// commands of one operation.
+	commands func() (float64, error)
 	// run, when set instead of op and workers, is an outside load
 	// generator: it sends operations for d and returns how many completed
 	// and over how long.
@@ -35,6 +40,18 @@ type sample struct {
 	elapsed time.Duration
 	mallocs uint64        // heap allocations of this process during the run
 	cpu     time.Duration // CPU time of the side's process during the run, when measured
+	// commands sent to the database during the run, when counted
+	// (counted tells): see side.commands.
+	commands float64
+	counted  bool
+}
+
+// commandsPerOp is the database commands of one operation.
+func (s sample) commandsPerOp() float64 {
+	if s.ops == 0 {
+		return 0
+	}
+	return s.commands / float64(s.ops)
 }
 
 // cpuPerOp is the CPU time one operation cost its process.
@@ -89,6 +106,13 @@ func runOnce(ctx context.Context, s side, d time.Duration) (sample, error) {
 			return sample{}, err
 		}
 	}
+	var cmdsBefore float64
+	if s.commands != nil {
+		var err error
+		if cmdsBefore, err = s.commands(); err != nil {
+			return sample{}, err
+		}
+	}
 	var got sample
 	var err error
 	if s.run != nil {
@@ -107,6 +131,13 @@ func runOnce(ctx context.Context, s side, d time.Duration) (sample, error) {
 			return sample{}, err
 		}
 		got.cpu = cpuAfter - cpuBefore
+	}
+	if s.commands != nil {
+		cmdsAfter, err := s.commands()
+		if err != nil {
+			return sample{}, err
+		}
+		got.commands, got.counted = max(cmdsAfter-cmdsBefore, 0), true
 	}
 	return got, nil
 }
@@ -210,7 +241,8 @@ func ratios(a, b []sample, f func(a, b sample) float64) spread {
 
 // add is s and t as one run.
 func (s sample) add(t sample) sample {
-	return sample{ops: s.ops + t.ops, elapsed: s.elapsed + t.elapsed, mallocs: s.mallocs + t.mallocs, cpu: s.cpu + t.cpu}
+	return sample{ops: s.ops + t.ops, elapsed: s.elapsed + t.elapsed, mallocs: s.mallocs + t.mallocs, cpu: s.cpu + t.cpu,
+		commands: s.commands + t.commands, counted: s.counted || t.counted}
 }
 
 // cpuEfficiencyRatio is how many operations a does per CPU-second of its

@@ -23,6 +23,9 @@ type row struct {
 	notes    string
 	id       string // the -only name that reproduces the row
 	failures string // why the row could not be measured
+	// cmds is the database commands per operation of the measured side
+	// and of the reference side (cmdsCell); empty for rows of no database.
+	cmds string
 }
 
 func (r row) ratioCell() string {
@@ -60,11 +63,11 @@ func command(id string) string { return "`go run ./deploy/bench -only " + id + "
 
 // writeTable renders rows as a Markdown table (it reads fine as text too).
 func writeTable(w io.Writer, rows []row) {
-	fmt.Fprintln(w, "| Measure | Measured side | Reference side | Ratio (median) | Spread (min–max) | Target | Met | Reproduce |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| Measure | Measured side | Reference side | Ratio (median) | Spread (min–max) | cmds/op (ours / reference) | Target | Met | Reproduce |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.measure, r.subject, r.against, r.ratioCell(), r.spreadCell(), orDash(r.target), r.metCell(), command(r.id))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.measure, r.subject, r.against, r.ratioCell(), r.spreadCell(), orDash(r.cmds), orDash(r.target), r.metCell(), command(r.id))
 	}
 	var notes []string
 	for _, r := range rows {
@@ -98,6 +101,7 @@ type machine struct {
 	commit  string
 	command string
 	method  string
+	costs   string // how commands per operation are counted and judged (costModel)
 }
 
 func describeMachine(store, commit, cmd string) machine {
@@ -156,6 +160,9 @@ func writeDoc(path string, m machine, rows []row) error {
 	m.write(&b)
 	b.WriteString("\n")
 	writeTable(&b, rows)
+	if m.costs != "" {
+		b.WriteString("\n" + m.costs)
+	}
 	b.WriteString(endMarker + "\n")
 
 	old := readFile(path)

@@ -182,6 +182,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	m := describeMachine(store, gitCommit(), strings.TrimSpace(cmdline))
 	m.method = fmt.Sprintf("%d rounds alternating the sides, %s (token measures) or %s (HTTP measures) per side per round, %d workers on each side",
 		o.rounds, o.cpuRun, o.serviceRun, o.workers)
+	m.costs = costModel(o.workers)
 	fmt.Fprintln(stdout)
 	m.write(stdout)
 	fmt.Fprintln(stdout)

@@ -26,6 +26,7 @@ type stack struct {
 	accountDB, convDB     string
 	convBase              string // convDB of the first start; measures add a suffix
 	client                *mongo.Client
+	driverCmds            *commandCounter // the commands client has sent
 	account, conv         *svcproc.Process
 	accountURL, convURL   string
 	accountEnv, convEnv   []string
@@ -86,7 +87,8 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		s.uri = db.URI()
 		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
-	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, nil)
+	s.driverCmds = &commandCounter{}
+	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, s.driverCmds.monitor())
 	if err != nil {
 		return nil, err
 	}
@@ -151,8 +153,10 @@ func (s *stack) startAccount(ctx context.Context) (*svcproc.Process, error) {
 	return svcproc.Start(ctx, filepath.Join(s.bin, "account"), s.accountEnv, s.accountOps, readyTimeout)
 }
 
-func (s *stack) startConversations(ctx context.Context) (*svcproc.Process, error) {
-	return svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), s.convEnv, s.convOps, readyTimeout)
+// startConversations starts the conversations service, with extra added
+// to its environment.
+func (s *stack) startConversations(ctx context.Context, extra ...string) (*svcproc.Process, error) {
+	return svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), append(slices.Clip(s.convEnv), extra...), s.convOps, readyTimeout)
 }
 
 // provision creates the bench account and one user per login worker with

@@ -121,10 +121,10 @@ func usersRows(ctx context.Context, s *stack) ([]row, error) {
 	}
 
 	sides := []side{
-		{name: "POST /users", workers: o.workers, op: create},
-		{name: "argon2id + insert", workers: o.workers, op: floor},
-		{name: "GET /users?limit=100", workers: o.workers, op: list},
-		{name: "driver find", workers: o.workers, op: driverFind},
+		{name: "POST /users", workers: o.workers, op: create, commands: s.accountCommands},
+		{name: "argon2id + insert", workers: o.workers, op: floor, commands: s.driverCmds.read},
+		{name: "GET /users?limit=100", workers: o.workers, op: list, commands: s.accountCommands},
+		{name: "driver find", workers: o.workers, op: driverFind, commands: s.driverCmds.read},
 	}
 	samples, err := alternate(ctx, o.rounds, o.serviceRun, sides...)
 	if err != nil {
@@ -140,12 +140,14 @@ func usersRows(ctx context.Context, s *stack) ([]row, error) {
 			subject: perSecond(creates) + " users created (a service client with users:write)",
 			against: perSecond(floors) + " floors (argon2id with the stored parameters + `InsertOne` of the same document)",
 			ratio:   vsFloor, unit: "× floor", target: "≥ 0.85", hasGoal: true, met: vsFloor.median >= 0.85, id: "users",
+			cmds: cmdsCell(creates, floors),
 		},
 		{
 			measure: fmt.Sprintf("Users: GET /users (%d per page) vs driver find, %d concurrent", usersPage, o.workers),
 			subject: perSecond(lists) + " pages",
 			against: perSecond(finds) + fmt.Sprintf(" finds (same filter, sort, limit %d, hint)", usersPage+1),
 			ratio:   vsDriver, unit: "× driver", target: "≥ 0.90", hasGoal: true, met: vsDriver.median >= 0.90, id: "users",
+			cmds: cmdsCell(lists, finds),
 		},
 	}, nil
 }

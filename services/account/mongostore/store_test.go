@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/acme/platform/pkg/testkit/indexcheck"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/account/mongostore"
@@ -14,7 +15,7 @@ func TestMain(m *testing.M) { mongotest.Main(m) }
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) account.Store {
-		s := mongostore.New(mongotest.New(t))
+		s := mongostore.New(indexcheck.New(t))
 		if err := s.EnsureIndexes(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/acme/platform/pkg/testkit/mongotest"
+	"github.com/acme/platform/pkg/testkit/indexcheck"
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/account/mongostore"
 )
@@ -18,7 +18,7 @@ import (
 // failures.
 func TestThrottleCountersOfThePreviousVersion(t *testing.T) {
 	ctx := context.Background()
-	db := mongotest.New(t)
+	db := indexcheck.New(t)
 	s := mongostore.New(db)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/acme/platform/pkg/testkit/indexcheck"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/mongostore"
@@ -21,7 +22,7 @@ import (
 func TestMain(m *testing.M) { mongotest.Main(m) }
 
 func newStore(t *testing.T) *mongostore.Store {
-	s := mongostore.New(mongotest.New(t))
+	s := mongostore.New(indexcheck.New(t))
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
 // existed have none; the first change gives them one.
 func TestDocumentWithoutVersionCanChange(t *testing.T) {
 	ctx := context.Background()
-	db := mongotest.New(t)
+	db := indexcheck.New(t)
 	store := mongostore.New(db)
 	if err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
