@@ -12,8 +12,13 @@ import (
 
 // Relay copies the pending events that changes recorded on their
 // documents into each account's log, where they get their sequence
-// (contract 11.1), then clears them from the documents. Every replica runs
-// one; they need no lease, because each step is safe to repeat and to race:
+// (contract 11.1), then clears them from the documents. With Partitions,
+// a replica's relay orders only the accounts of the partitions it leases,
+// so that one relay at a time orders an account and the work per event
+// does not grow with the replicas; each step is still safe to repeat and
+// to race, so the order survives two relays that overlap (a holder paused
+// past its lease that its fence did not stop, replicas configured with
+// different partition counts):
 //
 //  1. FindPending reads documents carrying pending events, oldest first,
 //     whose pending events all began before the round's horizon (see
@@ -44,6 +49,10 @@ type Relay struct {
 	// Copied, when set, is told of the events a round appended (the
 	// stream hub wakes at once on it).
 	Copied func(n int)
+	// Partitions, when set, limits the relay to the partitions this
+	// replica leases, each round fenced by their leases; nil: every
+	// account (one relay, or tests).
+	Partitions *RelayPartitions
 }
 
 // relayMaxBackoff is the longest wait between rounds after failures.
@@ -57,12 +66,16 @@ const relayBatch = 100
 const maxSequenceAttempts = 1000
 
 // Run relays every interval, and at once when wake receives, until ctx
-// ends.
+// ends. A round that copied something is followed by another at once:
+// changes made on other replicas wake only the poll, and under load they
+// keep coming.
 func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
 	wait := interval
 	for {
-		_, err := r.RelayOnce(ctx)
+		n, err := r.RelayOnce(ctx)
 		switch {
+		case err == nil && n > 0:
+			wait = 0
 		case err == nil:
 			wait = interval
 		case ctx.Err() != nil:
@@ -72,7 +85,7 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 			// less often (up to relayMaxBackoff), so that a recovering
 			// database is not queried several times a second, while the
 			// requests that need it connect first.
-			wait = min(2*wait, relayMaxBackoff)
+			wait = min(max(2*wait, interval), relayMaxBackoff)
 			if r.Logger != nil {
 				r.Logger.Warn("relay events", "error", err.Error(), "retry_in", wait.String())
 			}
@@ -89,9 +102,28 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 	}
 }
 
-// RelayOnce copies every event pending now and returns how many it
-// appended (events another relay copied first are not counted).
+// RelayOnce copies every event pending now (of the partitions held, with
+// Partitions) and returns how many it appended (events another relay
+// copied first are not counted).
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	var slots []int
+	if r.Partitions != nil {
+		r.Partitions.round.Lock()
+		defer r.Partitions.round.Unlock()
+		var deadline time.Time
+		var held bool
+		if slots, deadline, held = r.Partitions.slots(); !held {
+			if r.Lag != nil {
+				r.Lag(0) // nothing of this replica's waits
+			}
+			return 0, nil
+		}
+		// The fence: no command of this round is sent, nor runs on the
+		// server, past the lease (see RelayPartitions).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	copied := 0
 	defer func() {
 		if copied > 0 && r.Copied != nil {
@@ -105,7 +137,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	first := true
 	before := horizon(time.Now())
 	for {
-		batch, err := r.Store.FindPending(ctx, before, relayBatch)
+		batch, err := r.Store.FindPending(ctx, slots, before, relayBatch)
 		if err != nil {
 			return copied, err
 		}

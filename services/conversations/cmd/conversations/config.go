@@ -43,6 +43,8 @@ type config struct {
 	EventsPurgeInterval    time.Duration `envconfig:"EVENTS_PURGE_INTERVAL" default:"1h" desc:"how often one replica (holding a lease in MongoDB) purges events older than the retention"`
 	EventsKeepAlive        time.Duration `envconfig:"EVENTS_KEEPALIVE" default:"15s" desc:"longest silence of an event stream: a comment line is sent when nothing else was"`
 	EventsMaxStreams       int           `envconfig:"EVENTS_MAX_STREAMS_PER_CALLER" default:"10" desc:"open event streams one caller may have on a replica; beyond it 429"`
+	RelayPartitions        int           `envconfig:"RELAY_PARTITIONS" default:"16" desc:"partitions the accounts fall into for ordering their events (1 to 128, the same on every replica); each is leased to one replica at a time, which orders its accounts' events"`
+	RelayLease             time.Duration `envconfig:"RELAY_LEASE" default:"5s" desc:"how long a replica's lease of a relay partition holds without renewal (renewed every third of it): a replica that dies or stalls has its partitions taken over after it"`
 
 	WebhookSecretKey       string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
 	WebhookAllowedCIDRs    []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`
@@ -109,6 +111,9 @@ func (c config) validate() error {
 	}
 	if c.EventsPollInterval <= 0 || c.EventsRetention <= 0 || c.EventsPurgeInterval <= 0 || c.EventsKeepAlive <= 0 || c.EventsKeepAlive > 15*time.Second {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_POLL_INTERVAL, _RETENTION and _PURGE_INTERVAL must be positive, CONVERSATIONS_EVENTS_KEEPALIVE from above 0 to 15s")
+	}
+	if c.RelayPartitions < 1 || c.RelayPartitions > conversations.PendingSlots || c.RelayLease < 300*time.Millisecond {
+		return fmt.Errorf("configuration: CONVERSATIONS_RELAY_PARTITIONS must be 1 to %d, CONVERSATIONS_RELAY_LEASE at least 300ms", conversations.PendingSlots)
 	}
 	if c.EventsMaxStreams < 1 {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")

@@ -142,20 +142,31 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		<-ctx.Done()
 		hub.Close()
 	})
+	holder := newHolderID()
 	wakeRelay := make(chan struct{}, 1)
-	recorded := func(n int) {
-		events.recorded.Add(float64(n))
+	wake := func() {
 		select {
 		case wakeRelay <- struct{}{}:
 		default:
 		}
 	}
+	// One relay at a time orders an account: the one of the replica
+	// leasing its partition.
+	partitions := &conversations.RelayPartitions{
+		Store: store, Holder: holder, Count: cfg.RelayPartitions, Lease: cfg.RelayLease, Logger: logger,
+		Gained: wake,
+	}
+	recorded := func(accountID string, n int) {
+		events.recorded.Add(float64(n))
+		if partitions.Holds(accountID) {
+			wake()
+		}
+	}
 	relay := &conversations.Relay{
-		Store: store, Logger: logger,
+		Store: store, Logger: logger, Partitions: partitions,
 		Lag:    func(d time.Duration) { events.lag.Set(d.Seconds()) },
 		Copied: func(int) { hub.Wake() },
 	}
-	holder := newHolderID()
 	purgeEvents := func(ctx context.Context, now time.Time) (int64, error) {
 		// One replica at a time; one that stalls past the lease loses it
 		// to the next that asks, and a purge repeated is harmless.
@@ -192,6 +203,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			}
 			// The relay and the purge query by the indexes just made.
 			startEvents.Do(func() {
+				background.Go(func() { partitions.Run(ctx) })
 				background.Go(func() { relay.Run(ctx, cfg.EventsPollInterval, wakeRelay) })
 				background.Go(func() {
 					servicecmd.PurgeEvery(ctx, logger, cfg.EventsPurgeInterval, "events", purgeEvents)
