@@ -10,23 +10,12 @@ import (
 	"time"
 )
 
-// RelayPartitions decides which accounts this replica's Relay orders, so
-// that one relay at a time orders each account, whatever the number of
-// replicas. The accounts' slots (PendingSlot) fall into Count partitions
-// (slot modulo Count); each partition is a lease in the store, held by
-// one replica and renewed every Lease/3. Each replica announces itself
-// with a heartbeat that expires after Lease, takes free or expired
-// partitions while it holds fewer than its share, ceil(Count / live
-// replicas), and releases what it holds beyond its share while another
-// replica is below it.
-//
-// The fence: the Relay runs each round under a deadline of the partitions'
-// Lease - Lease/4 after the renewal (or take) that won was sent, so a
-// replica paused past its lease sends no command once it resumes (the
-// driver sends none past a context's deadline, and bounds each one's
-// server time by maxTimeMS from what is left). The order holds even if
-// two relays ever overlap: numbers are still taken as the newest + 1 under
-// the unique {account_id, sequence} index (see Relay).
+// RelayPartitions leases this replica its share of the relay's
+// partitions (groups of account slots), so that one relay at a time
+// orders each account whatever the number of replicas. Each command of
+// the Relay for an account runs under its partition's fence, a deadline
+// before the lease ends, and the order survives relays that overlap; see
+// docs/decisions.md ("One relay at a time per account").
 type RelayPartitions struct {
 	Store PartitionStore
 	// Holder names this replica in the leases: unique per process.
@@ -44,9 +33,9 @@ type RelayPartitions struct {
 
 	mu   sync.Mutex
 	held map[int]time.Time // partition → fence deadline
-	// round is held by a relay round, so that a partition is released
-	// only once no round of this replica orders it.
-	round sync.Mutex
+	// inflight is read-locked by each fenced command of the relay, so
+	// that a partition is released only once no command for it runs.
+	inflight sync.RWMutex
 }
 
 // PartitionLease is one partition's lease as stored.
@@ -108,27 +97,53 @@ func (rp *RelayPartitions) Held() []int {
 	return slices.Sorted(maps.Keys(rp.held))
 }
 
-// slots returns the slots of the partitions held, and the earliest of
-// their fence deadlines; false when none is held.
-func (rp *RelayPartitions) slots() ([]int, time.Time, bool) {
+// slots returns the slots of the partitions held whose fence has not
+// passed; false when there are none.
+func (rp *RelayPartitions) slots() ([]int, bool) {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	var slots []int
-	var deadline time.Time
 	now := time.Now()
 	for p, d := range rp.held {
 		if !now.Before(d) {
 			continue // not renewed in time: ordered again once it is
-		}
-		if deadline.IsZero() || d.Before(deadline) {
-			deadline = d
 		}
 		for s := p; s < PendingSlots; s += rp.Count {
 			slots = append(slots, s)
 		}
 	}
 	slices.Sort(slots)
-	return slots, deadline, len(slots) > 0
+	return slots, len(slots) > 0
+}
+
+// fenced returns ctx bounded by the fence of the account's partition
+// ("": the earliest fence of the partitions held), and done, to call once
+// the command sent under it has returned; false when the partition is no
+// longer held, or its fence has passed.
+func (rp *RelayPartitions) fenced(ctx context.Context, accountID string) (context.Context, func(), bool) {
+	rp.inflight.RLock()
+	rp.mu.Lock()
+	var deadline time.Time
+	now := time.Now()
+	if accountID != "" {
+		deadline = rp.held[rp.Partition(accountID)]
+	} else {
+		for _, d := range rp.held {
+			if now.Before(d) && (deadline.IsZero() || d.Before(deadline)) {
+				deadline = d
+			}
+		}
+	}
+	rp.mu.Unlock()
+	if !now.Before(deadline) {
+		rp.inflight.RUnlock()
+		return nil, nil, false
+	}
+	c, cancel := context.WithDeadline(ctx, deadline)
+	return c, func() {
+		cancel()
+		rp.inflight.RUnlock()
+	}, true
 }
 
 // fence is the deadline of a lease won by a command sent at sent: a
@@ -141,7 +156,7 @@ func (rp *RelayPartitions) fence(sent time.Time) time.Time {
 // Run keeps this replica's share of the partitions until ctx ends, then
 // releases them, so that the other replicas take them over at once.
 func (rp *RelayPartitions) Run(ctx context.Context) {
-	every := rp.Lease / 3
+	every := rp.Lease / 5
 	for {
 		if err := rp.Tick(ctx); err != nil && ctx.Err() == nil && rp.Logger != nil {
 			rp.Logger.Warn("relay partitions", "error", err.Error())
@@ -240,16 +255,16 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	return nil
 }
 
-// release stops ordering ps, waits for a round that orders them to end,
-// and frees them.
+// release stops ordering ps, waits for a command of the relay in flight
+// to return, and frees them.
 func (rp *RelayPartitions) release(ctx context.Context, ps []int) error {
 	rp.mu.Lock()
 	for _, p := range ps {
 		delete(rp.held, p)
 	}
 	rp.mu.Unlock()
-	rp.round.Lock() // after the round in flight, if any
-	defer rp.round.Unlock()
+	rp.inflight.Lock() // after the command in flight, if any
+	defer rp.inflight.Unlock()
 	for _, p := range ps {
 		if err := rp.Store.ReleasePartition(ctx, rp.Count, p, rp.Holder); err != nil {
 			return err

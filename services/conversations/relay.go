@@ -50,8 +50,8 @@ type Relay struct {
 	// stream hub wakes at once on it).
 	Copied func(n int)
 	// Partitions, when set, limits the relay to the partitions this
-	// replica leases, each round fenced by their leases; nil: every
-	// account (one relay, or tests).
+	// replica leases, each command fenced by its partition's lease; nil:
+	// every account (one relay, or tests).
 	Partitions *RelayPartitions
 }
 
@@ -108,21 +108,13 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	var slots []int
 	if r.Partitions != nil {
-		r.Partitions.round.Lock()
-		defer r.Partitions.round.Unlock()
-		var deadline time.Time
 		var held bool
-		if slots, deadline, held = r.Partitions.slots(); !held {
+		if slots, held = r.Partitions.slots(); !held {
 			if r.Lag != nil {
 				r.Lag(0) // nothing of this replica's waits
 			}
 			return 0, nil
 		}
-		// The fence: no command of this round is sent, nor runs on the
-		// server, past the lease (see RelayPartitions).
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
 	}
 	copied := 0
 	defer func() {
@@ -137,7 +129,12 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	first := true
 	before := horizon(time.Now())
 	for {
-		batch, err := r.Store.FindPending(ctx, slots, before, relayBatch)
+		fenced, done, held := r.fence(ctx, "")
+		if !held {
+			return copied, nil
+		}
+		batch, err := r.Store.FindPending(fenced, slots, before, relayBatch)
+		done()
 		if err != nil {
 			return copied, err
 		}
@@ -161,13 +158,22 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 		})
 		for _, e := range events {
 			n, err := r.copy(ctx, e, newest)
+			if errors.Is(err, errNotHeld) {
+				return copied, nil // another replica orders the rest
+			}
 			if err != nil {
 				return copied, err
 			}
 			copied += n
 		}
 		for _, p := range batch {
-			if _, err := r.Store.ClearPending(ctx, p.Source); err != nil {
+			fenced, done, held := r.fence(ctx, p.Events[0].AccountID)
+			if !held {
+				return copied, nil
+			}
+			_, err := r.Store.ClearPending(fenced, p.Source)
+			done()
+			if err != nil {
 				return copied, err
 			}
 		}
@@ -221,13 +227,18 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 	seq, known := newest[e.AccountID]
 	if !known {
 		var err error
-		if seq, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+		if seq, err = r.newestSequence(ctx, e.AccountID); err != nil {
 			return 0, err
 		}
 	}
 	for range maxSequenceAttempts {
 		e.Sequence = seq + 1
-		err := r.Store.AppendEvent(ctx, e)
+		fenced, done, held := r.fence(ctx, e.AccountID)
+		if !held {
+			return 0, errNotHeld
+		}
+		err := r.Store.AppendEvent(fenced, e)
+		done()
 		switch {
 		case err == nil:
 			newest[e.AccountID] = e.Sequence
@@ -239,7 +250,7 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 			delete(newest, e.AccountID)
 			return 0, nil
 		case errors.Is(err, ErrSequenceTaken):
-			if seq, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+			if seq, err = r.newestSequence(ctx, e.AccountID); err != nil {
 				return 0, err
 			}
 			seq = max(seq, e.Sequence)
@@ -248,6 +259,29 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 		}
 	}
 	return 0, fmt.Errorf("event %s: no free sequence after %d attempts", e.ID, maxSequenceAttempts)
+}
+
+// errNotHeld: this replica no longer holds the partition of an event's
+// account (released, or not renewed in time).
+var errNotHeld = errors.New("partition not held")
+
+// fence bounds ctx for one command of the relay for an account ("": for
+// every partition held); see RelayPartitions. done is called once the
+// command returned; false when the partition is not held.
+func (r *Relay) fence(ctx context.Context, accountID string) (context.Context, func(), bool) {
+	if r.Partitions == nil {
+		return ctx, func() {}, true
+	}
+	return r.Partitions.fenced(ctx, accountID)
+}
+
+func (r *Relay) newestSequence(ctx context.Context, accountID string) (int64, error) {
+	fenced, done, held := r.fence(ctx, accountID)
+	if !held {
+		return 0, errNotHeld
+	}
+	defer done()
+	return r.Store.NewestSequence(fenced, accountID)
 }
 
 // ListEvents returns one page of the feed of q.Caller (contract 11.2):
