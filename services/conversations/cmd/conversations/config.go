@@ -44,7 +44,7 @@ type config struct {
 	EventsKeepAlive        time.Duration `envconfig:"EVENTS_KEEPALIVE" default:"15s" desc:"longest silence of an event stream: a comment line is sent when nothing else was"`
 	EventsMaxStreams       int           `envconfig:"EVENTS_MAX_STREAMS_PER_CALLER" default:"10" desc:"open event streams one caller may have on a replica; beyond it 429"`
 	RelayPartitions        int           `envconfig:"RELAY_PARTITIONS" default:"16" desc:"partitions the accounts fall into for ordering their events (1 to 128, the same on every replica); each is leased to one replica at a time, which orders its accounts' events"`
-	RelayLease             time.Duration `envconfig:"RELAY_LEASE" default:"5s" desc:"how long a replica's lease of a relay partition holds without renewal (renewed every third of it): a replica that dies or stalls has its partitions taken over after it"`
+	RelayLease             time.Duration `envconfig:"RELAY_LEASE" default:"5s" desc:"how long a replica's lease of a relay partition holds without renewal (renewed every fifth of it): a replica that dies or stalls has its partitions taken over after it"`
 
 	WebhookSecretKey       string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
 	WebhookAllowedCIDRs    []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`

@@ -164,9 +164,13 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	}
 	relay := &conversations.Relay{
 		Store: store, Logger: logger, Partitions: partitions,
-		Lag:    func(d time.Duration) { events.lag.Set(d.Seconds()) },
-		Copied: func(int) { hub.Wake() },
+		Lag: func(d time.Duration) { events.lag.Set(d.Seconds()) },
+		Copied: func(n int) {
+			events.ordered.Add(float64(n))
+			hub.Wake()
+		},
 	}
+	relayPartitions(registry, cfg.RelayPartitions, func() int { return len(partitions.Held()) })
 	purgeEvents := func(ctx context.Context, now time.Time) (int64, error) {
 		// One replica at a time; one that stalls past the lease loses it
 		// to the next that asks, and a purge repeated is harmless.
