@@ -58,6 +58,10 @@ type Relay struct {
 // relayMaxBackoff is the longest wait between rounds after failures.
 const relayMaxBackoff = 5 * time.Second
 
+// relayIdlePolls bounds the wait between polls that find nothing, in
+// poll intervals.
+const relayIdlePolls = 4
+
 // relayBatch is how many documents one read of pending events returns.
 const relayBatch = 100
 
@@ -68,7 +72,9 @@ const maxSequenceAttempts = 1000
 // Run relays every interval, and at once when wake receives, until ctx
 // ends. A round that copied something is followed by another at once:
 // changes made on other replicas wake only the poll, and under load they
-// keep coming.
+// keep coming. Rounds that find nothing space the polls out, up to
+// relayIdlePolls intervals: a change on this replica wakes it at once
+// anyway, and one on another replica is found within that.
 func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
 	wait := interval
 	for {
@@ -77,7 +83,7 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 		case err == nil && n > 0:
 			wait = 0
 		case err == nil:
-			wait = interval
+			wait = min(max(2*wait, interval), relayIdlePolls*interval)
 		case ctx.Err() != nil:
 			return
 		default:
