@@ -16,6 +16,8 @@
 //     process's CPU per page;
 //   - messages: posting and listing a conversation's messages against the
 //     same writes and finds through the driver;
+//   - relay: change → event with one and with three conversations
+//     replicas on one store, and the database commands per event ordered;
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives

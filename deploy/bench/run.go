@@ -40,7 +40,7 @@ type benchOptions struct {
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "webhooks", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "relay", "webhooks", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.depth, "depth", 50, "the deep page compared with the first in the listing measure")
 	fs.IntVar(&o.messages, "messages", 1000, "messages of the listed conversation in the messages measure")
 	fs.IntVar(&o.idleStreams, "idle-streams", 1000, "idle event streams open on the replica in the events measure")
-	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure")
+	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure, and four times the messages each writer of the relay measure posts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("webhooks") || want("startup") {
+	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("relay") || want("webhooks") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -149,6 +149,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"users", usersRows, false},
 			{"messages", messagesRows, true},
 			{"events", eventsRows, true},
+			{"relay", relayRows, true},
 			{"webhooks", webhooksRows, true},
 			{"listing", listingRows, true},
 			{"startup", startupRows, false},
