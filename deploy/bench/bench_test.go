@@ -40,6 +40,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Messages: POST /v1/conversations/{id}/messages vs the same writes", "Messages: GET /v1/conversations/{id}/messages vs driver find",
 		"Events: GET /v1/events, a page of 100", "idle streams open on the replica", "its event in the feed", "its event in an open stream",
 		"streams from after=0 that never read",
+		"Relay: a message posted → its event in the log", "Relay: database commands of all replicas per event ordered",
 		"Webhooks: deliveries to a local receiver vs a bare loop of signed POSTs", "Webhooks: change → 2xx at the receiver",
 		"Webhooks: POST /v1/conversations/{id}/messages with 3 endpoints subscribed",
 		"Start-up: account", "Start-up: conversations",

@@ -18,6 +18,8 @@
 //     same writes and finds through the driver;
 //   - stream memory: what streams that never read, from the start of a
 //     large backlog, add to the conversations process's peak RSS;
+//   - relay: change → event with one and with three conversations
+//     replicas on one store, and the database commands per event ordered;
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives

@@ -42,7 +42,7 @@ type benchOptions struct {
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "stream-memory", "webhooks", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "users", "messages", "events", "relay", "stream-memory", "webhooks", "listing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.depth, "depth", 50, "the deep page compared with the first in the listing measure")
 	fs.IntVar(&o.messages, "messages", 1000, "messages of the listed conversation in the messages measure")
 	fs.IntVar(&o.idleStreams, "idle-streams", 1000, "idle event streams open on the replica in the events measure")
-	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure")
+	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure, and four times the messages each writer of the relay measure posts")
 	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
 	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
 	if err := fs.Parse(args); err != nil {
@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("stream-memory") || want("webhooks") || want("startup") {
+	if want("login") || want("client-credentials") || want("users") || want("listing") || want("messages") || want("events") || want("relay") || want("stream-memory") || want("webhooks") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -156,6 +156,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"users", usersRows, false},
 			{"messages", messagesRows, true},
 			{"events", eventsRows, true},
+			{"relay", relayRows, true},
 			{"stream-memory", streamMemoryRows, true},
 			{"webhooks", webhooksRows, true},
 			{"listing", listingRows, true},

@@ -120,6 +120,7 @@ type Store interface {
 	MessageStore
 	IdempotencyStore
 	EventStore
+	PartitionStore
 }
 
 // ErrDuplicateID: an insert found a document with the same id already

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"time"
@@ -180,6 +181,20 @@ type PendingSource struct {
 	Version int64
 }
 
+// PendingSlots is the number of slots the accounts hash into
+// (PendingSlot). It is part of the stored form: every pending event's
+// document records its account's slot, so it never changes; partitions
+// (RelayPartitions) are sets of slots, so their number may.
+const PendingSlots = 128
+
+// PendingSlot is the slot of an account: FNV-1a (32 bits) of its id,
+// modulo PendingSlots.
+func PendingSlot(accountID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(accountID))
+	return int(h.Sum32() % PendingSlots)
+}
+
 // EventStore is the account's event log and the pending events of the
 // change documents. It decides no rule: the Relay, the Service and the
 // Purge above it do.
@@ -192,8 +207,10 @@ type PendingSource struct {
 type EventStore interface {
 	// FindPending returns up to limit documents that carry pending
 	// events, oldest first, whose oldest pending event is stamped before
-	// before.
-	FindPending(ctx context.Context, before time.Time, limit int) ([]Pending, error)
+	// before, of the accounts in slots (see PendingSlot; nil: every
+	// slot), and always those recorded before slots existed, which carry
+	// none.
+	FindPending(ctx context.Context, slots []int, before time.Time, limit int) ([]Pending, error)
 	// AppendEvent stores e (Sequence set) in its account's log:
 	// ErrDuplicateID when the log holds e.ID already (copied before),
 	// ErrSequenceTaken when it holds another event with e.Sequence.

@@ -12,8 +12,13 @@ import (
 
 // Relay copies the pending events that changes recorded on their
 // documents into each account's log, where they get their sequence
-// (contract 11.1), then clears them from the documents. Every replica runs
-// one; they need no lease, because each step is safe to repeat and to race:
+// (contract 11.1), then clears them from the documents. With Partitions,
+// a replica's relay orders only the accounts of the partitions it leases,
+// so that one relay at a time orders an account and the work per event
+// does not grow with the replicas; each step is still safe to repeat and
+// to race, so the order survives two relays that overlap (a holder paused
+// past its lease that its fence did not stop, replicas configured with
+// different partition counts):
 //
 //  1. FindPending reads documents carrying pending events, oldest first,
 //     whose pending events all began before the round's horizon (see
@@ -44,10 +49,18 @@ type Relay struct {
 	// Copied, when set, is told of the events a round appended (the
 	// stream hub wakes at once on it).
 	Copied func(n int)
+	// Partitions, when set, limits the relay to the partitions this
+	// replica leases, each command fenced by its partition's lease; nil:
+	// every account (one relay, or tests).
+	Partitions *RelayPartitions
 }
 
 // relayMaxBackoff is the longest wait between rounds after failures.
 const relayMaxBackoff = 5 * time.Second
+
+// relayIdlePolls bounds the wait between polls that find nothing, in
+// poll intervals.
+const relayIdlePolls = 4
 
 // relayBatch is how many documents one read of pending events returns.
 const relayBatch = 100
@@ -57,14 +70,20 @@ const relayBatch = 100
 const maxSequenceAttempts = 1000
 
 // Run relays every interval, and at once when wake receives, until ctx
-// ends.
+// ends. A round that copied something is followed by another at once:
+// changes made on other replicas wake only the poll, and under load they
+// keep coming. Rounds that find nothing space the polls out, up to
+// relayIdlePolls intervals: a change on this replica wakes it at once
+// anyway, and one on another replica is found within that.
 func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
 	wait := interval
 	for {
-		_, err := r.RelayOnce(ctx)
+		n, err := r.RelayOnce(ctx)
 		switch {
+		case err == nil && n > 0:
+			wait = 0
 		case err == nil:
-			wait = interval
+			wait = min(max(2*wait, interval), relayIdlePolls*interval)
 		case ctx.Err() != nil:
 			return
 		default:
@@ -72,7 +91,7 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 			// less often (up to relayMaxBackoff), so that a recovering
 			// database is not queried several times a second, while the
 			// requests that need it connect first.
-			wait = min(2*wait, relayMaxBackoff)
+			wait = min(max(2*wait, interval), relayMaxBackoff)
 			if r.Logger != nil {
 				r.Logger.Warn("relay events", "error", err.Error(), "retry_in", wait.String())
 			}
@@ -89,9 +108,20 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 	}
 }
 
-// RelayOnce copies every event pending now and returns how many it
-// appended (events another relay copied first are not counted).
+// RelayOnce copies every event pending now (of the partitions held, with
+// Partitions) and returns how many it appended (events another relay
+// copied first are not counted).
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	var slots []int
+	if r.Partitions != nil {
+		var held bool
+		if slots, held = r.Partitions.slots(); !held {
+			if r.Lag != nil {
+				r.Lag(0) // nothing of this replica's waits
+			}
+			return 0, nil
+		}
+	}
 	copied := 0
 	defer func() {
 		if copied > 0 && r.Copied != nil {
@@ -105,7 +135,12 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	first := true
 	before := horizon(time.Now())
 	for {
-		batch, err := r.Store.FindPending(ctx, before, relayBatch)
+		fenced, done, held := r.fence(ctx, "")
+		if !held {
+			return copied, nil
+		}
+		batch, err := r.Store.FindPending(fenced, slots, before, relayBatch)
+		done()
 		if err != nil {
 			return copied, err
 		}
@@ -129,13 +164,22 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 		})
 		for _, e := range events {
 			n, err := r.copy(ctx, e, newest)
+			if errors.Is(err, errNotHeld) {
+				return copied, nil // another replica orders the rest
+			}
 			if err != nil {
 				return copied, err
 			}
 			copied += n
 		}
 		for _, p := range batch {
-			if _, err := r.Store.ClearPending(ctx, p.Source); err != nil {
+			fenced, done, held := r.fence(ctx, p.Events[0].AccountID)
+			if !held {
+				return copied, nil
+			}
+			_, err := r.Store.ClearPending(fenced, p.Source)
+			done()
+			if err != nil {
 				return copied, err
 			}
 		}
@@ -189,13 +233,18 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 	seq, known := newest[e.AccountID]
 	if !known {
 		var err error
-		if seq, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+		if seq, err = r.newestSequence(ctx, e.AccountID); err != nil {
 			return 0, err
 		}
 	}
 	for range maxSequenceAttempts {
 		e.Sequence = seq + 1
-		err := r.Store.AppendEvent(ctx, e)
+		fenced, done, held := r.fence(ctx, e.AccountID)
+		if !held {
+			return 0, errNotHeld
+		}
+		err := r.Store.AppendEvent(fenced, e)
+		done()
 		switch {
 		case err == nil:
 			newest[e.AccountID] = e.Sequence
@@ -207,7 +256,7 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 			delete(newest, e.AccountID)
 			return 0, nil
 		case errors.Is(err, ErrSequenceTaken):
-			if seq, err = r.Store.NewestSequence(ctx, e.AccountID); err != nil {
+			if seq, err = r.newestSequence(ctx, e.AccountID); err != nil {
 				return 0, err
 			}
 			seq = max(seq, e.Sequence)
@@ -216,6 +265,29 @@ func (r *Relay) copy(ctx context.Context, e Event, newest map[string]int64) (int
 		}
 	}
 	return 0, fmt.Errorf("event %s: no free sequence after %d attempts", e.ID, maxSequenceAttempts)
+}
+
+// errNotHeld: this replica no longer holds the partition of an event's
+// account (released, or not renewed in time).
+var errNotHeld = errors.New("partition not held")
+
+// fence bounds ctx for one command of the relay for an account ("": for
+// every partition held); see RelayPartitions. done is called once the
+// command returned; false when the partition is not held.
+func (r *Relay) fence(ctx context.Context, accountID string) (context.Context, func(), bool) {
+	if r.Partitions == nil {
+		return ctx, func() {}, true
+	}
+	return r.Partitions.fenced(ctx, accountID)
+}
+
+func (r *Relay) newestSequence(ctx context.Context, accountID string) (int64, error) {
+	fenced, done, held := r.fence(ctx, accountID)
+	if !held {
+		return 0, errNotHeld
+	}
+	defer done()
+	return r.Store.NewestSequence(fenced, accountID)
 }
 
 // ListEvents returns one page of the feed of q.Caller (contract 11.2):

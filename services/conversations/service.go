@@ -34,17 +34,18 @@ type Service struct {
 	// time.Now.
 	Now func() time.Time
 	// Recorded, when set, is told how many events each stored change
-	// recorded (pending, for the Relay): the metric of events recorded,
-	// and the Relay's wake-up so that it copies them at once.
-	Recorded func(n int)
+	// recorded (pending, for the Relay) and of which account: the metric
+	// of events recorded, and the wake-up of the Relay that orders the
+	// account's partition, so that it copies them at once.
+	Recorded func(accountID string, n int)
 
 	// floors caches the accounts' purge positions (ListEvents).
 	floors sync.Map
 }
 
-func (s *Service) recorded(n int) {
+func (s *Service) recorded(accountID string, n int) {
 	if n > 0 && s.Recorded != nil {
-		s.Recorded(n)
+		s.Recorded(accountID, n)
 	}
 }
 
@@ -76,7 +77,7 @@ func (s *Service) CreateConversation(ctx context.Context, who Caller, c Conversa
 	if err != nil {
 		return Conversation{}, err
 	}
-	s.recorded(1)
+	s.recorded(c.AccountID, 1)
 	return c, nil
 }
 
@@ -169,7 +170,7 @@ func (s *Service) change(ctx context.Context, who Caller, id string, cond Precon
 			return Conversation{}, err
 		}
 		if won {
-			s.recorded(len(events))
+			s.recorded(next.AccountID, len(events))
 			return next, nil
 		}
 		if cond.Given && !cond.Any {
@@ -219,7 +220,7 @@ func (s *Service) PostMessage(ctx context.Context, who Caller, m Message) (Messa
 		// event).
 		m, err = s.Store.FindMessage(ctx, who.AccountID, m.ConversationID, m.ID)
 	} else if err == nil {
-		s.recorded(1)
+		s.recorded(m.AccountID, 1)
 	}
 	if err != nil {
 		return Message{}, err

@@ -48,9 +48,9 @@ type Deps struct {
 	// Hub fans the event logs out to this replica's live streams; nil: one
 	// of the handler's own, on Store, with at most 10 streams per caller.
 	Hub *conversations.Hub
-	// Recorded is told of the events each change records (the relay's
-	// wake-up and the metric); nil: nobody.
-	Recorded func(n int)
+	// Recorded is told of the events each change records, by account (the
+	// relay's wake-up and the metric); nil: nobody.
+	Recorded func(accountID string, n int)
 	// Stream tunes the live streams; zero values: a comment every 15 s,
 	// retry: 2 s.
 	Stream StreamConfig

@@ -18,9 +18,10 @@ import (
 
 // Events (contract 11.1). A change records its events pending on the
 // document it writes (pending_events, with pending_since the time of the
-// oldest), in that same single-document write; the Relay copies them into
-// the events collection, the account's log, and clears them. See the
-// package doc for the indexes.
+// oldest and pending_slot its account's slot), in that same
+// single-document write; the Relay copies them into the events
+// collection, the account's log, and clears them. See the package doc for
+// the indexes.
 
 // pendingEventDoc is an event recorded on a conversation or a message,
 // not yet copied into the log.
@@ -64,6 +65,16 @@ func pendingDocs(events []conversations.Event) ([]pendingEventDoc, *time.Time, e
 	return docs, &since, nil
 }
 
+// pendingSlot is the pending_slot of a document recording pending: nil
+// when there are none.
+func pendingSlot(accountID string, pending []pendingEventDoc) *int {
+	if len(pending) == 0 {
+		return nil
+	}
+	slot := conversations.PendingSlot(accountID)
+	return &slot
+}
+
 // pendingHolder is the part of a conversation or message document the
 // relay reads.
 type pendingHolder struct {
@@ -81,13 +92,29 @@ type pendingHolder struct {
 var epoch = time.Unix(0, 0).UTC()
 
 // FindPending implements conversations.EventStore: the oldest documents
-// with pending events of both collections stamped before before, by their
-// by_pending indexes.
-func (s *Store) FindPending(ctx context.Context, before time.Time, limit int) ([]conversations.Pending, error) {
+// with pending events of both collections stamped before before, of the
+// slots asked and those without a slot (recorded before slots existed),
+// by their by_pending_slot indexes: one equality range per slot, merged
+// in pending_since order by the server (at most PendingSlots + 1 ranges).
+func (s *Store) FindPending(ctx context.Context, slots []int, before time.Time, limit int) ([]conversations.Pending, error) {
+	if slots == nil {
+		slots = make([]int, conversations.PendingSlots)
+		for i := range slots {
+			slots[i] = i
+		}
+	}
+	in := bson.A{nil}
+	for _, slot := range slots {
+		in = append(in, slot)
+	}
+	filter := bson.D{
+		{Key: "pending_slot", Value: bson.D{{Key: "$in", Value: in}}},
+		{Key: "pending_since", Value: bson.D{{Key: "$gt", Value: epoch}, {Key: "$lt", Value: before}}},
+	}
 	var out []conversations.Pending
 	for _, coll := range []*mongo.Collection{s.conversations, s.messages} {
-		cur, err := coll.Find(ctx, bson.D{{Key: "pending_since", Value: bson.D{{Key: "$gt", Value: epoch}, {Key: "$lt", Value: before}}}},
-			options.Find().SetSort(bson.D{{Key: "pending_since", Value: 1}}).SetLimit(int64(limit)).SetHint("by_pending").
+		cur, err := coll.Find(ctx, filter,
+			options.Find().SetSort(bson.D{{Key: "pending_since", Value: 1}}).SetLimit(int64(limit)).SetHint("by_pending_slot").
 				SetProjection(bson.D{{Key: "account_id", Value: 1}, {Key: "conversation_id", Value: 1}, {Key: "version", Value: 1},
 					{Key: "pending_events", Value: 1}, {Key: "pending_since", Value: 1}}))
 		if err != nil {
@@ -159,7 +186,7 @@ func (s *Store) ClearPending(ctx context.Context, p conversations.PendingSource)
 		filter = append(filter, bson.E{Key: "version", Value: p.Version})
 	}
 	res, err := coll.UpdateOne(ctx, filter, bson.D{{Key: "$unset", Value: bson.D{
-		{Key: "pending_events", Value: ""}, {Key: "pending_since", Value: ""},
+		{Key: "pending_events", Value: ""}, {Key: "pending_since", Value: ""}, {Key: "pending_slot", Value: ""},
 	}}})
 	if err != nil {
 		return false, mongoconn.Wrap(err, "clear pending events")

@@ -25,6 +25,7 @@ type messageDoc struct {
 	// The message.created event until the relay copies it (see events.go).
 	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
 	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
+	PendingSlot   *int              `bson:"pending_slot,omitempty"`
 }
 
 // InsertMessage implements conversations.MessageStore.
@@ -41,6 +42,7 @@ func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, even
 	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
 		return err
 	}
+	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)
 	_, err = s.messages.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("message %q: %w", m.ID, conversations.ErrDuplicateID)

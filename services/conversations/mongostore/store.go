@@ -46,11 +46,15 @@
 //	    store).
 //
 // conversations and messages also carry the events of their changes not
-// yet ordered (pending_events, pending_since; see events.go):
+// yet ordered (pending_events, pending_since, pending_slot; see events.go):
 //
-//	by_pending             {pending_since:1} (on both)
-//	    the relay's read of the documents with pending events, oldest
-//	    first: pending_since > epoch is a range (absent when none).
+//	by_pending_slot        {pending_slot:1, pending_since:1} (on both)
+//	    the relay's read of the documents with pending events of the
+//	    slots of its partitions, oldest first: an equality per slot (and
+//	    null: recorded before slots existed), then pending_since > epoch
+//	    a range (absent when none). The by_pending index {pending_since:1}
+//	    of earlier versions is no longer read; drop it once no replica of
+//	    those runs.
 //
 // events: {_id (evt_…), account_id, sequence, type, timestamp,
 // conversation_id, audience[], data (JSON text)}
@@ -66,7 +70,10 @@
 //	    the leased purge of events older than the retention.
 //
 // event_floors: {_id (account), sequence}: the position purged through.
-// leases: {_id (name), holder, expires_at}: the purges' leases.
+// leases: {_id (name), holder, expires_at}: the purge's lease and the
+// relay's partitions (relay/<count>/<partition>), read by _id.
+// relay_members: {_id (replica), partitions, expires_at}: the replicas
+// sharing the partitions; a handful of documents, read whole.
 //
 // Paging is keyset, never skip: the cost of a page does not grow with its
 // depth. A large deployment shards conversations and messages on
@@ -108,6 +115,7 @@ type Store struct {
 	webhooks      *mongo.Collection
 	deliveries    *mongo.Collection
 	quotas        *mongo.Collection
+	members       *mongo.Collection
 }
 
 var (
@@ -133,6 +141,7 @@ func New(db *mongo.Database) *Store {
 		webhooks:    db.Collection("webhooks"),
 		deliveries:  db.Collection("webhook_deliveries"),
 		quotas:      db.Collection("webhook_quotas"),
+		members:     db.Collection("relay_members"),
 	}
 }
 
@@ -176,12 +185,12 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			Options: options.Index().SetName("by_created_at"),
 		}},
 		{s.conversations, mongo.IndexModel{
-			Keys:    bson.D{{Key: "pending_since", Value: 1}},
-			Options: options.Index().SetName("by_pending"),
+			Keys:    bson.D{{Key: "pending_slot", Value: 1}, {Key: "pending_since", Value: 1}},
+			Options: options.Index().SetName("by_pending_slot"),
 		}},
 		{s.messages, mongo.IndexModel{
-			Keys:    bson.D{{Key: "pending_since", Value: 1}},
-			Options: options.Index().SetName("by_pending"),
+			Keys:    bson.D{{Key: "pending_slot", Value: 1}, {Key: "pending_since", Value: 1}},
+			Options: options.Index().SetName("by_pending_slot"),
 		}},
 		{s.events, mongo.IndexModel{
 			Keys:    bson.D{{Key: "account_id", Value: 1}, {Key: "sequence", Value: 1}},
@@ -238,6 +247,7 @@ type conversationDoc struct {
 	// (absent when none).
 	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
 	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
+	PendingSlot   *int              `bson:"pending_slot,omitempty"`
 }
 
 // listFilter and listIndex are a ConversationQuery as a filter and the
@@ -269,6 +279,7 @@ func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversa
 	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
 		return err
 	}
+	d.PendingSlot = pendingSlot(c.AccountID, d.PendingEvents)
 	_, err = s.conversations.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("conversation %q: %w", c.ID, conversations.ErrDuplicateID)
@@ -372,23 +383,30 @@ func (s *Store) SaveConversation(ctx context.Context, ch conversations.Change) (
 		filter = append(filter, bson.E{Key: "version", Value: ch.From.Version})
 	}
 	d := toDoc(ch.To)
-	update := bson.D{{Key: "$set", Value: bson.D{
+	set := bson.D{
 		{Key: "subject", Value: d.Subject},
 		{Key: "status", Value: d.Status},
 		{Key: "participants", Value: d.Participants},
 		{Key: "updated_at", Value: d.UpdatedAt},
 		{Key: "last_message_at", Value: d.LastMessageAt},
 		{Key: "version", Value: d.Version},
-	}}}
+	}
 	pending, since, err := pendingDocs(ch.Events)
 	if err != nil {
 		return false, err
 	}
+	var update bson.D
 	if len(pending) > 0 {
-		// Recorded by the same update: stored with the change or not at all.
-		update = append(update,
-			bson.E{Key: "$push", Value: bson.D{{Key: "pending_events", Value: bson.D{{Key: "$each", Value: pending}}}}},
-			bson.E{Key: "$min", Value: bson.D{{Key: "pending_since", Value: *since}}})
+		// Recorded by the same update: stored with the change or not at
+		// all. The slot also goes on a document pending from before slots
+		// existed.
+		update = bson.D{
+			{Key: "$set", Value: append(set, bson.E{Key: "pending_slot", Value: conversations.PendingSlot(ch.From.AccountID)})},
+			{Key: "$push", Value: bson.D{{Key: "pending_events", Value: bson.D{{Key: "$each", Value: pending}}}}},
+			{Key: "$min", Value: bson.D{{Key: "pending_since", Value: *since}}},
+		}
+	} else {
+		update = bson.D{{Key: "$set", Value: set}}
 	}
 	res, err := s.conversations.UpdateOne(ctx, filter, update)
 	if err != nil {

@@ -22,11 +22,19 @@ import (
 func TestMain(m *testing.M) { mongotest.Main(m) }
 
 func newStore(t *testing.T) *mongostore.Store {
-	s := mongostore.New(indexcheck.New(t))
+	_, s := newStoreOn(t)
+	return s
+}
+
+// newStoreOn returns a fresh store with its database, for tests that
+// write documents as earlier versions did.
+func newStoreOn(t *testing.T) (*mongo.Database, *mongostore.Store) {
+	db := indexcheck.New(t)
+	s := mongostore.New(db)
 	if err := s.EnsureIndexes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return db, s
 }
 
 func TestStore(t *testing.T) {
@@ -92,11 +100,7 @@ func TestExpiredKeyIsClaimedAfresh(t *testing.T) {
 // existed have none; the first change gives them one.
 func TestDocumentWithoutVersionCanChange(t *testing.T) {
 	ctx := context.Background()
-	db := indexcheck.New(t)
-	store := mongostore.New(db)
-	if err := store.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, store := newStoreOn(t)
 	s := &conversations.Service{Store: store}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if _, err := db.Collection("conversations").InsertOne(ctx, bson.D{
@@ -170,5 +174,43 @@ func assertIndexes(t *testing.T, db *mongo.Database, coll string, want map[strin
 	}
 	if len(want) > 0 {
 		t.Fatalf("missing indexes of %s: %v", coll, want)
+	}
+}
+
+// TestPendingFromBeforeSlotsIsFound: a document pending from before
+// pending_slot existed is read by every partition's relay, so it never
+// stays pending; its next change gives it its slot.
+func TestPendingFromBeforeSlotsIsFound(t *testing.T) {
+	ctx := context.Background()
+	db, store := newStoreOn(t)
+	s := &conversations.Service{Store: store}
+	who := conversations.Caller{AccountID: "acc_1", ID: "usr_a"}
+	c, err := s.CreateConversation(ctx, who, conversations.Conversation{Status: conversations.StatusOpen, Participants: []string{"usr_a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("conversations").UpdateOne(ctx, bson.D{{Key: "_id", Value: c.ID}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "pending_slot", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	own := conversations.PendingSlot("acc_1")
+	other := (own + 1) % conversations.PendingSlots
+	found := func(slot int) bool {
+		t.Helper()
+		pending, err := store.FindPending(ctx, []int{slot}, time.Now().Add(time.Hour), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pending) == 1
+	}
+	if !found(other) || !found(own) {
+		t.Fatal("a pending document without a slot is not read by every partition")
+	}
+	subject := "changed"
+	if _, err := s.UpdateConversation(ctx, who, c.ID, conversations.Patch{Subject: &subject}, conversations.Precondition{}); err != nil {
+		t.Fatal(err)
+	}
+	if found(other) || !found(own) {
+		t.Fatal("a change did not give the pending document its slot")
 	}
 }

@@ -220,7 +220,7 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 	if got := feed(t, s, cli, 0, 100); len(got) != 0 {
 		t.Fatalf("served before the relay: %v", types(got))
 	}
-	pending, err := s.Store.FindPending(ctx, time.Now().Add(time.Hour), 100)
+	pending, err := s.Store.FindPending(ctx, nil, time.Now().Add(time.Hour), 100)
 	if err != nil || len(pending) != 2 || len(pending[0].Events) != 4 {
 		t.Fatalf("pending: %+v, %v", pending, err)
 	}
@@ -256,7 +256,7 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 		}
 	}
 	relay(t, s)
-	if left, err := s.Store.FindPending(ctx, time.Now().Add(time.Hour), 100); err != nil || len(left) != 0 {
+	if left, err := s.Store.FindPending(ctx, nil, time.Now().Add(time.Hour), 100); err != nil || len(left) != 0 {
 		t.Fatalf("still pending: %+v, %v", left, err)
 	}
 	// The consumer stopped before storing its position: it reads again
@@ -269,7 +269,7 @@ func testEventsSurviveAStopAtEachStep(t *testing.T, s *conversations.Service) {
 	if _, err := s.UpdateConversation(ctx, alice, c.ID, conversations.Patch{Subject: ptr("late")}, conversations.Precondition{}); err != nil {
 		t.Fatal(err)
 	}
-	if pending, err = s.Store.FindPending(ctx, time.Now().Add(time.Hour), 100); err != nil || len(pending) != 1 {
+	if pending, err = s.Store.FindPending(ctx, nil, time.Now().Add(time.Hour), 100); err != nil || len(pending) != 1 {
 		t.Fatalf("pending: %+v, %v", pending, err)
 	}
 	if _, err := s.UpdateConversation(ctx, alice, c.ID, conversations.Patch{Subject: ptr("later")}, conversations.Precondition{}); err != nil {
@@ -310,7 +310,7 @@ func testPendingStopsAtTheHorizon(t *testing.T, s *conversations.Service) {
 		{t0.Add(time.Second), []conversations.EventType{conversations.EventConversationCreated}},
 		{t0.Add(time.Second + time.Millisecond), []conversations.EventType{conversations.EventConversationCreated, conversations.EventMessageCreated}},
 	} {
-		pending, err := s.Store.FindPending(ctx, tc.before, 100)
+		pending, err := s.Store.FindPending(ctx, nil, tc.before, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,6 +60,10 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentRelaysKeepOneOrder", testConcurrentRelaysKeepOneOrder},
 		{"EventVisibility", testEventVisibility},
 		{"EventPurge", testEventPurge},
+		{"PartitionLeases", testPartitionLeases},
+		{"RelayMembers", testRelayMembers},
+		{"PartitionsAreShared", testPartitionsAreShared},
+		{"StalledHolderOrdersNothing", testStalledHolderOrdersNothing},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, &conversations.Service{Store: newStore(t)}) })

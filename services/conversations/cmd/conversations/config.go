@@ -45,6 +45,8 @@ type config struct {
 	EventsMaxStreams       int           `envconfig:"EVENTS_MAX_STREAMS_PER_CALLER" default:"10" desc:"open event streams one caller may have on a replica; beyond it 429"`
 	EventsStreamBytes      int64         `envconfig:"EVENTS_STREAM_BUFFER_BYTES" default:"262144" desc:"bytes of events one stream may hold unwritten; a stream at the head that holds more is dropped with retry: (it resumes with Last-Event-ID)"`
 	EventsStreamsBytes     int64         `envconfig:"EVENTS_STREAMS_BUFFER_BYTES" default:"16777216" desc:"bytes of events all streams of a replica may hold unwritten; a stream's backlog is read page by page within it"`
+	RelayPartitions        int           `envconfig:"RELAY_PARTITIONS" default:"16" desc:"partitions the accounts fall into for ordering their events (1 to 128, the same on every replica); each is leased to one replica at a time, which orders its accounts' events"`
+	RelayLease             time.Duration `envconfig:"RELAY_LEASE" default:"5s" desc:"how long a replica's lease of a relay partition holds without renewal (renewed every fifth of it): a replica that dies or stalls has its partitions taken over after it"`
 
 	WebhookSecretKey           string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
 	WebhookAllowedCIDRs        []string      `envconfig:"WEBHOOK_ALLOWED_CIDRS" desc:"comma-separated ranges webhooks may be delivered to although they are not globally reachable (e.g. 127.0.0.0/8,::1/128 for a local receiver); empty: only globally reachable addresses"`
@@ -116,6 +118,9 @@ func (c config) validate() error {
 	}
 	if c.EventsStreamBytes < 1024 || c.EventsStreamsBytes < c.EventsStreamBytes {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_STREAM_BUFFER_BYTES must be at least 1024 and at most CONVERSATIONS_EVENTS_STREAMS_BUFFER_BYTES")
+	}
+	if c.RelayPartitions < 1 || c.RelayPartitions > conversations.PendingSlots || c.RelayLease < 300*time.Millisecond {
+		return fmt.Errorf("configuration: CONVERSATIONS_RELAY_PARTITIONS must be 1 to %d, CONVERSATIONS_RELAY_LEASE at least 300ms", conversations.PendingSlots)
 	}
 	if c.EventsMaxStreams < 1 {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")

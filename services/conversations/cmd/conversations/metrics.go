@@ -13,6 +13,7 @@ type eventMetrics struct {
 	open     prometheus.Gauge
 	dropped  prometheus.Counter
 	reads    prometheus.Counter
+	ordered  prometheus.Counter
 }
 
 func newEventMetrics(reg prometheus.Registerer) *eventMetrics {
@@ -38,8 +39,24 @@ func newEventMetrics(reg prometheus.Registerer) *eventMetrics {
 			Help: "Reads of the event log for this replica's streams: one per poll interval per account with streams open, whatever their number.",
 		}),
 	}
-	reg.MustRegister(m.recorded, m.lag, m.open, m.dropped, m.reads)
+	m.ordered = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "conversations_events_ordered_total",
+		Help: "Events this replica's relay copied into their account's log (each event is counted once, by the replica that ordered it).",
+	})
+	reg.MustRegister(m.recorded, m.lag, m.open, m.dropped, m.reads, m.ordered)
 	return m
+}
+
+// relayPartitions registers the relay partitions configured and the
+// number this replica leases, read from held at each scrape.
+func relayPartitions(reg prometheus.Registerer, count int, held func() int) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "conversations_relay_partitions_held",
+		Help: "Relay partitions this replica leases: it orders the events of their accounts.",
+	}, func() float64 { return float64(held()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "conversations_relay_partitions",
+		Help: "Relay partitions configured (CONVERSATIONS_RELAY_PARTITIONS): the replicas together should lease them all.",
+	}, func() float64 { return float64(count) }))
 }
 
 func (m *eventMetrics) streamClosed(slow bool) {

@@ -143,20 +143,35 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		<-ctx.Done()
 		hub.Close()
 	})
+	holder := newHolderID()
 	wakeRelay := make(chan struct{}, 1)
-	recorded := func(n int) {
-		events.recorded.Add(float64(n))
+	wake := func() {
 		select {
 		case wakeRelay <- struct{}{}:
 		default:
 		}
 	}
-	relay := &conversations.Relay{
-		Store: store, Logger: logger,
-		Lag:    func(d time.Duration) { events.lag.Set(d.Seconds()) },
-		Copied: func(int) { hub.Wake() },
+	// One relay at a time orders an account: the one of the replica
+	// leasing its partition.
+	partitions := &conversations.RelayPartitions{
+		Store: store, Holder: holder, Count: cfg.RelayPartitions, Lease: cfg.RelayLease, Logger: logger,
+		Gained: wake,
 	}
-	holder := newHolderID()
+	recorded := func(accountID string, n int) {
+		events.recorded.Add(float64(n))
+		if partitions.Holds(accountID) {
+			wake()
+		}
+	}
+	relay := &conversations.Relay{
+		Store: store, Logger: logger, Partitions: partitions,
+		Lag: func(d time.Duration) { events.lag.Set(d.Seconds()) },
+		Copied: func(n int) {
+			events.ordered.Add(float64(n))
+			hub.Wake()
+		},
+	}
+	relayPartitions(registry, cfg.RelayPartitions, func() int { return len(partitions.Held()) })
 	purgeEvents := func(ctx context.Context, now time.Time) (int64, error) {
 		// One replica at a time; one that stalls past the lease loses it
 		// to the next that asks, and a purge repeated is harmless.
@@ -195,6 +210,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			}
 			// The relay and the purge query by the indexes just made.
 			startEvents.Do(func() {
+				background.Go(func() { partitions.Run(ctx) })
 				background.Go(func() { relay.Run(ctx, cfg.EventsPollInterval, wakeRelay) })
 				background.Go(func() {
 					servicecmd.PurgeEvery(ctx, logger, cfg.EventsPurgeInterval, "events", purgeEvents)

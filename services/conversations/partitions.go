@@ -1,0 +1,283 @@
+package conversations
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// RelayPartitions leases this replica its share of the relay's
+// partitions (groups of account slots), so that one relay at a time
+// orders each account whatever the number of replicas. Each command of
+// the Relay for an account runs under its partition's fence, a deadline
+// before the lease ends, and the order survives relays that overlap; see
+// docs/decisions.md ("One relay at a time per account").
+type RelayPartitions struct {
+	Store PartitionStore
+	// Holder names this replica in the leases: unique per process.
+	Holder string
+	// Count is the number of partitions, 1 to PendingSlots; every replica
+	// must use the same.
+	Count int
+	// Lease is how long a lease holds without renewal: a killed holder's
+	// partitions are taken over after it.
+	Lease  time.Duration
+	Logger *slog.Logger
+	// Gained, when set, is called when this replica took partitions
+	// (their events may have waited).
+	Gained func()
+
+	mu   sync.Mutex
+	held map[int]time.Time // partition → fence deadline
+	// inflight is read-locked by each fenced command of the relay, so
+	// that a partition is released only once no command for it runs.
+	inflight sync.RWMutex
+}
+
+// PartitionLease is one partition's lease as stored.
+type PartitionLease struct {
+	Partition int
+	Holder    string // "" when released
+	ExpiresAt time.Time
+}
+
+// PartitionStore keeps the relay's partition leases and the replicas that
+// share them. The leases of one Count are apart from another's, so that
+// replicas configured with another Count (during a change of it) never
+// take each other's; their relays may then overlap, which the order
+// survives.
+type PartitionStore interface {
+	// Heartbeat records member as live until now+ttl, with its count of
+	// partitions, and returns the members of that count live at now,
+	// member included.
+	Heartbeat(ctx context.Context, count int, member string, now time.Time, ttl time.Duration) ([]string, error)
+	// LeaveMembers removes member's heartbeat (a replica stopping).
+	LeaveMembers(ctx context.Context, member string) error
+	// PartitionLeases returns the stored leases of the count partitions
+	// (a partition never taken has none).
+	PartitionLeases(ctx context.Context, count int) ([]PartitionLease, error)
+	// AcquirePartition gives partition p of count to holder until now+ttl
+	// when it is free, expired (at now) or held by holder already; false
+	// when another holder's lease runs.
+	AcquirePartition(ctx context.Context, count, p int, holder string, now time.Time, ttl time.Duration) (bool, error)
+	// RenewPartitions extends holder's leases of ps until now+ttl and
+	// returns the partitions it renewed: those holder still held, expired
+	// or not; a partition taken over since is not renewed.
+	RenewPartitions(ctx context.Context, count int, ps []int, holder string, now time.Time, ttl time.Duration) ([]int, error)
+	// ReleasePartition frees p if holder holds it.
+	ReleasePartition(ctx context.Context, count, p int, holder string) error
+}
+
+// DefaultRelayPartitions and DefaultRelayLease are the defaults of the
+// configuration.
+const (
+	DefaultRelayPartitions = 16
+	DefaultRelayLease      = 5 * time.Second
+)
+
+// Partition is the partition of an account.
+func (rp *RelayPartitions) Partition(accountID string) int { return PendingSlot(accountID) % rp.Count }
+
+// Holds reports whether this replica orders the account's partition now.
+func (rp *RelayPartitions) Holds(accountID string) bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	d, ok := rp.held[rp.Partition(accountID)]
+	return ok && time.Now().Before(d)
+}
+
+// Held returns the partitions this replica holds, in increasing order.
+func (rp *RelayPartitions) Held() []int {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return slices.Sorted(maps.Keys(rp.held))
+}
+
+// slots returns the slots of the partitions held whose fence has not
+// passed; false when there are none.
+func (rp *RelayPartitions) slots() ([]int, bool) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	var slots []int
+	now := time.Now()
+	for p, d := range rp.held {
+		if !now.Before(d) {
+			continue // not renewed in time: ordered again once it is
+		}
+		for s := p; s < PendingSlots; s += rp.Count {
+			slots = append(slots, s)
+		}
+	}
+	slices.Sort(slots)
+	return slots, len(slots) > 0
+}
+
+// fenced returns ctx bounded by the fence of the account's partition
+// ("": the earliest fence of the partitions held), and done, to call once
+// the command sent under it has returned; false when the partition is no
+// longer held, or its fence has passed.
+func (rp *RelayPartitions) fenced(ctx context.Context, accountID string) (context.Context, func(), bool) {
+	rp.inflight.RLock()
+	rp.mu.Lock()
+	var deadline time.Time
+	now := time.Now()
+	if accountID != "" {
+		deadline = rp.held[rp.Partition(accountID)]
+	} else {
+		for _, d := range rp.held {
+			if now.Before(d) && (deadline.IsZero() || d.Before(deadline)) {
+				deadline = d
+			}
+		}
+	}
+	rp.mu.Unlock()
+	if !now.Before(deadline) {
+		rp.inflight.RUnlock()
+		return nil, nil, false
+	}
+	c, cancel := context.WithDeadline(ctx, deadline)
+	return c, func() {
+		cancel()
+		rp.inflight.RUnlock()
+	}, true
+}
+
+// fence is the deadline of a lease won by a command sent at sent: a
+// quarter of the lease before it ends, so that a stored expiry read by a
+// replica whose clock runs ahead (by less than that) is still later.
+func (rp *RelayPartitions) fence(sent time.Time) time.Time {
+	return sent.Add(rp.Lease - rp.Lease/4)
+}
+
+// Run keeps this replica's share of the partitions until ctx ends, then
+// releases them, so that the other replicas take them over at once.
+func (rp *RelayPartitions) Run(ctx context.Context) {
+	every := rp.Lease / 5
+	for {
+		if err := rp.Tick(ctx); err != nil && ctx.Err() == nil && rp.Logger != nil {
+			rp.Logger.Warn("relay partitions", "error", err.Error())
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), rp.Lease)
+			defer cancel()
+			rp.releaseAll(stop)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Tick renews the leases held, announces this replica, and takes or
+// releases partitions towards its share.
+func (rp *RelayPartitions) Tick(ctx context.Context) error {
+	rp.mu.Lock()
+	if rp.held == nil {
+		rp.held = map[int]time.Time{}
+	}
+	held := slices.Sorted(maps.Keys(rp.held))
+	rp.mu.Unlock()
+	if len(held) > 0 {
+		sent := time.Now()
+		renewed, err := rp.Store.RenewPartitions(ctx, rp.Count, held, rp.Holder, sent, rp.Lease)
+		if err != nil {
+			return err // the fences run out on their own
+		}
+		rp.mu.Lock()
+		for _, p := range held {
+			if slices.Contains(renewed, p) {
+				rp.held[p] = rp.fence(sent)
+			} else {
+				delete(rp.held, p) // taken over while this replica stalled
+			}
+		}
+		held = slices.Sorted(maps.Keys(rp.held))
+		rp.mu.Unlock()
+	}
+	live, err := rp.Store.Heartbeat(ctx, rp.Count, rp.Holder, time.Now(), rp.Lease)
+	if err != nil {
+		return err
+	}
+	leases, err := rp.Store.PartitionLeases(ctx, rp.Count)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	target := (rp.Count + len(live) - 1) / max(len(live), 1)
+	counts := map[string]int{}
+	free := make([]bool, rp.Count)
+	for p := range free {
+		free[p] = true
+	}
+	for _, l := range leases {
+		if l.Holder != "" && now.Before(l.ExpiresAt) && l.Partition < rp.Count {
+			counts[l.Holder]++
+			free[l.Partition] = false
+		}
+	}
+	// Another live replica below its share takes what this one releases;
+	// while none is, this one takes every free partition, so that none
+	// waits for a dead replica's heartbeat to expire.
+	under := slices.ContainsFunc(live, func(m string) bool { return m != rp.Holder && counts[m] < target })
+	gained := false
+	start := rand.IntN(rp.Count) // replicas starting together try different ones first
+	for i := range rp.Count {
+		p := (start + i) % rp.Count
+		if !free[p] || slices.Contains(held, p) || len(held) >= target && under {
+			continue
+		}
+		sent := time.Now()
+		won, err := rp.Store.AcquirePartition(ctx, rp.Count, p, rp.Holder, sent, rp.Lease)
+		if err != nil {
+			return err
+		}
+		if won {
+			rp.mu.Lock()
+			rp.held[p] = rp.fence(sent)
+			rp.mu.Unlock()
+			held = append(held, p)
+			gained = true
+		}
+	}
+	if gained && rp.Gained != nil {
+		rp.Gained()
+	}
+	if len(held) > target && under {
+		slices.Sort(held)
+		return rp.release(ctx, held[target:])
+	}
+	return nil
+}
+
+// release stops ordering ps, waits for a command of the relay in flight
+// to return, and frees them.
+func (rp *RelayPartitions) release(ctx context.Context, ps []int) error {
+	rp.mu.Lock()
+	for _, p := range ps {
+		delete(rp.held, p)
+	}
+	rp.mu.Unlock()
+	rp.inflight.Lock() // after the command in flight, if any
+	defer rp.inflight.Unlock()
+	for _, p := range ps {
+		if err := rp.Store.ReleasePartition(ctx, rp.Count, p, rp.Holder); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (rp *RelayPartitions) releaseAll(ctx context.Context) {
+	if err := rp.release(ctx, rp.Held()); err != nil && rp.Logger != nil {
+		rp.Logger.Warn("release relay partitions", "error", err.Error())
+	}
+	if err := rp.Store.LeaveMembers(ctx, rp.Holder); err != nil && rp.Logger != nil {
+		rp.Logger.Warn("leave relay members", "error", err.Error())
+	}
+}

@@ -1,0 +1,231 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/acme/platform/services/conversations"
+)
+
+// The relay's partitions: leased to one replica at a time, taken over
+// after their lease, never renewed by a holder that lost them.
+
+// testPartitionLeases: a lease runs until it expires or is released; a
+// holder that lost it cannot renew it; the leases of one count of
+// partitions are apart from another's.
+func testPartitionLeases(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	st := s.Store
+	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	const ttl = 5 * time.Second
+	acquire := func(p int, holder string, at time.Duration, want bool) {
+		t.Helper()
+		if got, err := st.AcquirePartition(ctx, 16, p, holder, t0.Add(at), ttl); err != nil || got != want {
+			t.Fatalf("%s acquires %d at %v: %v, %v; want %v", holder, p, at, got, err, want)
+		}
+	}
+	renew := func(holder string, at time.Duration, ps []int, want ...int) {
+		t.Helper()
+		got, err := st.RenewPartitions(ctx, 16, ps, holder, t0.Add(at), ttl)
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%s renews %v at %v: %v, %v; want %v", holder, ps, at, got, err, want)
+		}
+	}
+	holders := func() map[int]string {
+		t.Helper()
+		leases, err := st.PartitionLeases(ctx, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]string{}
+		for _, l := range leases {
+			out[l.Partition] = l.Holder
+		}
+		return out
+	}
+	acquire(0, "a", 0, true)
+	acquire(0, "a", time.Second, true) // its own: renewed
+	acquire(0, "b", 2*time.Second, false)
+	renew("a", 3*time.Second, []int{0}, 0)
+	acquire(0, "b", 3*time.Second+ttl-time.Millisecond, false) // still running
+	// a stalls: its lease runs out, b takes over, and a's renewal is refused.
+	acquire(0, "b", 3*time.Second+ttl, true)
+	renew("a", 9*time.Second, []int{0})
+	if h := holders(); h[0] != "b" {
+		t.Fatalf("holders %v, want b", h)
+	}
+	// A released partition is free at once; a release by another holder
+	// does nothing.
+	acquire(1, "a", 9*time.Second, true)
+	if err := st.ReleasePartition(ctx, 16, 0, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ReleasePartition(ctx, 16, 1, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if h := holders(); h[0] != "" || h[1] != "a" {
+		t.Fatalf("holders after the releases %v", h)
+	}
+	acquire(0, "a", 10*time.Second, true)
+	renew("a", 11*time.Second, []int{0, 1}, 0, 1)
+	renew("b", 11*time.Second, []int{0, 1})
+	// Another count of partitions has leases of its own.
+	if got, err := st.AcquirePartition(ctx, 4, 0, "b", t0.Add(11*time.Second), ttl); err != nil || !got {
+		t.Fatalf("partition 0 of 4: %v, %v", got, err)
+	}
+	if h := holders(); h[0] != "a" || len(h) != 2 {
+		t.Fatalf("holders of 16 %v", h)
+	}
+}
+
+// testRelayMembers: a replica's heartbeat counts it live until it expires
+// or it leaves, among the replicas of its count of partitions.
+func testRelayMembers(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	st := s.Store
+	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	const ttl = 5 * time.Second
+	beat := func(member string, count int, at time.Duration, want ...string) {
+		t.Helper()
+		live, err := st.Heartbeat(ctx, count, member, t0.Add(at), ttl)
+		slices.Sort(live)
+		if err != nil || !slices.Equal(live, want) {
+			t.Fatalf("%s's heartbeat at %v: %v, %v; want %v", member, at, live, err, want)
+		}
+	}
+	beat("a", 16, 0, "a")
+	beat("b", 16, time.Second, "a", "b")
+	beat("c", 8, time.Second, "c")
+	beat("b", 16, 5*time.Second, "b") // a's expired
+	beat("a", 16, 6*time.Second, "a", "b")
+	if err := st.LeaveMembers(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	beat("a", 16, 7*time.Second, "a")
+}
+
+// testPartitionsAreShared: replicas' RelayPartitions hold every partition
+// once between them, each about its share; the partitions of one that
+// stops are taken over after its lease; and their relays, each ordering
+// its partitions only, give every event once, in order.
+func testPartitionsAreShared(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	const count, lease = 8, 2 * time.Second
+	replicas := make([]*conversations.RelayPartitions, 3)
+	for i := range replicas {
+		replicas[i] = &conversations.RelayPartitions{Store: s.Store, Holder: fmt.Sprint("replica-", i), Count: count, Lease: lease}
+	}
+	// settle ticks the replicas until the partitions are held once each,
+	// none holding more than most.
+	settle := func(rs []*conversations.RelayPartitions, most int) {
+		t.Helper()
+		for range 200 {
+			seen := map[int]int{}
+			spread := true
+			for _, r := range rs {
+				if err := r.Tick(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, r := range rs {
+				held := r.Held()
+				spread = spread && len(held) <= most
+				for _, p := range held {
+					seen[p]++
+				}
+			}
+			if spread && len(seen) == count && !slices.ContainsFunc(slices.Collect(maps.Values(seen)), func(n int) bool { return n > 1 }) {
+				return
+			}
+			time.Sleep(lease / 8)
+		}
+		var held [][]int
+		for _, r := range rs {
+			held = append(held, r.Held())
+		}
+		t.Fatalf("partitions never settled: %v", held)
+	}
+	settle(replicas, 3) // ceil(8/3)
+	// Events of several accounts, each ordered by its partition's holder.
+	accounts := []string{"acc_1", "acc_2", "acc_3", "acc_4", "acc_5", "acc_6"}
+	for _, acc := range accounts {
+		c := create(t, s, acc, "", conversations.StatusOpen, "usr_a")
+		post(t, s, caller(acc, "usr_a"), c.ID, "m")
+	}
+	relayAll := func(rs []*conversations.RelayPartitions) {
+		t.Helper()
+		for _, r := range rs {
+			if err := r.Tick(ctx); err != nil { // renewed, however slow the machine
+				t.Fatal(err)
+			}
+			if _, err := (&conversations.Relay{Store: s.Store, Partitions: r}).RelayOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	relayAll(replicas[:2])
+	// The third replica's accounts wait for it alone.
+	for _, acc := range accounts {
+		got := feed(t, s, client(acc, "cli"), 0, 100)
+		if want := 2; slices.Contains(replicas[2].Held(), replicas[2].Partition(acc)) {
+			want = 0
+			if len(got) != want {
+				t.Fatalf("%s, of the third replica: %v", acc, types(got))
+			}
+		} else if len(got) != want {
+			t.Fatalf("%s: %v", acc, types(got))
+		}
+	}
+	// The third stops without releasing (killed): the others take its
+	// partitions once its lease has run out.
+	settle(replicas[:2], 4)
+	relayAll(replicas[:2])
+	for _, acc := range accounts {
+		onceInOrder(t, feed(t, s, client(acc, "cli"), 0, 100), 2)
+	}
+	// A fourth joins: the others release down to their share, which it
+	// takes.
+	replicas[2] = &conversations.RelayPartitions{Store: s.Store, Holder: "replica-3", Count: count, Lease: lease}
+	settle(replicas, 3)
+	if len(replicas[2].Held()) == 0 {
+		t.Fatal("the new replica took nothing")
+	}
+}
+
+// testStalledHolderOrdersNothing: a holder that missed its renewals (a
+// pause, a slow store) stops ordering at its fence, before its lease ends;
+// the replica that takes the partition over orders the events, and the
+// former holder's renewal is refused.
+func testStalledHolderOrdersNothing(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	const lease = 300 * time.Millisecond
+	a := &conversations.RelayPartitions{Store: s.Store, Holder: "a", Count: 1, Lease: lease}
+	b := &conversations.RelayPartitions{Store: s.Store, Holder: "b", Count: 1, Lease: lease}
+	if err := a.Tick(ctx); err != nil || len(a.Held()) != 1 {
+		t.Fatalf("a holds %v: %v", a.Held(), err)
+	}
+	time.Sleep(lease) // a stalls past its lease
+	c := create(t, s, "acc_1", "", conversations.StatusOpen, "usr_a")
+	post(t, s, caller("acc_1", "usr_a"), c.ID, "m")
+	if n, err := (&conversations.Relay{Store: s.Store, Partitions: a}).RelayOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("the stalled holder ordered %d: %v", n, err)
+	}
+	for len(b.Held()) == 0 {
+		if err := b.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(lease / 10)
+	}
+	if err := a.Tick(ctx); err != nil || slices.Contains(a.Held(), 0) {
+		t.Fatalf("a still holds %v after b took over: %v", a.Held(), err)
+	}
+	if _, err := (&conversations.Relay{Store: s.Store, Partitions: b}).RelayOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	onceInOrder(t, feed(t, s, client("acc_1", "cli"), 0, 100), 2)
+}
