@@ -43,6 +43,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Relay: a message posted → its event in the log", "Relay: database commands of all replicas per event ordered",
 		"Webhooks: deliveries to a local receiver vs a bare loop of signed POSTs", "Webhooks: change → 2xx at the receiver",
 		"Webhooks: POST /v1/conversations/{id}/messages with 3 endpoints subscribed",
+		"Webhooks: database commands of all replicas per delivery",
 		"Start-up: account", "Start-up: conversations",
 	} {
 		line := lineWith(out, want)

@@ -76,8 +76,12 @@ func (s *stack) convCommands() (float64, error) {
 // quietEnv makes the conversations service's pollers wait an hour: a
 // change on the replica still wakes its relay and its streams, and a
 // delivery it records wakes its delivery engine, so what such a replica
-// sends is what the operations cause.
-var quietEnv = []string{"CONVERSATIONS_EVENTS_POLL_INTERVAL=1h", "CONVERSATIONS_WEBHOOK_POLL_INTERVAL=1h"}
+// sends is what the operations cause. Its relay leases last an hour too:
+// alone, it takes every partition at start, and the renewals (four
+// commands a second at the default lease, whatever happens) would count
+// as the operations' (a tenth of a command a delivery at the embedded
+// store's 35 deliveries a second).
+var quietEnv = []string{"CONVERSATIONS_EVENTS_POLL_INTERVAL=1h", "CONVERSATIONS_WEBHOOK_POLL_INTERVAL=1h", "CONVERSATIONS_RELAY_LEASE=1h"}
 
 // quietCount counts the commands of each side's operations on a quiet
 // conversations replica (quietEnv), started on the measure's database
@@ -93,8 +97,12 @@ func (s *stack) quietCount(ctx context.Context, sides ...side) (out []sample, er
 		}
 	}()
 	// The events of the rounds before are ordered first (a quiet replica
-	// orders them in its first round), and what a start sends (that
-	// round, a fan-out, claims) is over once the count stops moving.
+	// orders them in its first round, once it holds every partition), and
+	// what a start sends (that round, a fan-out, claims) is over once the
+	// count stops moving.
+	if err := waitPartitions(ctx, []string{s.convOps}); err != nil {
+		return nil, err
+	}
 	if err := s.drainEvents(ctx); err != nil {
 		return nil, err
 	}
@@ -220,12 +228,12 @@ func costModel(workers int) string {
 	slots := workers * benchPerEndpoint
 	return fmt.Sprintf(`### Commands per operation
 
-The column "cmds/op (ours / reference)" is the database commands of one operation on each side: a cost that holds on any store, where the embedded one cannot settle a latency ratio (it scans every filter but _id). The reference side's count is what the bench's own client sent during its runs (a command monitor); "–" is a side that sends none (a bare computation). The measured side's count is the service's mongodb_commands_total, read before and after a run: for the account service, over the rounds (its background is a reload of its keys a minute); for the conversations service, on a quiet replica, started again on the measure's database after the rounds for one run of each counted side with CONVERSATIONS_EVENTS_POLL_INTERVAL and CONVERSATIONS_WEBHOOK_POLL_INTERVAL of 1 h. Its pollers (relay, streams, fan-out, deliveries) send tens of commands a second with nothing happening, as many as the operations' own on the embedded store, and fewer when the store is busy, so that neither counting them nor subtracting their idle rate gives the operations' figure; on the quiet replica a change still wakes the relay and a recorded delivery the delivery engine, so what it sends is what the operations cause. Counted there, posts are followed until the relay has ordered their events.
+The column "cmds/op (ours / reference)" is the database commands of one operation on each side: a cost that holds on any store, where the embedded one cannot settle a latency ratio (it scans every filter but _id). The reference side's count is what the bench's own client sent during its runs (a command monitor); "–" is a side that sends none (a bare computation). The measured side's count is the service's mongodb_commands_total, read before and after a run: for the account service, over the rounds (its background is a reload of its keys a minute); for the conversations service, on a quiet replica, started again on the measure's database after the rounds for one run of each counted side with CONVERSATIONS_EVENTS_POLL_INTERVAL, CONVERSATIONS_WEBHOOK_POLL_INTERVAL and CONVERSATIONS_RELAY_LEASE of 1 h (the replica, alone, takes every relay partition at start; their renewals, four commands a second at the default lease, would otherwise count). Its pollers (relay, streams, fan-out, deliveries) send tens of commands a second with nothing happening, as many as the operations' own on the embedded store, and fewer when the store is busy, so that neither counting them nor subtracting their idle rate gives the operations' figure; on the quiet replica a change still wakes the relay and a recorded delivery the delivery engine, so what it sends is what the operations cause. Counted there, posts are followed until the relay has ordered their events.
 
 Two rows are judged by their commands against the fewest their design allows (and by their ratio as well when the store is MongoDB):
 
 - **Message post with its event**: **%d** a post. On the request 3: the conversation read with the caller's filter, the message inserted with its pending message.created, the conversation set conditional on the version read. By the relay 2 an event: its append to the account's log, its clearing from the message. The relay's reads of a round (the documents with pending events, of conversations and of messages, and the account's newest sequence: 3) are shared by the events the round orders and are not in the minimum; the target of %.1f × (%.1f) allows them up to one command a post, i.e. rounds of 3 events or more on average, while one command more on the request fails. With an Idempotency-Key a post adds its claim (a find-and-modify) and the saved response (an update): 7; the bench posts without. The post with 3 endpoints subscribed is counted the same way, without the fan-out, which the quiet replica does not run.
-- **Webhook deliveries**: **%d/%d = %.2f** a delivery. A batch of claims costs the read of the due deliveries, one bulk write of their conditional claims and the read of their endpoints, and a batch of outcomes one bulk write: %d commands, over the engine's %d slots here (%d endpoints × %d in flight each) when every batch fills them. The target of %.0f × (%.2f) holds batches of half the slots on average. Counted over one round of deliveries on the quiet replica, with the test delivery (POST /v1/webhooks/{id}/test) that wakes its engine counted as one of them.
+- **Webhook deliveries**: **%d/%d = %.2f** a delivery. A batch of claims costs the read of the due deliveries, one bulk write of their conditional claims and the read of their endpoints, and a batch of outcomes one bulk write: %d commands, over the engine's %d slots here (%d endpoints × %d in flight each) when every batch fills them. The target of %.0f × (%.2f) holds batches of half the slots on average, or full batches with one more read each: a claim reads up to twice its free slots of the deliveries due longest ago, and when that many are due (the round's backlog, all of endpoints the claim then fills) it reads again at once, for other endpoints' due deliveries behind them, which finds none here. Counted over one round of deliveries on the quiet replica, with the test delivery (POST /v1/webhooks/{id}/test) that wakes its engine counted as one of them.
 `,
 		postMinimum, postTolerance, postMinimum*postTolerance,
 		deliveryBatchCommands, slots, float64(deliveryBatchCommands)/float64(slots), deliveryBatchCommands, slots, workers, benchPerEndpoint,

@@ -20,6 +20,9 @@
 //     large backlog, add to the conversations process's peak RSS;
 //   - relay: change → event with one and with three conversations
 //     replicas on one store, and the database commands per event ordered;
+//   - webhooks: deliveries to a local receiver against a bare loop of
+//     signed POSTs, and the database commands per delivery with one and
+//     with three replicas;
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives

@@ -96,46 +96,13 @@ func relayRows(ctx context.Context, s *stack) ([]row, error) {
 // and stops the ones it started.
 func (s *stack) relayRun(ctx context.Context, n int) (relayRun, error) {
 	out := relayRun{replicas: n}
-	urls, ops := []string{s.convURL}, []string{s.convOps}
-	for range n - 1 {
-		addr, err := svcproc.FreeAddr()
-		if err != nil {
-			return out, err
-		}
-		opsAddr, err := svcproc.FreeAddr()
-		if err != nil {
-			return out, err
-		}
-		env := append(slices.Clone(s.convEnv), "CONVERSATIONS_HTTP_ADDR="+addr, "CONVERSATIONS_OPS_ADDR="+opsAddr)
-		p, err := svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), env, opsAddr, readyTimeout)
-		if err != nil {
-			return out, err
-		}
-		defer func() { _ = p.Stop(stopTimeout) }()
-		urls, ops = append(urls, "http://"+addr), append(ops, opsAddr)
-	}
-	// The replicas share the partitions out before the load.
-	if err := waitPartitions(ctx, ops); err != nil {
+	urls, ops, stop, err := s.startReplicas(ctx, n)
+	defer stop()
+	if err != nil {
 		return out, err
 	}
 	client := loopbackClient(relayWriters)
-	bearer, err := s.login(ctx, client, 0)
-	if err != nil {
-		return out, err
-	}
-	claims, err := jwtClaims(bearer)
-	if err != nil {
-		return out, err
-	}
-	accountID, _ := claims["account_id"].(string)
-	convs := make([]string, relayWriters)
-	for w := range convs {
-		if convs[w], err = s.createConversation(ctx, client, bearer, fmt.Sprint("Bench relay ", w)); err != nil {
-			return out, err
-		}
-	}
-	// The creations' events are ordered before the counts start.
-	after, err := s.logTail(ctx, accountID, 0, relayWriters)
+	bearer, accountID, convs, after, err := s.writersConversations(ctx, client)
 	if err != nil {
 		return out, err
 	}
@@ -153,39 +120,12 @@ func (s *stack) relayRun(ctx context.Context, n int) (relayRun, error) {
 		mu      sync.Mutex
 		started = map[string]time.Time{}
 		took    []time.Duration
-		errs    = make(chan error, relayWriters)
-		writers sync.WaitGroup
 	)
-	for w := range relayWriters {
-		writers.Go(func() {
-			target := urls[w%n] + messagesPath(convs[w])
-			time.Sleep(time.Duration(w) * relayPace / relayWriters) // spread over the pace
-			tick := time.NewTicker(relayPace)
-			defer tick.Stop()
-			for range relayMessages(s.o) {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				start := time.Now()
-				status, body, err := postWithBearer(ctx, client, bearer, target, []byte(`{"body":"relay"}`))
-				if err != nil || status != http.StatusCreated {
-					errs <- fmt.Errorf("post message: %d %.200s %v", status, body, err)
-					return
-				}
-				var m struct {
-					ID string `json:"id"`
-				}
-				_ = json.Unmarshal(body, &m)
-				mu.Lock()
-				started[m.ID] = start
-				mu.Unlock()
-			}
-		})
-	}
-	writersDone := make(chan struct{})
-	go func() { writers.Wait(); close(writersDone) }()
+	errs, writersDone := pacedPosts(ctx, client, bearer, urls, convs, relayMessages(s.o), func(id string, start time.Time) {
+		mu.Lock()
+		started[id] = start
+		mu.Unlock()
+	})
 	total := relayWriters * relayMessages(s.o)
 	events := s.client.Database(s.convDB).Collection("events")
 	pending := map[string]time.Time{} // read before its POST answered
@@ -246,19 +186,9 @@ func (s *stack) relayRun(ctx context.Context, n int) (relayRun, error) {
 		return out, err
 	}
 	out.took = time.Since(began)
-	commands1, err := commandsByName(ctx, ops)
-	if err != nil {
+	if out.commands, out.byName, err = commandsSince(ctx, ops, commands0); err != nil {
 		return out, err
 	}
-	var names []string
-	for name, n := range commands1 {
-		if d := n - commands0[name]; d > 0 {
-			out.commands += d
-			names = append(names, fmt.Sprintf("%s %.0f", name, d))
-		}
-	}
-	slices.Sort(names)
-	out.byName = strings.Join(names, ", ")
 	slices.Sort(took)
 	q := func(f float64) time.Duration { return took[min(len(took)-1, int(f*float64(len(took))))] }
 	out.p50, out.p99 = q(0.5), q(0.99)
@@ -266,6 +196,101 @@ func (s *stack) relayRun(ctx context.Context, n int) (relayRun, error) {
 	out.events = float64(total)
 	out.commandsPerEvent = out.commands / out.events
 	return out, nil
+}
+
+// writersConversations logs the bench's first user in and creates a
+// conversation for each of the relay measure's writers. It returns the
+// user's token and account, the conversations, and the newest sequence of
+// the account's log once their creations are ordered.
+func (s *stack) writersConversations(ctx context.Context, client *http.Client) (bearer, accountID string, convs []string, after int64, err error) {
+	if bearer, err = s.login(ctx, client, 0); err != nil {
+		return
+	}
+	claims, err := jwtClaims(bearer)
+	if err != nil {
+		return
+	}
+	accountID, _ = claims["account_id"].(string)
+	convs = make([]string, relayWriters)
+	for w := range convs {
+		if convs[w], err = s.createConversation(ctx, client, bearer, fmt.Sprint("Bench relay ", w)); err != nil {
+			return
+		}
+	}
+	after, err = s.logTail(ctx, accountID, 0, relayWriters)
+	return
+}
+
+// pacedPosts starts the relay measure's writers, one per conversation of
+// convs: each posts messages messages, one every relayPace, through
+// urls[w%len(urls)], and calls posted with each message's id and when its
+// POST started. A writer that fails sends its error on errs; done closes
+// when every writer has ended.
+func pacedPosts(ctx context.Context, client *http.Client, bearer string, urls, convs []string, messages int,
+	posted func(id string, start time.Time)) (errs <-chan error, done <-chan struct{}) {
+	failed := make(chan error, len(convs))
+	ended := make(chan struct{})
+	var writers sync.WaitGroup
+	for w := range convs {
+		writers.Go(func() {
+			target := urls[w%len(urls)] + messagesPath(convs[w])
+			time.Sleep(time.Duration(w) * relayPace / time.Duration(len(convs))) // spread over the pace
+			tick := time.NewTicker(relayPace)
+			defer tick.Stop()
+			for range messages {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				start := time.Now()
+				status, body, err := postWithBearer(ctx, client, bearer, target, []byte(`{"body":"relay"}`))
+				if err != nil || status != http.StatusCreated {
+					failed <- fmt.Errorf("post message: %d %.200s %v", status, body, err)
+					return
+				}
+				var m struct {
+					ID string `json:"id"`
+				}
+				_ = json.Unmarshal(body, &m)
+				posted(m.ID, start)
+			}
+		})
+	}
+	go func() { writers.Wait(); close(ended) }()
+	return failed, ended
+}
+
+// startReplicas starts n-1 conversations replicas beside s.conv on its
+// database and waits until they share the relay's partitions out. It
+// returns the API and operations addresses of all n, and stop, which
+// stops the ones it started (also after an error).
+func (s *stack) startReplicas(ctx context.Context, n int) (urls, ops []string, stop func(), err error) {
+	urls, ops = []string{s.convURL}, []string{s.convOps}
+	var started []*svcproc.Process
+	stop = func() {
+		for _, p := range started {
+			_ = p.Stop(stopTimeout)
+		}
+	}
+	for range n - 1 {
+		addr, err := svcproc.FreeAddr()
+		if err != nil {
+			return nil, nil, stop, err
+		}
+		opsAddr, err := svcproc.FreeAddr()
+		if err != nil {
+			return nil, nil, stop, err
+		}
+		env := append(slices.Clone(s.convEnv), "CONVERSATIONS_HTTP_ADDR="+addr, "CONVERSATIONS_OPS_ADDR="+opsAddr)
+		p, err := svcproc.Start(ctx, filepath.Join(s.bin, "conversations"), env, opsAddr, readyTimeout)
+		if err != nil {
+			return nil, nil, stop, err
+		}
+		started = append(started, p)
+		urls, ops = append(urls, "http://"+addr), append(ops, opsAddr)
+	}
+	return urls, ops, stop, waitPartitions(ctx, ops)
 }
 
 // logTail waits until the account's log holds at least want events after
@@ -329,6 +354,25 @@ func commandsByName(ctx context.Context, ops []string) (map[string]float64, erro
 		out[strings.TrimSuffix(name, `"`)] += v
 	}
 	return out, err
+}
+
+// commandsSince is the commands of the processes listening on ops since
+// commandsByName read before: in all, and by name ("find 12, insert 3").
+func commandsSince(ctx context.Context, ops []string, before map[string]float64) (float64, string, error) {
+	now, err := commandsByName(ctx, ops)
+	if err != nil {
+		return 0, "", err
+	}
+	total := 0.0
+	var names []string
+	for name, n := range now {
+		if d := n - before[name]; d > 0 {
+			total += d
+			names = append(names, fmt.Sprintf("%s %.0f", name, d))
+		}
+	}
+	slices.Sort(names)
+	return total, strings.Join(names, ", "), nil
 }
 
 // sumMetrics adds up every series of the metric name on the processes

@@ -168,15 +168,8 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 		elapsed := time.Since(start)
 		// The last outcomes are recorded after their 2xx: wait for them,
 		// then start the next round from an empty collection.
-		for {
-			n, err := deliveries.CountDocuments(ctx, bson.D{{Key: "state", Value: "pending"}})
-			if err != nil {
-				return sample{}, err
-			}
-			if n == 0 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := s.waitRecorded(ctx); err != nil {
+			return sample{}, err
 		}
 		if _, err := deliveries.DeleteMany(ctx, bson.D{{Key: "endpoint_id", Value: bson.D{{Key: "$in", Value: endpoints}}}}); err != nil {
 			return sample{}, err

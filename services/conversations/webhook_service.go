@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +40,11 @@ type Webhooks struct {
 	// (nil: it finds it at its next poll).
 	Wake func()
 	Now  func() time.Time
+
+	// contendedUntil is when (Unix nanoseconds) this replica's claims
+	// go back to taking the deliveries due longest ago first: until then
+	// they pick at random among those read (see ClaimAttempts).
+	contendedUntil atomic.Int64
 }
 
 // DefaultRetrySchedule is contract 11.3's.
@@ -62,6 +69,9 @@ const (
 	fanoutBatch = 100
 	// maxClaimBatch bounds the deliveries one claim reads.
 	maxClaimBatch = 500
+	// contendedFor is how long a claim that lost deliveries to another
+	// replica makes this replica's claims pick at random.
+	contendedFor = 10 * time.Second
 )
 
 func (w *Webhooks) now() time.Time {
@@ -387,7 +397,10 @@ func (s Slots) room(endpoint string) int { return s.PerEndpoint - s.InFlight[end
 // slots has room for, in one batch: one read of those due, one write
 // claiming them, one read of their endpoints. It reports whether more
 // may be due than it looked at (the engine then claims again as soon as
-// it has room).
+// it has room). Replicas read the same deliveries due, and all but one
+// lose each to the compare-and-set: after a claim lost some, this
+// replica picks at random among those it read (up to twice its room,
+// all due) for contendedFor, so that replicas claim different ones.
 func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.Duration, slots Slots) ([]Attempt, bool, error) {
 	if slots.Free <= 0 {
 		return nil, false, nil
@@ -407,9 +420,14 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 		return nil, false, err
 	}
 	more := len(due) == limit
+	order := due
+	if now.UnixNano() < w.contendedUntil.Load() {
+		order = slices.Clone(due)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
 	taken := map[string]int{}
 	var picked []WebhookDelivery
-	for _, d := range due {
+	for _, d := range order {
 		if len(picked) == slots.Free {
 			break
 		}
@@ -429,13 +447,22 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 	if err != nil {
 		return nil, more, err
 	}
+	if len(ids) < len(picked) {
+		w.contendedUntil.Store(now.Add(contendedFor).UnixNano())
+	}
+	if len(ids) == 0 {
+		return nil, more, nil
+	}
 	won := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		won[id] = true
 	}
+	// The endpoints of the deliveries won only.
 	var endpointIDs []string
 	for id := range taken {
-		endpointIDs = append(endpointIDs, id)
+		if slices.ContainsFunc(picked, func(d WebhookDelivery) bool { return d.EndpointID == id && won[d.ID] }) {
+			endpointIDs = append(endpointIDs, id)
+		}
 	}
 	// On an error below, what was claimed is not attempted: the leases
 	// hand it over.

@@ -377,7 +377,9 @@ func (s *Store) RequeueDelivery(ctx context.Context, accountID, endpointID, id s
 }
 
 // DueDeliveries implements conversations.WebhookStore: the pending
-// range of by_due up to now, oldest due first.
+// range of by_due up to now, oldest due first, in one reply when it fits
+// (the server's first batch is otherwise 101 documents, and a larger
+// claim cost a getMore).
 func (s *Store) DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]conversations.WebhookDelivery, error) {
 	filter := bson.D{
 		{Key: "state", Value: string(conversations.DeliveryPending)},
@@ -387,7 +389,8 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, busy []string,
 		filter = append(filter, bson.E{Key: "endpoint_id", Value: bson.D{{Key: "$nin", Value: busy}}})
 	}
 	out, err := findAll(ctx, s.deliveries, filter,
-		options.Find().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").SetLimit(int64(limit)), deliveryDoc.domain)
+		options.Find().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").
+			SetLimit(int64(limit)).SetBatchSize(int32(limit)), deliveryDoc.domain)
 	return out, mongoconn.Wrap(err, "find due webhook deliveries")
 }
 

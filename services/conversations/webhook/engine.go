@@ -205,6 +205,12 @@ type finished struct {
 // maxRecordBatch bounds the outcomes one write records.
 const maxRecordBatch = 256
 
+// gatherFor bounds how long the recorder, once an attempt has ended,
+// waits for the others in flight to end too, so that one write records a
+// claim's attempts together and their slots free together: the next claim
+// then fills them in one batch.
+const gatherFor = 5 * time.Millisecond
+
 // deliverLoop claims due deliveries in batches while slots are free and
 // sends each in a goroutine of its own; one recorder writes the outcomes
 // of the attempts that ended meanwhile together. A slot is free again
@@ -215,12 +221,16 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 	inFlight := map[string]int{} // endpoint id: attempts in flight
 	total := 0
 	freed := make(chan struct{}, 1)
-	release := func(endpoint string) {
+	// release frees the slots of the endpoints, all before the claim
+	// that the freed slots wake.
+	release := func(endpoints ...string) {
 		mu.Lock()
-		if inFlight[endpoint]--; inFlight[endpoint] == 0 {
-			delete(inFlight, endpoint)
+		for _, endpoint := range endpoints {
+			if inFlight[endpoint]--; inFlight[endpoint] == 0 {
+				delete(inFlight, endpoint)
+			}
+			total--
 		}
-		total--
 		mu.Unlock()
 		select {
 		case freed <- struct{}{}:
@@ -230,7 +240,12 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 	// Every attempt sends once at most, and at most Workers are in
 	// flight: sending never blocks.
 	ended := make(chan finished, e.Workers)
-	wg.Go(func() { e.recordLoop(ctx, ended, release) })
+	claimed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return total
+	}
+	wg.Go(func() { e.recordLoop(ctx, ended, release, claimed) })
 	slots := func() conversations.Slots {
 		mu.Lock()
 		defer mu.Unlock()
@@ -294,9 +309,13 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// recordLoop records the outcomes of ended attempts, all that ended while
-// the previous write was under way in one write, and frees their slots.
-func (e *Engine) recordLoop(ctx context.Context, ended <-chan finished, release func(endpoint string)) {
+// recordLoop records the outcomes of ended attempts, all that end while
+// the previous write is under way or within gatherFor of the first (while
+// others of the claimed, counted by claimed, are still in flight) in one
+// write, and frees their slots.
+func (e *Engine) recordLoop(ctx context.Context, ended <-chan finished, release func(endpoints ...string), claimed func() int) {
+	gather := time.NewTimer(gatherFor)
+	defer gather.Stop()
 	for {
 		var batch []finished
 		select {
@@ -305,19 +324,33 @@ func (e *Engine) recordLoop(ctx context.Context, ended <-chan finished, release 
 		case f := <-ended:
 			batch = append(batch, f)
 		}
-	drain:
+		gather.Reset(gatherFor)
+	collect:
 		for len(batch) < maxRecordBatch {
 			select {
 			case f := <-ended:
 				batch = append(batch, f)
+				continue
 			default:
-				break drain
+			}
+			if len(batch) >= claimed() {
+				break
+			}
+			select {
+			case f := <-ended:
+				batch = append(batch, f)
+			case <-gather.C:
+				break collect
+			case <-ctx.Done():
+				break collect
 			}
 		}
 		e.record(ctx, batch)
-		for _, f := range batch {
-			release(f.attempt.Delivery.EndpointID)
+		endpoints := make([]string, len(batch))
+		for i, f := range batch {
+			endpoints[i] = f.attempt.Delivery.EndpointID
 		}
+		release(endpoints...)
 	}
 }
 
