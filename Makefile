@@ -155,7 +155,7 @@ lint: lint-prereqs fmt-check lint-python ## installs mypy and black when missing
 lint-python: lint-prereqs ## mypy --strict and black --check over the Python client (configured in clients/python/pyproject.toml)
 	cd clients/python && mypy && black --check --diff .
 
-bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 9 min)
+bench: ## measure the hot paths against their limits and peers; prints the table and rewrites docs/benchmarks.md (about 20 min)
 	$(GO) run ./deploy/bench -out docs/benchmarks.md
 
 bench-go: ## run the packages' Go micro-benchmarks (go test -bench)
