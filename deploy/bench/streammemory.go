@@ -31,7 +31,7 @@ func streamMemoryRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
 	client := loopbackClient(o.workers)
 	// The streams are spread over callers of streamsPerCaller each (the
-	// contract's bound per caller), all service clients of one account.
+	// service's default bound per caller), all service clients of one account.
 	bearers := make([]string, (o.unreadStreams+streamsPerCaller-1)/streamsPerCaller)
 	for i := range bearers {
 		var err error

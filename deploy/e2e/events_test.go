@@ -20,7 +20,7 @@ import (
 // consumer that polls GET /v1/events?after=<the last sequence it saw> on
 // the first sees the event of every change visible through the REST API
 // exactly once, in increasing sequence, and no event of a change that did
-// not happen (contract 11.1). The events the killed process recorded but
+// not happen (docs/decisions.md, events). The events the killed process recorded but
 // had not ordered are ordered by the relay that leases their partition
 // (the killed one's, taken over after its lease).
 func TestEventsOrderedAcrossReplicas(t *testing.T) {

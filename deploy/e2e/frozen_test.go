@@ -32,7 +32,7 @@ const operatorFreeze = 15 * time.Second
 // connections stay open, nothing is refused or reset) under an account
 // service and three conversations replicas. Every request that needs it,
 // on every process (a listing, a post, a login, a definitions listing), is
-// answered with the contract's 503 service_unavailable with Retry-After,
+// answered with the documented 503 service_unavailable with Retry-After,
 // and not only once the driver's monitor has given the server up: the
 // first round is sent at once. /readyz turns 503 on every process and
 // always answers. After SIGCONT everything recovers without a restart.
@@ -201,7 +201,7 @@ func TestFrozenDatabase(t *testing.T) {
 	t.Logf("recovered %v after SIGCONT: %s", time.Since(thawed).Round(time.Millisecond), resources())
 }
 
-// whyUnavailable reports why x is not the contract's 503 of an unreachable
+// whyUnavailable reports why x is not the documented 503 of an unreachable
 // database (problem+json, code service_unavailable, Retry-After), or "".
 func whyUnavailable(x httpOutcome) string {
 	if why := why503(x); why != "" {

@@ -17,7 +17,7 @@ import (
 // TestResumedStreamSkipsNothing: while one stream of a replica follows the
 // head of the log and changes keep coming, a stream opened on the same
 // replica with Last-Event-ID k starts at k+1 and serves every event after
-// k, as the feed lists them, with no gap and no duplicate (contract 11.2).
+// k, as the feed lists them, with no gap and no duplicate (the stream in the OpenAPI document).
 // Each round opens such streams one after another, each at another k,
 // until the first stream has received the next change, so that some open
 // while the replica reads the log for the first one.

@@ -252,7 +252,7 @@ func methodLabel(m string) string {
 // ends: problems pass through as they are (see problem.From for validation
 // errors and unavailable dependencies); a body the decoder refuses, a
 // bearer token the middleware refuses, a missing scope, and Echo's router
-// errors (unknown route, wrong method) get their contract code; a wait that
+// errors (unknown route, wrong method) get their documented code (docs/errors.md); a wait that
 // the request's Budget ended is the database-unreachable 503; anything
 // else is a 500 whose cause is logged and never shown.
 func ProblemFor(err error) *problem.Problem {

@@ -10,7 +10,7 @@ import (
 )
 
 // Hub fans the account logs out to the live streams of one replica
-// (contract 11.2). A stream first catches up on its own, reading its
+// (the stream in the OpenAPI document). A stream first catches up on its own, reading its
 // backlog page by page as it takes the pages; once it reaches the head it
 // joins the fan-out, where one read of each account's log per interval
 // serves every stream of the account, whatever their number.

@@ -12,7 +12,7 @@ import (
 
 // Relay copies the pending events that changes recorded on their
 // documents into each account's log, where they get their sequence
-// (contract 11.1), then clears them from the documents. With Partitions,
+// (docs/decisions.md, events), then clears them from the documents. With Partitions,
 // a replica's relay orders only the accounts of the partitions it leases,
 // so that one relay at a time orders an account and the work per event
 // does not grow with the replicas; each step is still safe to repeat and
