@@ -96,7 +96,7 @@ type Claims struct {
 	// Empty for tokens of POST /login.
 	AuthorizedParty string
 
-	// Service clients' access tokens only (CONTRACT.md section 9): the
+	// Service clients' access tokens only: the
 	// client_id claim, and the scope claim split at spaces (RFC 9068
 	// section 2.2.3). A user's tokens have neither.
 	ClientID string
@@ -213,17 +213,17 @@ func (c *Claims) IsClient() bool { return c.ClientID != "" }
 // scopes: callers decide what a user may do with IsClient first.
 func (c *Claims) HasScope(scope string) bool { return slices.Contains(c.Scopes, scope) }
 
-// The scopes of service clients' tokens (CONTRACT.md section 9).
+// The scopes of service clients' tokens.
 const (
 	ScopeDefinitionsRead    = "definitions:read"
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
-	// ScopeWebhooksManage manages the account's webhook endpoints
-	// (CONTRACT.md section 11.3), together with conversations:read.
+	// ScopeWebhooksManage manages the account's webhook endpoints,
+	// together with conversations:read.
 	ScopeWebhooksManage = "webhooks:manage"
 	// ScopeUsersRead and ScopeUsersWrite let a backend read and manage
-	// the users of its account (CONTRACT.md section 12).
+	// the users of its account.
 	ScopeUsersRead  = "users:read"
 	ScopeUsersWrite = "users:write"
 )

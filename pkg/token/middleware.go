@@ -157,7 +157,7 @@ func RequireUser(next echo.HandlerFunc) echo.HandlerFunc {
 
 // RequireScope lets a service client's token through only when it grants
 // scope (else a *ScopeError: a 403 insufficient_scope); a user's token passes, since a user acts
-// as themself within their account (CONTRACT.md section 9). It runs after
+// as themself within their account. It runs after
 // Middleware, whose claims it reads; without them it refuses like
 // Middleware does.
 func RequireScope(scope string) echo.MiddlewareFunc {

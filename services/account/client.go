@@ -18,7 +18,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 )
 
-// Service clients (contract section 9): backends of an account that obtain
+// Service clients: backends of an account that obtain
 // access tokens with the client-credentials grant. A client authenticates
 // with its client_id and a secret that only it knows; the service keeps a
 // hash of the secret, never the secret.
@@ -51,7 +51,7 @@ var (
 	ErrPublicClient = errors.New("a public client has no secret")
 )
 
-// The scopes a service client may hold (contract section 9): pkg/token's,
+// The scopes a service client may hold: pkg/token's,
 // which the services verify.
 const (
 	ScopeDefinitionsRead    = token.ScopeDefinitionsRead

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// The password policy (CONTRACT.md section 12, after NIST SP 800-63B-4
+// The password policy (after NIST SP 800-63B-4
 // section 3.1.1.2 for a password that is the only factor): long enough,
 // any characters, not a common or breached password, not built on the
 // user's own names.

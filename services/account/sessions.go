@@ -46,7 +46,7 @@ type Sessions struct {
 	RefreshTokens *token.Verifier
 	// ReuseGrace is how long after its first exchange a refresh token
 	// presented again counts as a retry of a client whose response was
-	// lost, not as reuse (CONTRACT.md section 9); 0 is strict.
+	// lost, not as reuse; 0 is strict.
 	ReuseGrace time.Duration
 	// Users sets a password changed by its user (ChangePassword): the
 	// policy, the hash and the end of every other session.

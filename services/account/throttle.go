@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Login throttling (contract section 6): failed logins are counted per
+// Login throttling: failed logins are counted per
 // account name + username and per client address, in the database so that
 // every replica sees the same counters. A key whose window holds its limit
 // of failures is locked: while locked, a login is refused (429 with

@@ -24,7 +24,7 @@ const (
 	codeTemporarilyUnavail   = "temporarily_unavailable"
 	codeServerError          = "server_error"
 
-	// Codes of user management and self-service (CONTRACT.md section 12).
+	// Codes of user management and self-service.
 	codeWeakPassword           = "weak_password"
 	codeUsernameTaken          = "username_taken"
 	codeInvalidCurrentPassword = "invalid_current_password"

@@ -20,7 +20,7 @@ import (
 	"github.com/acme/platform/services/account"
 )
 
-// The OAuth 2.0 endpoints (CONTRACT.md section 9): POST /oauth2/token (RFC
+// The OAuth 2.0 endpoints: POST /oauth2/token (RFC
 // 6749 section 3.2) and POST /oauth2/revoke (RFC 7009). They take
 // form-encoded parameters and answer errors as RFC 6749 section 5.2 JSON,
 // because that is what OAuth client libraries parse; the work is done by

@@ -25,8 +25,8 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.PUT("/definitions/:id", handleReplaceDefinition(d.Definitions), bearer, write)
 	e.DELETE("/definitions/:id", handleDeleteDefinition(d.Definitions), bearer, write)
 
-	// Users: a service client's, by scope; a user's own token is refused
-	// (CONTRACT.md section 12). /userinfo and /password are the user's.
+	// Users: a service client's, by scope; a user's own token is refused.
+	// /userinfo and /password are the user's.
 	usersRead, usersWrite := token.RequireClientScopes(token.ScopeUsersRead), token.RequireClientScopes(token.ScopeUsersWrite)
 	e.POST("/users", handleCreateUser(d.Users), bearer, usersWrite)
 	e.GET("/users", handleListUsers(d.Users), bearer, usersRead)
