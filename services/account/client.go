@@ -410,7 +410,7 @@ func (a ClientAuthenticator) failed(ctx context.Context, key string) error {
 	th := a.Throttle
 	ctx, cancel := th.settleContext(ctx)
 	defer cancel()
-	if _, _, err := th.Store.TakeLoginAttempt(ctx, key, th.now(), th.Policy.User, 0); err != nil {
+	if _, _, err := (ThrottleCounters{th.Store}).Take(ctx, key, th.now(), th.Policy.User, 0); err != nil {
 		return fmt.Errorf("client throttle: %w", err)
 	}
 	return nil

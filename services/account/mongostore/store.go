@@ -11,7 +11,7 @@
 //	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
 //	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
 //	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions
-//	login_throttle _id = throttle key; {expires_at:1}  TakeLoginAttempt and the rest (by _id); PurgeLoginThrottle
+//	login_throttle _id = throttle key; {expires_at:1}  AddLoginAttempt and the rest (by _id); PurgeLoginThrottle
 //	clients        _id = client_id; {account_id:1, created_at:1, _id:1}  ClientByID, Rotate/SetClientDisabled (by _id); ListClients
 //
 // No operation spans two documents, so no transaction is needed anywhere

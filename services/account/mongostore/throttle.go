@@ -13,43 +13,10 @@ import (
 	"github.com/acme/platform/services/account"
 )
 
-// throttleDoc is one login throttle counter. Every field is always
-// present (locked_until is year 1 when the key was never locked), so that
-// filters need no $exists (but the one that finds a counter written by the
-// previous version: adoptLegacyCounter).
-//
-// attempts counts the window's attempts that have a place: its failures
-// and its pending attempts (those still in flight). pending_until is the
-// end of the latest lease of the pending attempts (renewed while they run):
-// once it has passed, every attempt still pending is released (it counts
-// as nothing: see account.AttemptLease). window identifies the window, so
-// that an outcome reported after the window was reset or replaced changes
-// nothing.
-//
-// The rules, each applied by one conditional single-document update:
-//   - count: while the window is open, not locked, below the limit and its
-//     pending attempts (if any) within their lease, $inc attempts (and
-//     pending, for an attempt in flight);
-//   - new window: when the window has passed and the key is not locked,
-//     $set attempts 1 and a new window (an upsert: this also creates the
-//     counter);
-//   - fail: while the window has pending attempts, $inc pending -1 (the
-//     attempt stays counted, as a failure); refund: the same and $inc
-//     attempts -1; a failure reported after the window's pending attempts
-//     were released: $inc attempts (while the window is open and
-//     unlocked);
-//   - renew: while the window has pending attempts, $max pending_until;
-//   - release: when the leases of pending attempts have ended, $inc
-//     attempts -pending and $set pending 0 (conditional on the values
-//     read, so that it applies once);
-//   - lock: when the window holds the limit of attempts and none pending,
-//     $set locked_until and close the window (window_end = now), so that
-//     the first attempt after the lock starts a new window. The
-//     window_end condition lets exactly one of concurrent lockers through.
-//
-// expires_at only grows ($max): it is when the document stops mattering,
-// for PurgeLoginThrottle (the embedded development server has no TTL
-// indexes).
+// throttleDoc is one login throttle counter. attempts counts the window's
+// failures and pending attempts; every field is always present, so that
+// filters need no $exists, except in a counter of the previous version
+// (no window: adoptLegacyCounter). expires_at only grows ($max).
 type throttleDoc struct {
 	ID           string    `bson:"_id"`
 	Window       string    `bson:"window"`
@@ -60,8 +27,7 @@ type throttleDoc struct {
 	LockedUntil  time.Time `bson:"locked_until"`
 	Lockouts     int       `bson:"lockouts"`
 	ExpiresAt    time.Time `bson:"expires_at"`
-	// LegacyCount is the count of attempts of a counter written before
-	// windows had ids and pending attempts (it has no window field).
+	// LegacyCount is the count of a counter of the previous version.
 	LegacyCount int `bson:"count,omitempty"`
 }
 
@@ -73,208 +39,128 @@ func (d throttleDoc) domain() account.ThrottleState {
 	}
 }
 
-// full reports whether the window open at now holds limit attempts.
-func (d throttleDoc) full(now time.Time, limit account.ThrottleLimit) bool {
-	return d.WindowEnd.After(now) && d.Attempts >= limit.MaxFailures
-}
-
-// allFailed reports whether every attempt counted in the window is a
-// failure: none is pending.
-func (d throttleDoc) allFailed() bool { return d.Pending == 0 }
-
-// leasesEnded reports whether the window open at now has pending attempts
-// whose leases have all ended (they are to be released).
-func (d throttleDoc) leasesEnded(now time.Time) bool {
-	return d.WindowEnd.After(now) && d.Pending > 0 && !d.PendingUntil.After(now)
-}
-
-// throttleRounds bounds the retries of TakeLoginAttempt when concurrent
-// attempts keep changing the document under it; each round makes progress
-// for some attempt, so more than two are rare.
-const throttleRounds = 5
-
 // dbTime is a time as the database keeps it (milliseconds, UTC), so that
 // conditions on times read back compare equal.
 func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 
-// TakeLoginAttempt implements account.LoginThrottleStore. The common case
-// (an open window) is one update; the first attempt of a window two; a
-// refused attempt three (the updates that could not apply, then a read).
-func (s *Store) TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit account.ThrottleLimit, lease time.Duration) (bool, account.ThrottleState, error) {
-	if !limit.Enabled() {
-		return true, account.ThrottleState{}, nil
-	}
-	now = dbTime(now)
+// AddLoginAttempt implements account.LoginThrottleStore: one update in an
+// open window, two for the first attempt of a window, three when neither
+// applies (then a read).
+func (s *Store) AddLoginAttempt(ctx context.Context, key string, a account.ThrottleAttempt) (bool, account.ThrottleState, error) {
+	now := dbTime(a.Now)
 	pending, pendingUntil := 0, now
-	if lease > 0 {
-		pending, pendingUntil = 1, dbTime(now.Add(lease))
+	if a.Pending {
+		pending, pendingUntil = 1, dbTime(a.PendingUntil)
 	}
-	for range throttleRounds {
-		// Count in the open window.
-		var doc throttleDoc
-		err := s.throttle.FindOneAndUpdate(ctx,
-			bson.D{
-				{Key: "_id", Value: key},
-				{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
-				{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
-				{Key: "attempts", Value: bson.D{{Key: "$lt", Value: limit.MaxFailures}}},
-				{Key: "$or", Value: bson.A{
-					bson.D{{Key: "pending", Value: 0}},
-					bson.D{{Key: "pending_until", Value: bson.D{{Key: "$gt", Value: now}}}},
-				}},
-			},
-			bson.D{
-				{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}, {Key: "pending", Value: pending}}},
-				{Key: "$max", Value: bson.D{{Key: "pending_until", Value: pendingUntil}}},
-			},
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
-		if err == nil {
-			return s.allowAttempt(ctx, doc, now, limit)
-		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return false, account.ThrottleState{}, mongoconn.Wrap(err, "count login attempt")
-		}
-
-		// Start a new window (or the first).
-		windowEnd := dbTime(now.Add(limit.Window))
-		err = s.throttle.FindOneAndUpdate(ctx,
-			bson.D{
-				{Key: "_id", Value: key},
-				{Key: "window_end", Value: bson.D{{Key: "$lte", Value: now}}},
-				{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
-			},
-			bson.D{
-				{Key: "$set", Value: bson.D{
-					{Key: "window", Value: newID("win")}, {Key: "window_end", Value: windowEnd},
-					{Key: "attempts", Value: 1}, {Key: "pending", Value: pending}, {Key: "pending_until", Value: pendingUntil},
-				}},
-				{Key: "$max", Value: bson.D{{Key: "expires_at", Value: windowEnd}}},
-				{Key: "$setOnInsert", Value: bson.D{{Key: "locked_until", Value: time.Time{}}, {Key: "lockouts", Value: 0}}},
-			},
-			options.FindOneAndUpdate().SetReturnDocument(options.After).SetUpsert(true)).Decode(&doc)
-		if err == nil {
-			return s.allowAttempt(ctx, doc, now, limit)
-		}
-		if !mongo.IsDuplicateKeyError(err) {
-			return false, account.ThrottleState{}, mongoconn.Wrap(err, "start login throttle window")
-		}
-
-		// The document exists and neither rule applied: it is locked, or
-		// the leases of its pending attempts have ended, or its window is
-		// full, or another attempt has just opened a new window (then go
-		// round again).
-		if err := s.throttle.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
-			if errors.Is(err, mongo.ErrNoDocuments) {
-				continue // reset by a success meanwhile
-			}
-			return false, account.ThrottleState{}, mongoconn.Wrap(err, "read login throttle")
-		}
-		switch {
-		case doc.LockedUntil.After(now):
-			return false, doc.domain(), nil
-		case doc.Window == "":
-			if err := s.adoptLegacyCounter(ctx, doc); err != nil {
-				return false, account.ThrottleState{}, err
-			}
-		case doc.leasesEnded(now):
-			// Attempts stopped renewing their leases (their replica
-			// died): their places are released, not counted as
-			// failures; then go round again.
-			if err := s.releasePending(ctx, doc); err != nil {
-				return false, account.ThrottleState{}, err
-			}
-		case doc.full(now, limit) && doc.allFailed():
-			// Full of failures but not locked yet: the attempt that
-			// failed last has not set the lock (or died before it
-			// could). Set it here.
-			doc, err = s.lockThrottle(ctx, doc, now, limit)
-			if err != nil {
-				return false, account.ThrottleState{}, err
-			}
-			return false, doc.domain(), nil
-		case doc.full(now, limit):
-			// Full of attempts in flight: wait for their outcome.
-			return false, doc.domain(), nil
-		}
-	}
-	// Contention on one key for every round: refuse this attempt for a
-	// moment rather than fail the request (the caller waits and retries).
-	return false, account.ThrottleState{}, nil
-}
-
-// allowAttempt returns the state after a counted attempt, locking the key
-// when the attempt (a failure already: the address counter) filled the
-// window with failures.
-func (s *Store) allowAttempt(ctx context.Context, doc throttleDoc, now time.Time, limit account.ThrottleLimit) (bool, account.ThrottleState, error) {
-	if doc.full(now, limit) && doc.allFailed() {
-		var err error
-		if doc, err = s.lockThrottle(ctx, doc, now, limit); err != nil {
-			return false, account.ThrottleState{}, err
-		}
-	}
-	return true, doc.domain(), nil
-}
-
-// lockThrottle locks a key whose window is full of failures. Of concurrent
-// callers only the first update matches (it closes the window); the others
-// read the document it left.
-func (s *Store) lockThrottle(ctx context.Context, doc throttleDoc, now time.Time, limit account.ThrottleLimit) (throttleDoc, error) {
-	until, lockouts := limit.NextLock(doc.domain(), now)
-	until = dbTime(until)
+	var doc throttleDoc
 	err := s.throttle.FindOneAndUpdate(ctx,
 		bson.D{
-			{Key: "_id", Value: doc.ID},
-			{Key: "window", Value: doc.Window},
+			{Key: "_id", Value: key},
 			{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
-			{Key: "attempts", Value: bson.D{{Key: "$gte", Value: limit.MaxFailures}}},
+			{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
+			{Key: "attempts", Value: bson.D{{Key: "$lt", Value: a.Max}}},
+			{Key: "$or", Value: bson.A{
+				bson.D{{Key: "pending", Value: 0}},
+				bson.D{{Key: "pending_until", Value: bson.D{{Key: "$gt", Value: now}}}},
+			}},
+		},
+		bson.D{
+			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}, {Key: "pending", Value: pending}}},
+			{Key: "$max", Value: bson.D{{Key: "pending_until", Value: pendingUntil}}},
+		},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
+	if err == nil {
+		return true, doc.domain(), nil
+	}
+	if !errors.Is(err, mongo.ErrNoDocuments) {
+		return false, account.ThrottleState{}, mongoconn.Wrap(err, "count login attempt")
+	}
+
+	windowEnd := dbTime(a.WindowEnd)
+	err = s.throttle.FindOneAndUpdate(ctx,
+		bson.D{
+			{Key: "_id", Value: key},
+			{Key: "window_end", Value: bson.D{{Key: "$lte", Value: now}}},
+			{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
+		},
+		bson.D{
+			{Key: "$set", Value: bson.D{
+				{Key: "window", Value: newID("win")}, {Key: "window_end", Value: windowEnd},
+				{Key: "attempts", Value: 1}, {Key: "pending", Value: pending}, {Key: "pending_until", Value: pendingUntil},
+			}},
+			{Key: "$max", Value: bson.D{{Key: "expires_at", Value: windowEnd}}},
+			{Key: "$setOnInsert", Value: bson.D{{Key: "locked_until", Value: time.Time{}}, {Key: "lockouts", Value: 0}}},
+		},
+		options.FindOneAndUpdate().SetReturnDocument(options.After).SetUpsert(true)).Decode(&doc)
+	if err == nil {
+		return true, doc.domain(), nil
+	}
+	if !mongo.IsDuplicateKeyError(err) {
+		return false, account.ThrottleState{}, mongoconn.Wrap(err, "start login throttle window")
+	}
+
+	if err := s.throttle.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&doc); err != nil {
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return false, account.ThrottleState{}, nil // reset meanwhile
+		}
+		return false, account.ThrottleState{}, mongoconn.Wrap(err, "read login throttle")
+	}
+	if doc.Window == "" {
+		return false, account.ThrottleState{}, s.adoptLegacyCounter(ctx, doc)
+	}
+	return false, doc.domain(), nil
+}
+
+// LockLoginThrottle implements account.LoginThrottleStore. It closes the
+// window (window_end = now), so that the first attempt after the lock
+// starts a new one, and that condition lets one concurrent locker through.
+func (s *Store) LockLoginThrottle(ctx context.Context, key string, l account.ThrottleLock) (account.ThrottleState, error) {
+	now := dbTime(l.Now)
+	var doc throttleDoc
+	err := s.throttle.FindOneAndUpdate(ctx,
+		bson.D{
+			{Key: "_id", Value: key},
+			{Key: "window", Value: l.Window},
+			{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
+			{Key: "attempts", Value: bson.D{{Key: "$gte", Value: l.Max}}},
 			{Key: "pending", Value: 0},
 		},
 		bson.D{
 			{Key: "$set", Value: bson.D{
-				{Key: "locked_until", Value: until}, {Key: "lockouts", Value: lockouts},
+				{Key: "locked_until", Value: dbTime(l.Until)}, {Key: "lockouts", Value: l.Lockouts},
 				{Key: "window_end", Value: now}, {Key: "pending", Value: 0},
 			}},
-			{Key: "$max", Value: bson.D{{Key: "expires_at", Value: until.Add(account.StrikeMemory)}}},
+			{Key: "$max", Value: bson.D{{Key: "expires_at", Value: dbTime(l.ForgetAt)}}},
 		},
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		err = s.throttle.FindOne(ctx, bson.D{{Key: "_id", Value: doc.ID}}).Decode(&doc)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return throttleDoc{ID: doc.ID}, nil // reset by a success meanwhile
-		}
+		return s.LoginThrottleState(ctx, key)
 	}
 	if err != nil {
-		return throttleDoc{}, mongoconn.Wrap(err, "lock login throttle")
+		return account.ThrottleState{}, mongoconn.Wrap(err, "lock login throttle")
 	}
-	return doc, nil
+	return doc.domain(), nil
 }
 
-// releasePending gives back the places of the pending attempts of doc,
-// whose leases have ended: they count as nothing. The update is
-// conditional on the document as read, so that it applies once however
-// many callers race, and not at all after anything else changed the
-// window.
-func (s *Store) releasePending(ctx context.Context, doc throttleDoc) error {
+// ReleaseLoginAttempts implements account.LoginThrottleStore.
+func (s *Store) ReleaseLoginAttempts(ctx context.Context, key string, st account.ThrottleState) error {
 	_, err := s.throttle.UpdateOne(ctx,
 		bson.D{
-			{Key: "_id", Value: doc.ID},
-			{Key: "window", Value: doc.Window},
-			{Key: "attempts", Value: doc.Attempts},
-			{Key: "pending", Value: doc.Pending},
-			{Key: "pending_until", Value: doc.PendingUntil},
+			{Key: "_id", Value: key},
+			{Key: "window", Value: st.Window},
+			{Key: "attempts", Value: st.Failures + st.Pending},
+			{Key: "pending", Value: st.Pending},
+			{Key: "pending_until", Value: st.PendingUntil},
 		},
 		bson.D{
-			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -doc.Pending}}},
+			{Key: "$inc", Value: bson.D{{Key: "attempts", Value: -st.Pending}}},
 			{Key: "$set", Value: bson.D{{Key: "pending", Value: 0}}},
 		})
 	return mongoconn.Wrap(err, "release pending login attempts")
 }
 
-// adoptLegacyCounter gives a counter written by the previous version (no
-// window id, attempts counted in "count", none known to be pending) a
-// window id, its attempts counted as failures: the rules above then apply
-// to it. It is needed only for a counter whose window was open and not
-// locked when the new version started, and once per counter.
+// adoptLegacyCounter gives a counter of the previous version (no window id,
+// its attempts in "count") a window id, its attempts counted as failures.
 func (s *Store) adoptLegacyCounter(ctx context.Context, doc throttleDoc) error {
 	_, err := s.throttle.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: doc.ID}, {Key: "window", Value: bson.D{{Key: "$exists", Value: false}}}},
@@ -288,41 +174,43 @@ func (s *Store) adoptLegacyCounter(ctx context.Context, doc throttleDoc) error {
 	return mongoconn.Wrap(err, "adopt login throttle counter")
 }
 
-// FailLoginAttempt implements account.LoginThrottleStore.
-func (s *Store) FailLoginAttempt(ctx context.Context, key, window string, now time.Time, limit account.ThrottleLimit) error {
-	now = dbTime(now)
-	var doc throttleDoc
-	err := s.throttle.FindOneAndUpdate(ctx,
+// SettleLoginFailure implements account.LoginThrottleStore.
+func (s *Store) SettleLoginFailure(ctx context.Context, key, window string) (account.ThrottleState, bool, error) {
+	return s.updateThrottle(ctx, "count failed login attempt",
 		bson.D{
 			{Key: "_id", Value: key},
 			{Key: "window", Value: window},
 			{Key: "pending", Value: bson.D{{Key: "$gt", Value: 0}}},
 		},
-		bson.D{{Key: "$inc", Value: bson.D{{Key: "pending", Value: -1}}}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "pending", Value: -1}}}})
+}
+
+// AddLoginFailure implements account.LoginThrottleStore.
+func (s *Store) AddLoginFailure(ctx context.Context, key, window string, now time.Time) (account.ThrottleState, bool, error) {
+	now = dbTime(now)
+	return s.updateThrottle(ctx, "count failed login attempt",
+		bson.D{
+			{Key: "_id", Value: key},
+			{Key: "window", Value: window},
+			{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
+			{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
+		},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}})
+}
+
+// updateThrottle applies update to the counter filter matches and returns
+// its state after; ok is false when none matches.
+func (s *Store) updateThrottle(ctx context.Context, what string, filter, update bson.D) (account.ThrottleState, bool, error) {
+	var doc throttleDoc
+	err := s.throttle.FindOneAndUpdate(ctx, filter, update,
 		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		// Its place was released (its lease ended) or the window is gone:
-		// a failure still counts in its window while that is open.
-		err = s.throttle.FindOneAndUpdate(ctx,
-			bson.D{
-				{Key: "_id", Value: key},
-				{Key: "window", Value: window},
-				{Key: "window_end", Value: bson.D{{Key: "$gt", Value: now}}},
-				{Key: "locked_until", Value: bson.D{{Key: "$lte", Value: now}}},
-			},
-			bson.D{{Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}},
-			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&doc)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return nil // reset (a success), replaced or locked: nothing to count
-		}
+		return account.ThrottleState{}, false, nil
 	}
 	if err != nil {
-		return mongoconn.Wrap(err, "count failed login attempt")
+		return account.ThrottleState{}, false, mongoconn.Wrap(err, what)
 	}
-	if limit.Enabled() && doc.full(now, limit) && doc.allFailed() {
-		_, err = s.lockThrottle(ctx, doc, now, limit)
-	}
-	return err
+	return doc.domain(), true, nil
 }
 
 // RenewLoginAttempt implements account.LoginThrottleStore.
