@@ -38,7 +38,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
 	e.POST("/password", handleChangePassword(d.Sessions), bearer, token.RequireUser)
 
-	e.GET("/.well-known/jwks.json", echo.WrapHandler(token.JWKSHandler(d.Keys)))
+	e.GET("/.well-known/jwks.json", handleJWKS(d.Keys))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
 }
