@@ -2,7 +2,9 @@ package http
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
@@ -58,6 +60,7 @@ func problemFor(err error) *problem.Problem {
 	var invalidToken *token.TokenError
 	var refusal *oauthRefusal
 	var weak *account.WeakPasswordError
+	var param *account.ParameterError
 	switch {
 	case errors.As(err, &weak):
 		p := problem.New(http.StatusBadRequest, codeWeakPassword, "The password does not meet the password policy: "+weak.Field+" "+weak.Reason+".")
@@ -71,6 +74,15 @@ func problemFor(err error) *problem.Problem {
 		return problem.InvalidToken("The user of this token has been deleted or disabled.")
 	case errors.Is(err, account.ErrUserNotFound):
 		return problem.NotFound("No user with this id in your account.")
+	case errors.As(err, &param):
+		if param.TooLong {
+			return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, fmt.Sprintf("The parameter %q is too long.", param.Name))
+		}
+		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, fmt.Sprintf("The parameter %q is required.", param.Name))
+	case errors.Is(err, account.ErrUnsupportedGrantType):
+		return problem.New(http.StatusBadRequest, codeUnsupportedGrantType, "The grant type must be one of "+strings.Join(grantTypes, ", ")+".")
+	case errors.Is(err, account.ErrClientAuthRequired):
+		return problem.New(http.StatusUnauthorized, codeInvalidClient, "The client_credentials grant requires client authentication.")
 	case errors.As(err, &refusal):
 		if refusal.code == codeInvalidClient {
 			p := problem.New(http.StatusUnauthorized, codeInvalidClient, refusal.detail)
