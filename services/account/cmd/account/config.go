@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/servicecmd"
-	"github.com/acme/platform/pkg/web"
 )
 
 // envPrefix prefixes every variable: ACCOUNT_HTTP_ADDR and so on.
@@ -15,13 +14,10 @@ const envPrefix = "ACCOUNT"
 // config is the whole configuration, from environment variables only. The
 // defaults run the service locally beside a MongoDB on localhost.
 type config struct {
-	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of the public API"`
-	OpsAddr         string        `envconfig:"OPS_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
-	OpsPprof        bool          `envconfig:"OPS_PPROF" default:"false" desc:"serve net/http/pprof under /debug/pprof/ on the operations listener; keep that port private"`
-	MongoDBURI      string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of the public API"`
+	OpsAddr  string `envconfig:"OPS_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
+	servicecmd.Config
 	MongoDBDatabase string        `envconfig:"MONGODB_DATABASE" default:"account" desc:"MongoDB database of this service"`
-	MongoDBTimeout  time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"the deadline of each request for all its MongoDB commands, then a 503; /readyz fails once MongoDB has answered nothing for as long"`
-	MaxInFlight     int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
 	Issuer          string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"public base URL of this service; the tokens' iss claim"`
 	Audience        []string      `envconfig:"AUDIENCE" default:"acme-platform" desc:"comma-separated aud claim of issued tokens (and accepted on /definitions)"`
 	TokenTTL        time.Duration `envconfig:"TOKEN_TTL" default:"1h" desc:"lifetime of id and access tokens (expires_in)"`
@@ -36,11 +32,9 @@ type config struct {
 	KeyPublishAhead   time.Duration `envconfig:"KEY_PUBLISH_AHEAD" default:"10m" desc:"how long the next generated key is in the JWKS before it signs; must exceed KEY_CHECK_INTERVAL plus every verifier's JWKS refresh interval"`
 	KeyCheckInterval  time.Duration `envconfig:"KEY_CHECK_INTERVAL" default:"1m" desc:"how often each replica reloads the generated keys from MongoDB, rotating when due"`
 
-	HashConcurrency int           `envconfig:"HASH_CONCURRENCY" default:"0" desc:"password hashes at once; 0 means the number of CPUs"`
-	Argon2MemoryKiB uint32        `envconfig:"ARGON2_MEMORY_KIB" default:"19456" desc:"argon2id memory per hash for new passwords, KiB"`
-	Argon2Time      uint32        `envconfig:"ARGON2_ITERATIONS" default:"2" desc:"argon2id iterations for new passwords"`
-	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
+	HashConcurrency int    `envconfig:"HASH_CONCURRENCY" default:"0" desc:"password hashes at once; 0 means the number of CPUs"`
+	Argon2MemoryKiB uint32 `envconfig:"ARGON2_MEMORY_KIB" default:"19456" desc:"argon2id memory per hash for new passwords, KiB"`
+	Argon2Time      uint32 `envconfig:"ARGON2_ITERATIONS" default:"2" desc:"argon2id iterations for new passwords"`
 
 	// Brute-force protection (see docs/decisions.md, "Login throttling").
 	LoginUserMaxFailures int           `envconfig:"LOGIN_USER_MAX_FAILURES" default:"5" desc:"failed logins of one account name + username within LOGIN_WINDOW that lock it; 0 disables"`
@@ -56,8 +50,6 @@ type config struct {
 	// Service clients (see docs/decisions.md, "Service clients").
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
 	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
-
-	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
 // maxClientAuthCacheTTL bounds ACCOUNT_CLIENT_AUTH_CACHE_TTL: how late a
@@ -75,6 +67,9 @@ func loadConfig() (config, error) {
 // validate checks what envconfig cannot: the token settings, the key
 // rotation timings and the login throttle.
 func (c config) validate() error {
+	if err := c.Config.Validate(envPrefix); err != nil {
+		return err
+	}
 	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
 		return err
 	}
@@ -86,17 +81,11 @@ func (c config) validate() error {
 	case c.KeyRotationPeriod > 0 && c.KeyCheckInterval >= c.KeyPublishAhead:
 		return fmt.Errorf("configuration: ACCOUNT_KEY_CHECK_INTERVAL (%v) must be below ACCOUNT_KEY_PUBLISH_AHEAD (%v), so that every replica has the next key before it signs", c.KeyCheckInterval, c.KeyPublishAhead)
 	}
-	if c.MaxInFlight < 0 {
-		return errors.New("configuration: ACCOUNT_MAX_IN_FLIGHT must not be negative")
-	}
 	if c.RefreshReuseGrace < 0 {
 		return errors.New("configuration: ACCOUNT_REFRESH_REUSE_GRACE must not be negative")
 	}
 	if c.ClientAuthCacheTTL < 0 || c.ClientAuthCacheTTL > maxClientAuthCacheTTL {
 		return fmt.Errorf("configuration: ACCOUNT_CLIENT_AUTH_CACHE_TTL (%v) must be between 0 and %v: a disabled client keeps getting tokens that long", c.ClientAuthCacheTTL, maxClientAuthCacheTTL)
-	}
-	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
-		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)
 	}
 	return c.validateLogin()
 }
