@@ -3,6 +3,9 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -11,8 +14,10 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,10 +25,11 @@ import (
 	client "github.com/acme/platform/clients/go"
 )
 
-// The README's snippets, each the body of one example below: go test
-// compiles them (they have no Output, so none runs: they call the real
-// services), and TestReadmeSnippetsAreTheExamples keeps the README equal
-// to them.
+// The README's snippets, each the body of one example below or a
+// declaration: go test compiles them (the examples have no Output, so none
+// runs: they call the real services), TestReadmeWebhookReceiver runs the
+// receiver, and TestReadmeSnippetsAreTheExamples keeps the README equal to
+// them.
 
 func ExampleClient_Login() {
 	ctx := context.Background()
@@ -151,11 +157,9 @@ func ExampleClient_FollowEvents() {
 	}
 }
 
-func ExampleVerifyWebhook() {
-	// The endpoint's secret (CreateWebhook returns it once); during a
-	// rotation, the new and the previous one.
-	secrets := []string{os.Getenv("ACME_WEBHOOK_SECRET")}
-	http.HandleFunc("POST /webhooks", func(w http.ResponseWriter, r *http.Request) {
+// webhooks verifies each delivery, then hands its event to handle.
+func webhooks(secrets []string, handle func(client.Event)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 		if err != nil {
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
@@ -167,13 +171,23 @@ func ExampleVerifyWebhook() {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		// e is the feed's Event; e.ID is the same on every attempt:
-		// drop the repeats of one you handled.
-		if e.Type == client.EventMessageCreated {
-			fmt.Println("message:", e.Data.Message.Body)
-		}
+		handle(e) // e.ID is the same on every attempt: drop the repeats of one you handled
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+func ExampleVerifyWebhook() {
+	// The endpoint's secret (CreateWebhook returns it once); during a
+	// rotation, the new and the previous one.
+	secrets := []string{os.Getenv("ACME_WEBHOOK_SECRET")}
+	http.Handle("POST /webhooks", webhooks(secrets, func(e client.Event) {
+		switch e.Type {
+		case client.EventMessageCreated:
+			fmt.Println("message:", e.Data.Message.Body)
+		case client.EventWebhookTest:
+			fmt.Println("test delivery to", e.Data.EndpointID)
+		}
+	}))
 	log.Fatal(http.ListenAndServe(":9000", nil))
 }
 
@@ -230,9 +244,9 @@ func ExampleClient_ChangePassword() {
 }
 
 // TestReadmeSnippetsAreTheExamples checks that every go block of
-// README.md is the body of one Example above, in the order of the
-// examples, and that every example is in the README: the snippets a
-// reader copies are the code go test compiles.
+// README.md is the body of one Example above or one of the other
+// declarations (webhooks), in their order, and that each of them is in the
+// README: the snippets a reader copies are the code go test compiles.
 func TestReadmeSnippetsAreTheExamples(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -255,17 +269,20 @@ func TestReadmeSnippetsAreTheExamples(t *testing.T) {
 	var bodies []string
 	for _, d := range file.Decls {
 		fn, ok := d.(*ast.FuncDecl)
-		if !ok || !strings.HasPrefix(fn.Name.Name, "Example") {
-			continue
+		switch {
+		case !ok || strings.HasPrefix(fn.Name.Name, "Test"):
+		case strings.HasPrefix(fn.Name.Name, "Example"):
+			inner := src[fset.Position(fn.Body.Lbrace).Offset+2 : fset.Position(fn.Body.Rbrace).Offset]
+			var body bytes.Buffer
+			for line := range strings.Lines(string(inner)) {
+				body.WriteString(strings.TrimPrefix(line, "\t"))
+			}
+			bodies = append(bodies, body.String())
+		default: // a declaration of the README, with its doc comment
+			bodies = append(bodies, string(src[fset.Position(fn.Doc.Pos()).Offset:fset.Position(fn.End()).Offset])+"\n")
 		}
-		inner := src[fset.Position(fn.Body.Lbrace).Offset+2 : fset.Position(fn.Body.Rbrace).Offset]
-		var body bytes.Buffer
-		for line := range strings.Lines(string(inner)) {
-			body.WriteString(strings.TrimPrefix(line, "\t"))
-		}
-		bodies = append(bodies, body.String())
 	}
-	if len(bodies) < 8 {
+	if len(bodies) < 9 {
 		t.Fatalf("found %d examples", len(bodies))
 	}
 	if len(blocks) != len(bodies) {
@@ -275,5 +292,53 @@ func TestReadmeSnippetsAreTheExamples(t *testing.T) {
 		if blocks[i] != bodies[i] {
 			t.Errorf("README.md's go block %d is not the body of example %d:\n--- README\n%s--- example\n%s", i+1, i+1, blocks[i], bodies[i])
 		}
+	}
+}
+
+// TestReadmeWebhookReceiver runs the README's receiver: a delivery signed
+// with the endpoint's secret reaches handle as the feed's typed Event; a
+// delivery signed with another secret, or tampered with, is a 400 and
+// reaches nothing.
+func TestReadmeWebhookReceiver(t *testing.T) {
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a secret of thirty-two bytes ...."))
+	var got []client.Event
+	srv := httptest.NewServer(webhooks([]string{secret}, func(e client.Event) { got = append(got, e) }))
+	defer srv.Close()
+
+	// deliver signs the event with secret and sends sent as its body.
+	const signed = `{"id":"evt_5d41402abc4b2a76b9719d91","type":"message.created","sequence":7,"timestamp":"2026-01-01T12:00:00.000Z","data":{"conversation":{"id":"cnv_1"},"message":{"id":"msg_1","body":"héllo"}}}`
+	deliver := func(secret, sent string) int {
+		t.Helper()
+		id, ts := "evt_5d41402abc4b2a76b9719d91", strconv.FormatInt(time.Now().Unix(), 10)
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(id + "." + ts + "." + signed))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(sent))
+		req.Header.Set("webhook-id", id)
+		req.Header.Set("webhook-timestamp", ts)
+		req.Header.Set("webhook-signature", "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if status := deliver(secret, signed); status != http.StatusNoContent {
+		t.Fatalf("a signed delivery: %d", status)
+	}
+	other := "whsec_" + base64.StdEncoding.EncodeToString([]byte("another secret of thirty-two ..."))
+	if status := deliver(other, signed); status != http.StatusBadRequest {
+		t.Fatalf("another secret: %d", status)
+	}
+	if status := deliver(secret, strings.Replace(signed, "héllo", "hallo", 1)); status != http.StatusBadRequest {
+		t.Fatalf("a tampered body: %d", status)
+	}
+	if len(got) != 1 || got[0].Type != client.EventMessageCreated || got[0].Sequence != 7 ||
+		got[0].Data.Message == nil || got[0].Data.Message.Body != "héllo" || got[0].Data.Conversation.ID != "cnv_1" {
+		t.Fatalf("handled %+v", got)
 	}
 }
