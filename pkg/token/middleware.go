@@ -111,9 +111,8 @@ func (e *ScopeError) Error() string { return "the token lacks the scope " + e.Sc
 // RequireClientScopes lets only a service client's token through, and
 // only when it grants every one of scopes (else a *ScopeError naming them
 // all: a 403 insufficient_scope). A user's token is refused the same way:
-// these routes act on the account's behalf, not on a user's own (the
-// webhooks of CONTRACT.md section 11.3, the users management of section
-// 12). It runs after Middleware.
+// these routes act on the account's behalf, not on a user's own (webhooks,
+// user management). It runs after Middleware.
 func RequireClientScopes(scopes ...string) echo.MiddlewareFunc {
 	all := strings.Join(scopes, " ")
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
