@@ -142,12 +142,17 @@ type Store interface {
 	ClientStore
 }
 
-// PasswordHasher hashes and verifies passwords.
+// PasswordHasher hashes and verifies passwords. A password is hashed in
+// its NFKC form; hashes stored before that hold the form as typed.
 type PasswordHasher interface {
 	Hash(ctx context.Context, password string) (string, error)
 	// Verify reports whether password matches hash. An error means the
 	// check could not run (overload, corrupt hash), not a mismatch.
 	Verify(ctx context.Context, hash, password string) (bool, error)
+	// Check is Verify that also reports a match of a hash of the typed
+	// form (stale), which the caller replaces with a hash of the NFKC
+	// form.
+	Check(ctx context.Context, hash, password string) (ok, stale bool, err error)
 	// VerifyDummy spends the same time as Verify on a mismatch, for logins
 	// whose account or user does not exist.
 	VerifyDummy(ctx context.Context, password string) error
