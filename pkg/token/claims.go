@@ -95,6 +95,9 @@ type Claims struct {
 	// through the token endpoint: that client's id, which aud lists too.
 	// Empty for tokens of POST /login.
 	AuthorizedParty string
+	// AMR is the id token's amr (OpenID Connect Core 1.0 section 2): how
+	// the user authenticated, "pwd" and "otp" (RFC 8176).
+	AMR []string
 
 	// Service clients' access tokens only (CONTRACT.md section 9): the
 	// client_id claim, and the scope claim split at spaces (RFC 9068
@@ -137,6 +140,7 @@ type wireClaims struct {
 	PreferredUsername string      `json:"preferred_username"`
 	AuthTime          numericDate `json:"auth_time"`
 	Azp               string      `json:"azp"`
+	AMR               []string    `json:"amr"`
 	ClientID          string      `json:"client_id"`
 	Scope             string      `json:"scope"`
 }

@@ -36,6 +36,8 @@ const (
 	// ClaimAuthorizedParty is the azp of an id token issued to a client
 	// (OpenID Connect Core 1.0 section 2): its client id.
 	ClaimAuthorizedParty = "azp"
+	// ClaimAMR is the id token's authentication methods references.
+	ClaimAMR = "amr"
 )
 
 // IssuerConfig configures an Issuer.
@@ -125,6 +127,9 @@ type Subject struct {
 	// validates it. The access and refresh tokens are unchanged: they are
 	// the user's, for the services of the configured audience.
 	ClientID string
+	// AMR is the id token's amr claim, left out when empty: the methods
+	// the user authenticated with ("pwd", "otp"; RFC 8176).
+	AMR []string
 }
 
 // Set is a minted token set, shaped as the "tokens" member of the login
@@ -186,6 +191,9 @@ func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
 	}
 	if s.Email != "" {
 		idb = idb.Claim(ClaimEmail, s.Email)
+	}
+	if len(s.AMR) > 0 {
+		idb = idb.Claim(ClaimAMR, s.AMR)
 	}
 	if s.ClientID != "" {
 		aud := i.cfg.Audience

@@ -315,6 +315,7 @@ func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
 		PreferredUsername: wc.PreferredUsername,
 		AuthTime:          wc.AuthTime.Time,
 		AuthorizedParty:   wc.Azp,
+		AMR:               wc.AMR,
 		ClientID:          wc.ClientID,
 		Scopes:            ParseScope(wc.Scope),
 		Type:              hdr.Typ,
