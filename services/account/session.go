@@ -43,7 +43,10 @@ type Session struct {
 	PreviousRefreshID string
 	RotatedAt         time.Time
 	AuthTime          time.Time // when the user entered the password
-	CreatedAt         time.Time
+	// AMR is how the user signed in ("pwd", "otp"), which the id tokens
+	// of its refreshes keep saying.
+	AMR       []string
+	CreatedAt time.Time
 	// ExpiresAt is when the current refresh token expires; the session is
 	// useless afterwards and may be purged.
 	ExpiresAt time.Time

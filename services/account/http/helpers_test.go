@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
@@ -95,7 +96,9 @@ func addUser(t testing.TB, store *mongostore.Store, hasher account.PasswordHashe
 }
 
 // userManagement is the user management of a test server on store, under
-// the shipped password policy, wired into sessions (for POST /password).
+// the shipped password policy, wired into sessions (for POST /password),
+// with second factors (sessions.MFA: sealed under a random key, on the
+// real clock, throttled by the sessions' throttle).
 func userManagement(t testing.TB, store *mongostore.Store, hasher account.PasswordHasher, sessions *account.Sessions) *account.Users {
 	t.Helper()
 	policy, err := account.LoadPasswordPolicy()
@@ -104,6 +107,13 @@ func userManagement(t testing.TB, store *mongostore.Store, hasher account.Passwo
 	}
 	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
 	sessions.Users = users
+	raw, _ := secretbox.NewKey()
+	key, _ := secretbox.ParseKey(raw)
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions.MFA = &account.MFA{Store: store, Users: store, Sessions: store, Box: box, Issuer: "Acme Platform", Hasher: hasher, Throttle: sessions.Throttle}
 	return users
 }
 

@@ -264,7 +264,7 @@ func TestOAuth(t *testing.T) {
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /.well-known/jwks.json *", "* /openapi.yaml *", "* /definitions 401", "* /definitions/{id} 401",
 		"POST /definitions 413", "POST /definitions 415", "PUT /definitions/{id} 413", "PUT /definitions/{id} 415",
-		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *")
+		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *", "* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *")
 }
 
 func testOAuthDiscovery(t *testing.T, o *oauthAPI) {

@@ -50,6 +50,7 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
 		Sessions:    sessions,
 		Users:       users,
+		MFA:         sessions.MFA,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
@@ -151,7 +152,8 @@ func TestUsers(t *testing.T) {
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *", "* /oauth2/* *",
 		"* /definitions *", "* /definitions/{id} *", "* /.well-known/* *", "* /openapi.yaml *",
 		"* /users 401", "* /users/{id} 401", "* /users/{id}/password 401", "POST /userinfo 401", "* /userinfo 400", "GET /users/{id} 400", "DELETE /users/{id} 400",
-		"PATCH /users/{id} 413", "PUT /users/{id}/password 413", "PUT /users/{id}/password 415", "POST /password 413")
+		"PATCH /users/{id} 413", "PUT /users/{id}/password 413", "PUT /users/{id}/password 415", "POST /password 413",
+		"* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *")
 }
 
 func testUserLifecycle(t *testing.T, u *usersAPI) {

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/web"
 )
@@ -57,6 +59,10 @@ type config struct {
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
 	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
 
+	// Second factor (see docs/decisions.md, "TOTP").
+	MFASecretKey string `envconfig:"MFA_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts users' TOTP secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
+	TOTPIssuer   string `envconfig:"TOTP_ISSUER" default:"Acme Platform" desc:"the issuer authenticator apps show beside a user's TOTP codes"`
+
 	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
@@ -94,6 +100,12 @@ func (c config) validate() error {
 	}
 	if c.ClientAuthCacheTTL < 0 || c.ClientAuthCacheTTL > maxClientAuthCacheTTL {
 		return fmt.Errorf("configuration: ACCOUNT_CLIENT_AUTH_CACHE_TTL (%v) must be between 0 and %v: a disabled client keeps getting tokens that long", c.ClientAuthCacheTTL, maxClientAuthCacheTTL)
+	}
+	if _, err := secretbox.ParseKey(c.MFASecretKey); err != nil {
+		return fmt.Errorf("configuration: ACCOUNT_MFA_SECRET_KEY %w", err)
+	}
+	if strings.Contains(c.TOTPIssuer, ":") {
+		return errors.New("configuration: ACCOUNT_TOTP_ISSUER must be a name without a colon (authenticator apps split the label at it)")
 	}
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)
