@@ -102,6 +102,26 @@ export class Session {
   }
 
   /**
+   * Logs in with the credentials and a code of the user's second factor,
+   * after any renewal in progress; a later login needs a new code.
+   */
+  async loginWithOtp(otp: string, signal?: AbortSignal): Promise<void> {
+    await this.#flight?.catch(() => undefined);
+    const c = this.#credentials;
+    if ("clientId" in c) throw new TypeError("loginWithOtp: a service client has no second factor");
+    const start = this.#now();
+    const body = await this.#post(
+      "/login",
+      JSON.stringify({ username: c.username, password: c.password, accountName: c.accountName, otp }),
+      "application/json",
+      signal,
+    );
+    this.#tokens = userTokens(start, body);
+    this.#stale = false;
+    this.#generation++;
+  }
+
+  /**
    * Takes the token set of a password change (the answer of POST
    * /password, requested at start) as the session's, and the new password
    * for later logins.
