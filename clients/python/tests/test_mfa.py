@@ -69,7 +69,9 @@ class SecondFactorTest(unittest.TestCase):
         again = user("py-mfa", password)
         with self.assertRaises(MfaRequiredError) as required:
             again.login()
-        self.assertEqual((required.exception.status, required.exception.code), (401, CODE_MFA_REQUIRED))
+        self.assertEqual(
+            (required.exception.status, required.exception.code), (401, CODE_MFA_REQUIRED)
+        )
         code = totp(enrolment["secret"], 1)
         again.login_with_otp(code)
         self.assertEqual(again.user_info()["sub"], created["id"])

@@ -293,7 +293,9 @@ class Client:
         needs a new one. A wrong code raises :class:`ApiError`
         ``invalid_credentials``, as a wrong password does."""
         if self._client_id:
-            raise ClientError("acme_platform: login_with_otp: a service client has no second factor")
+            raise ClientError(
+                "acme_platform: login_with_otp: a service client has no second factor"
+            )
         assert self._password is not None
         session = self._token_request(
             "/login",
@@ -732,7 +734,9 @@ class Client:
         url = self._account_url + "/userinfo"
         return cast(UserInfo, self._json(self._call("GET", url, retry=True), "GET", url))
 
-    def change_password(self, current_password: str, new_password: str, otp: Optional[str] = None) -> None:
+    def change_password(
+        self, current_password: str, new_password: str, otp: Optional[str] = None
+    ) -> None:
         """Changes the password of the client's user (``POST /password``).
         The service ends every session of the user and answers with the
         tokens of a new one, which this client keeps (and the new password
@@ -772,10 +776,14 @@ class Client:
         if self._client_id:
             raise ClientError("acme_platform: verify_totp: a service client has no second factor")
         url = self._account_url + "/mfa/totp/verify"
-        doc = self._json(self._call_body("POST", url, Secret(json.dumps({"code": code}))), "POST", url)
+        doc = self._json(
+            self._call_body("POST", url, Secret(json.dumps({"code": code}))), "POST", url
+        )
         codes = doc.get("recoveryCodes") if isinstance(doc, dict) else None
         if not isinstance(codes, list):
-            raise ClientError("acme_platform: POST /mfa/totp/verify: the response holds no recovery codes")
+            raise ClientError(
+                "acme_platform: POST /mfa/totp/verify: the response holds no recovery codes"
+            )
         return [str(c) for c in codes]
 
     def remove_totp(self, *, code: Optional[str] = None, password: Optional[str] = None) -> None:
@@ -786,7 +794,9 @@ class Client:
             raise ClientError("acme_platform: remove_totp: a service client has no second factor")
         if (code is None) == (password is None):
             raise ClientError("acme_platform: remove_totp: give code or password, exactly one")
-        proof = {"code": code} if code is not None else {"password": password}
+        proof: Dict[str, str] = (
+            {"code": code} if code is not None else {"password": password or ""}
+        )
         self._call_body("DELETE", self._account_url + "/mfa/totp", Secret(json.dumps(proof)))
 
     def reset_user_mfa(self, user_id: str) -> None:
