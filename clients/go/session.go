@@ -196,19 +196,7 @@ func (c *Client) LoginWithOTP(ctx context.Context, otp string) error {
 	if c.client.ClientID != "" {
 		return errors.New("client: LoginWithOTP: a service client has no second factor")
 	}
-	c.mu.Lock()
-	creds := c.creds
-	c.mu.Unlock()
-	body, err := json.Marshal(struct {
-		Username    string `json:"username"`
-		Password    string `json:"password"`
-		AccountName string `json:"accountName"`
-		OTP         string `json:"otp"`
-	}{creds.Username, creds.Password, creds.AccountName, otp})
-	if err != nil {
-		return fmt.Errorf("client: POST /login: encode request: %w", err)
-	}
-	set, err := c.tokenRequest(ctx, "/login", body)
+	set, err := c.passwordLogin(ctx, otp)
 	if err != nil {
 		return err
 	}
@@ -226,6 +214,12 @@ func (c *Client) login(ctx context.Context) (*tokenSet, error) {
 	if c.client.ClientID != "" {
 		return c.clientCredentialsToken(ctx)
 	}
+	return c.passwordLogin(ctx, "")
+}
+
+// passwordLogin is POST /login with the user's credentials and otp, a code
+// of their second factor ("" for none).
+func (c *Client) passwordLogin(ctx context.Context, otp string) (*tokenSet, error) {
 	// ChangePassword replaces the password under mu.
 	c.mu.Lock()
 	creds := c.creds
@@ -234,7 +228,8 @@ func (c *Client) login(ctx context.Context) (*tokenSet, error) {
 		Username    string `json:"username"`
 		Password    string `json:"password"`
 		AccountName string `json:"accountName"`
-	}{creds.Username, creds.Password, creds.AccountName})
+		OTP         string `json:"otp,omitempty"`
+	}{creds.Username, creds.Password, creds.AccountName, otp})
 	if err != nil {
 		return nil, fmt.Errorf("client: POST /login: encode request: %w", err)
 	}

@@ -109,14 +109,7 @@ export class Session {
     await this.#flight?.catch(() => undefined);
     const c = this.#credentials;
     if ("clientId" in c) throw new TypeError("loginWithOtp: a service client has no second factor");
-    const start = this.#now();
-    const body = await this.#post(
-      "/login",
-      JSON.stringify({ username: c.username, password: c.password, accountName: c.accountName, otp }),
-      "application/json",
-      signal,
-    );
-    this.#tokens = userTokens(start, body);
+    this.#tokens = await this.#passwordLogin(c, otp, signal);
     this.#stale = false;
     this.#generation++;
   }
@@ -204,12 +197,15 @@ export class Session {
       const token = field(body, "access_token");
       return { tokens: { bearer: token, refresh: undefined, renewAt: renewAt(start, body) }, kind: "client_credentials" };
     }
-    const body = await this.#post(
-      "/login",
-      JSON.stringify({ username: c.username, password: c.password, accountName: c.accountName }),
-      "application/json",
-    );
-    return { tokens: userTokens(start, body), kind: "login" };
+    return { tokens: await this.#passwordLogin(c), kind: "login" };
+  }
+
+  /** POST /login with the user's credentials and otp, a code of their second factor. */
+  async #passwordLogin(c: PasswordCredentials, otp?: string, signal?: AbortSignal): Promise<Tokens> {
+    const start = this.#now(); // expires_in counts from the response: earlier is safe
+    const login = { username: c.username, password: c.password, accountName: c.accountName };
+    const body = await this.#post("/login", JSON.stringify(otp === undefined ? login : { ...login, otp }), "application/json", signal);
+    return userTokens(start, body);
   }
 
   async #refresh(refresh: string): Promise<Tokens> {

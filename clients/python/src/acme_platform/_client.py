@@ -296,22 +296,7 @@ class Client:
             raise ClientError(
                 "acme_platform: login_with_otp: a service client has no second factor"
             )
-        assert self._password is not None
-        session = self._token_request(
-            "/login",
-            Secret(
-                json.dumps(
-                    {
-                        "username": self._username,
-                        "password": self._password.reveal(),
-                        "accountName": self._account_name,
-                        "otp": otp,
-                    }
-                )
-            ),
-            "application/json",
-            None,
-        )
+        session = self._password_login(otp)
         with self._lock:
             self._loaded = True
             self._keep(session)
@@ -409,10 +394,18 @@ class Client:
             )
             logger.debug("obtained an access token with client credentials")
             return session
+        session = self._password_login(None)
+        logger.debug("logged in")
+        return session
+
+    def _password_login(self, otp: Optional[str]) -> Session:
+        """``POST /login`` with the user's credentials and ``otp``, a code of
+        their second factor (``None`` for none)."""
         assert self._password is not None
+        extra = {"otp": otp} if otp is not None else {}
         # Wrapped at once: no local variable holds the password in clear, so
         # that a traceback captured with its locals does not show it.
-        session = self._token_request(
+        return self._token_request(
             "/login",
             Secret(
                 json.dumps(
@@ -420,14 +413,13 @@ class Client:
                         "username": self._username,
                         "password": self._password.reveal(),
                         "accountName": self._account_name,
+                        **extra,
                     }
                 )
             ),
             "application/json",
             None,
         )
-        logger.debug("logged in")
-        return session
 
     def _token_request(
         self,
