@@ -82,6 +82,9 @@ from ._events import (
 )
 from ._secret import Secret
 from ._webhooks import (
+    EVENT_WEBHOOK_TEST,
+    WebhookTestData,
+    WebhookTestEvent,
     WEBHOOK_TOLERANCE_SECONDS,
     WebhookEvent,
     WebhookVerificationError,
@@ -183,5 +186,8 @@ __all__ = [
     "verify_webhook",
     "WEBHOOK_TOLERANCE_SECONDS",
     "WebhookEvent",
+    "WebhookTestEvent",
+    "WebhookTestData",
+    "EVENT_WEBHOOK_TEST",
     "WebhookVerificationError",
 ]
