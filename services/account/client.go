@@ -112,9 +112,9 @@ type ServiceClient struct {
 	// PostLogoutRedirectURIs where the logout endpoint may.
 	RedirectURIs           []string
 	PostLogoutRedirectURIs []string
-	Disabled  bool
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Disabled               bool
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
 	// SecretHash is the hash of the current secret (HashClientSecret).
 	SecretHash string
 	// PreviousSecretHash is the hash of the secret that the last rotation
