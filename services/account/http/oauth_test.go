@@ -61,9 +61,9 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 		Sessions:       sessions,
 		Authorizations: authz,
 		Definitions:    store,
-		Verifier:    kit.verifier,
-		Keys:        kit.keys,
-		IssuerURL:   base,
+		Verifier:       kit.verifier,
+		Keys:           kit.keys,
+		IssuerURL:      base,
 	})
 	srv.Start()
 	t.Cleanup(srv.Close)
