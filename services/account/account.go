@@ -156,6 +156,8 @@ type Store interface {
 	LoginThrottleStore
 	ClientStore
 	MFAStore
+	BrowserSessionStore
+	AuthCodeStore
 }
 
 // PasswordHasher hashes and verifies passwords. A password is hashed in

@@ -83,44 +83,19 @@ type PasswordLogin struct {
 // after a right password too); or an error of the hasher or the
 // database. Each failure but the throttle's counts as a failed login.
 func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, error) {
+	if in.Client != nil && !in.Client.AllowsGrant(GrantPassword) {
+		return token.Set{}, fmt.Errorf("client %q may not use the password grant: %w", in.Client.ID, ErrUnauthorizedClient)
+	}
 	if in.AccountName == "" && in.Client != nil {
 		in.AccountName = in.Client.AccountName
 	}
-	attempt, retryAfter, err := s.Throttle.Begin(ctx, in.AccountName, in.Username, in.ClientIP)
+	clientAccount := ""
+	if in.Client != nil {
+		clientAccount = in.Client.AccountID
+	}
+	acc, user, err := s.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.OTP, in.ClientIP, clientAccount)
 	if err != nil {
 		return token.Set{}, err
-	}
-	if retryAfter > 0 {
-		return token.Set{}, &LoginThrottledError{RetryAfter: retryAfter}
-	}
-	acc, user, outcome, err := s.Authenticator.check(ctx, in.AccountName, in.Username, in.Password)
-	if err == nil && outcome.ok && in.Client != nil && in.Client.AccountID != acc.ID {
-		// A client acts within its own account only. The password was
-		// checked, so this costs what any failure costs, and counts as one.
-		outcome.ok = false
-	}
-	if err == nil {
-		err = s.secondFactor(ctx, user, outcome.ok, in.OTP)
-	}
-	switch {
-	case errors.Is(err, ErrInvalidCredentials), errors.Is(err, ErrMFARequired):
-		if ferr := attempt.Failed(ctx); ferr != nil {
-			return token.Set{}, ferr
-		}
-		return token.Set{}, err
-	case err != nil:
-		// The password or the code was not checked: the attempt does
-		// not count.
-		attempt.Abandon(ctx)
-		return token.Set{}, err
-	}
-	if err := attempt.Succeeded(ctx); err != nil {
-		return token.Set{}, err
-	}
-	if outcome.stale {
-		if err := s.Authenticator.rehash(ctx, user, in.Password); err != nil {
-			return token.Set{}, err
-		}
 	}
 	set, err := s.startSession(ctx, acc.Name, user, clientIDOf(in.Client), amrOf(user))
 	if err != nil {
@@ -130,6 +105,56 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 		return token.Set{}, fmt.Errorf("record login: %w", err)
 	}
 	return set, nil
+}
+
+// checkPassword is every sign-in's check of a password and, for a user
+// with a second factor, of a code (otp): the throttle before any password
+// work, then the password and the code, counted as a failure or a
+// success. clientAccount, when not empty, is the account of the client
+// that asks: a user of another account fails like a wrong password. A
+// right password whose stored hash is of the form as typed is hashed
+// again in NFKC. Failures: *LoginThrottledError; ErrMFARequired for a
+// user with a second factor and no code, whether the password was right
+// or not; ErrInvalidCredentials for every other wrong part alike; or an
+// error of the hasher or the database.
+func (s *Sessions) checkPassword(ctx context.Context, accountName, username, password, otp, clientIP, clientAccount string) (Account, User, error) {
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, accountName, username, clientIP)
+	if err != nil {
+		return Account{}, User{}, err
+	}
+	if retryAfter > 0 {
+		return Account{}, User{}, &LoginThrottledError{RetryAfter: retryAfter}
+	}
+	acc, user, outcome, err := s.Authenticator.check(ctx, accountName, username, password)
+	if err == nil && outcome.ok && clientAccount != "" && clientAccount != acc.ID {
+		// A client acts within its own account only. The password was
+		// checked, so this costs what any failure costs, and counts as one.
+		outcome.ok = false
+	}
+	if err == nil {
+		err = s.secondFactor(ctx, user, outcome.ok, otp)
+	}
+	switch {
+	case errors.Is(err, ErrInvalidCredentials), errors.Is(err, ErrMFARequired):
+		if ferr := attempt.Failed(ctx); ferr != nil {
+			return Account{}, User{}, ferr
+		}
+		return Account{}, User{}, err
+	case err != nil:
+		// The password or the code was not checked: the attempt does
+		// not count.
+		attempt.Abandon(ctx)
+		return Account{}, User{}, err
+	}
+	if err := attempt.Succeeded(ctx); err != nil {
+		return Account{}, User{}, err
+	}
+	if outcome.stale {
+		if err := s.Authenticator.rehash(ctx, user, password); err != nil {
+			return Account{}, User{}, err
+		}
+	}
+	return acc, user, nil
 }
 
 // secondFactor decides a sign-in after the password check (passwordOK):
@@ -271,6 +296,9 @@ func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token
 // detection). Failures: ErrInvalidRefreshToken, or token.ErrKeysUnavailable
 // and database errors.
 func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClient) (token.Set, error) {
+	if client != nil && !client.AllowsGrant(GrantRefreshToken) {
+		return token.Set{}, fmt.Errorf("client %q may not use the refresh_token grant: %w", client.ID, ErrUnauthorizedClient)
+	}
 	claims, sess, err := s.session(ctx, raw, client)
 	if err != nil {
 		return token.Set{}, err
@@ -292,7 +320,7 @@ func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClien
 		// The session's client, which session checked is the caller: the
 		// id token keeps naming it in aud and azp.
 		ClientID: sess.ClientID,
-		AMR:      sess.AMR,
+		AMR:      sess.amr(),
 	}
 	// The new set is minted first so that its refresh token id is written
 	// by the same conditional update that spends the presented one; the
@@ -386,8 +414,8 @@ func (s *Sessions) AuthenticateClient(ctx context.Context, clientID, secret stri
 // a refresh token nor an id token, and no session. A public client gets
 // nothing (ErrUnauthorizedClient): anyone can present its id.
 func (s *Sessions) ClientToken(ctx context.Context, client ServiceClient, scope string) (token.ClientToken, error) {
-	if client.Public {
-		return token.ClientToken{}, fmt.Errorf("client %q is public: %w", client.ID, ErrUnauthorizedClient)
+	if client.Public || !client.AllowsGrant(GrantClientCredentials) {
+		return token.ClientToken{}, fmt.Errorf("client %q may not use client_credentials: %w", client.ID, ErrUnauthorizedClient)
 	}
 	scopes, err := client.GrantScopes(scope)
 	if err != nil {

@@ -186,7 +186,7 @@ func TestMFA(t *testing.T) {
 	// The other routes are covered by TestAPI, TestOAuth and TestUsers;
 	// 503 needs a database outage; the size, media type and ambiguous
 	// credentials refusals are the shared plumbing's, exercised there.
-	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *", "* /oauth2/* *",
+	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *", "* /oauth2/* *", "* /oauth2/*/* *",
 		"* /definitions *", "* /definitions/{id} *", "* /.well-known/* *", "* /openapi.yaml *",
 		"* /users *", "* /users/{id} *", "* /users/{id}/password *", "* /userinfo *", "* /password *",
 		"* /mfa/* 413", "* /mfa/*/* 413", "* /mfa/* 415", "* /mfa/*/* 415", "POST /mfa/totp 400", "DELETE /users/{id}/mfa 400",

@@ -63,6 +63,10 @@ type config struct {
 	MFASecretKey string `envconfig:"MFA_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts users' TOTP secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
 	TOTPIssuer   string `envconfig:"TOTP_ISSUER" default:"Acme Platform" desc:"the issuer authenticator apps show beside a user's TOTP codes"`
 
+	// Sign-in for apps (see docs/signin.md).
+	BrowserSessionTTL  time.Duration `envconfig:"BROWSER_SESSION_TTL" default:"8h" desc:"how long a sign-in on the service's page lasts for single sign-on (ended earlier by logout, a password change, disabling or deleting the user)"`
+	FirstPartyClientID string        `envconfig:"FIRST_PARTY_CLIENT_ID" default:"first-party" desc:"client_id claim of the access tokens of POST /login sessions (RFC 9068)"`
+
 	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
@@ -106,6 +110,9 @@ func (c config) validate() error {
 	}
 	if strings.Contains(c.TOTPIssuer, ":") {
 		return errors.New("configuration: ACCOUNT_TOTP_ISSUER must be a name without a colon (authenticator apps split the label at it)")
+	}
+	if c.BrowserSessionTTL < 0 {
+		return errors.New("configuration: ACCOUNT_BROWSER_SESSION_TTL must not be negative")
 	}
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)
