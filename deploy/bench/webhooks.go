@@ -22,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Webhooks (issue 23, "Measured"): deliveries per second to a local
@@ -141,8 +142,8 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 		docs := make([]any, perRound)
 		for i := range docs {
 			docs[i] = bson.D{
-				{Key: "_id", Value: conversations.NewDeliveryID()}, {Key: "account_id", Value: "bench"},
-				{Key: "endpoint_id", Value: endpoints[i%len(endpoints)]}, {Key: "event_id", Value: conversations.NewTestEventID()},
+				{Key: "_id", Value: webhook.NewDeliveryID()}, {Key: "account_id", Value: "bench"},
+				{Key: "endpoint_id", Value: endpoints[i%len(endpoints)]}, {Key: "event_id", Value: conversations.NewEventID()},
 				{Key: "event_type", Value: "message.created"}, {Key: "event_time", Value: now}, {Key: "payload", Value: payload},
 				{Key: "state", Value: "pending"}, {Key: "attempts", Value: 0}, {Key: "next_attempt_at", Value: now},
 				{Key: "claim", Value: ""}, {Key: "created_at", Value: now}, {Key: "updated_at", Value: now},

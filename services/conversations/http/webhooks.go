@@ -14,6 +14,7 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Webhook endpoints (contract section 11.3), for service clients with
@@ -21,12 +22,12 @@ import (
 
 // createdEndpoint is the 201 body: the endpoint and, this once, its secret.
 type createdEndpoint struct {
-	conversations.WebhookEndpoint
+	webhook.Endpoint
 	Secret string `json:"secret"`
 }
 
 func (c createdEndpoint) MarshalJSON() ([]byte, error) {
-	base, err := json.Marshal(c.WebhookEndpoint)
+	base, err := json.Marshal(c.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -39,9 +40,9 @@ func (c createdEndpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(members)
 }
 
-func handleCreateWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleCreateWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		var in conversations.NewWebhookEndpoint
+		var in webhook.NewEndpoint
 		if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
 			return err
 		}
@@ -51,11 +52,11 @@ func handleCreateWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 		}
 		c.Response().Header().Set("Location", "/v1/webhooks/"+e.ID)
 		c.Response().Header().Set("Cache-Control", "no-store")
-		return c.JSON(http.StatusCreated, createdEndpoint{WebhookEndpoint: e, Secret: secret})
+		return c.JSON(http.StatusCreated, createdEndpoint{Endpoint: e, Secret: secret})
 	}
 }
 
-func handleListWebhooks(wh *conversations.Webhooks, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+func handleListWebhooks(wh *webhook.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
 		if err != nil {
@@ -76,7 +77,7 @@ func handleListWebhooks(wh *conversations.Webhooks, cursors *cursor.Codec, defau
 	}
 }
 
-func handleGetWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleGetWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -90,7 +91,7 @@ func handleGetWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handlePatchWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -100,7 +101,7 @@ func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 		if err := web.DecodeJSONAs(c, mergePatchType, conversations.MaxBodyLen, &members); err != nil {
 			return err
 		}
-		patch, err := conversations.ParseWebhookPatch(members, wh.URLs)
+		patch, err := webhook.ParsePatch(members, wh.URLs)
 		if err != nil {
 			return err
 		}
@@ -112,7 +113,7 @@ func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handleDeleteWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleDeleteWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -131,20 +132,20 @@ type rotateRequest struct {
 	Overlap *int64 `json:"overlap"`
 }
 
-func handleRotateWebhookSecret(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleRotateWebhookSecret(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
 			return err
 		}
-		overlap := conversations.DefaultRotationOverlap
+		overlap := webhook.DefaultRotationOverlap
 		if c.Request().ContentLength != 0 {
 			var in rotateRequest
 			if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
 				return err
 			}
 			if in.Overlap != nil {
-				longest := int64(conversations.MaxRotationOverlap / time.Second)
+				longest := int64(webhook.MaxRotationOverlap / time.Second)
 				if *in.Overlap < 0 || *in.Overlap > longest {
 					return problem.Validation(problem.FieldError{Field: "overlap",
 						Reason: fmt.Sprintf("must be a number of seconds from 0 to %d", longest)})
@@ -161,7 +162,7 @@ func handleRotateWebhookSecret(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handleTestWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleTestWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -175,7 +176,7 @@ func handleTestWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handleListDeliveries(wh *conversations.Webhooks, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+func handleListDeliveries(wh *webhook.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -200,7 +201,7 @@ func handleListDeliveries(wh *conversations.Webhooks, cursors *cursor.Codec, def
 	}
 }
 
-func handleRetryDelivery(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleRetryDelivery(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {

@@ -101,6 +101,7 @@ import (
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Store implements conversations.Store.
@@ -119,8 +120,8 @@ type Store struct {
 }
 
 var (
-	_ conversations.Store        = (*Store)(nil)
-	_ conversations.WebhookStore = (*Store)(nil)
+	_ conversations.Store = (*Store)(nil)
+	_ webhook.Store       = (*Store)(nil)
 )
 
 var majority = options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority())

@@ -16,9 +16,10 @@ import (
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/mongostore"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
-// The rules of conversations.Webhooks on the real store, with a clock the
+// The rules of webhook.Service on the real store, with a clock the
 // test moves: events of the log become deliveries once, claims are
 // leases, an outcome is recorded only while its claim holds, the retry
 // schedule with its jitter and Retry-After, and an endpoint failing for
@@ -28,12 +29,12 @@ func TestWebhookRules(t *testing.T) {
 	store := newStore(t)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	box, err := webhook.NewSecretBox([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := &conversations.Webhooks{
-		Store: store, Events: conversations.EventLogOf(store), Box: box, Now: clock,
+	wh := &webhook.Service{
+		Store: store, Events: store, Box: box, Now: clock,
 		RetrySchedule: []time.Duration{time.Minute, time.Hour}, DisableAfter: 24 * time.Hour,
 	}
 	svc := &conversations.Service{Store: store, Now: clock}
@@ -50,7 +51,7 @@ func TestWebhookRules(t *testing.T) {
 	}
 	url := "https://hooks.example.com/in"
 	messagesOnly := []string{"message.created"}
-	e, secret, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &url, Events: &messagesOnly})
+	e, secret, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &url, Events: &messagesOnly})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +117,12 @@ func TestWebhookRules(t *testing.T) {
 	if err != nil || !ok || a2.Delivery.ID != d.ID {
 		t.Fatalf("takeover: %v %v", ok, err)
 	}
-	if out, err := finishOne(wh, a1, conversations.AttemptResult{Status: 200}); err != nil || out.Recorded {
+	if out, err := finishOne(wh, a1, webhook.AttemptResult{Status: 200}); err != nil || out.Recorded {
 		t.Fatalf("an expired claim recorded its outcome: %+v %v", out, err)
 	}
 	// A failure: the next attempt in a minute ±20 %.
-	out, err := finishOne(wh, a2, conversations.AttemptResult{Status: 500, Error: "the endpoint answered 500"})
-	if err != nil || !out.Recorded || out.State != conversations.DeliveryPending {
+	out, err := finishOne(wh, a2, webhook.AttemptResult{Status: 500, Error: "the endpoint answered 500"})
+	if err != nil || !out.Recorded || out.State != webhook.DeliveryPending {
 		t.Fatalf("failure: %+v %v", out, err)
 	}
 	d = delivery(t, wh, client, e.ID)
@@ -140,10 +141,10 @@ func TestWebhookRules(t *testing.T) {
 	if _, ok, _ := claimOne(t, wh, "replica-2"); ok {
 		t.Fatal("claimed twice")
 	}
-	finishOne(wh, a3, conversations.AttemptResult{Status: 429, RetryAfter: 48 * time.Hour})
+	finishOne(wh, a3, webhook.AttemptResult{Status: 429, RetryAfter: 48 * time.Hour})
 	d = delivery(t, wh, client, e.ID)
-	if d.State != conversations.DeliveryPending || !d.NextAttemptAt.Equal(now.Add(conversations.MaxRetryAfter)) {
-		t.Fatalf("Retry-After 48 h: next %v, want %v", d.NextAttemptAt, now.Add(conversations.MaxRetryAfter))
+	if d.State != webhook.DeliveryPending || !d.NextAttemptAt.Equal(now.Add(webhook.MaxRetryAfter)) {
+		t.Fatalf("Retry-After 48 h: next %v, want %v", d.NextAttemptAt, now.Add(webhook.MaxRetryAfter))
 	}
 	// The last attempt of the schedule fails the delivery; failing since
 	// the first failure for DisableAfter disables the endpoint.
@@ -152,8 +153,8 @@ func TestWebhookRules(t *testing.T) {
 	if !ok {
 		t.Fatal("not due after Retry-After")
 	}
-	out, err = finishOne(wh, a4, conversations.AttemptResult{Error: "no response within 15s"})
-	if err != nil || out.State != conversations.DeliveryFailed || !out.Disabled {
+	out, err = finishOne(wh, a4, webhook.AttemptResult{Error: "no response within 15s"})
+	if err != nil || out.State != webhook.DeliveryFailed || !out.Disabled {
 		t.Fatalf("last attempt: %+v %v", out, err)
 	}
 	got, _ := wh.GetEndpoint(ctx, client, e.ID)
@@ -170,7 +171,7 @@ func TestWebhookRules(t *testing.T) {
 	if !ok || a5.Refusal == "" || len(a5.Secrets) != 0 {
 		t.Fatalf("disabled endpoint's delivery: %+v", a5)
 	}
-	if out, _ := finishOne(wh, a5, conversations.AttemptResult{}); out.State != conversations.DeliveryFailed {
+	if out, _ := finishOne(wh, a5, webhook.AttemptResult{}); out.State != webhook.DeliveryFailed {
 		t.Fatalf("disabled endpoint's delivery: %+v", out)
 	}
 	// Re-enabled, it starts at the newest event: what happened while it
@@ -180,7 +181,7 @@ func TestWebhookRules(t *testing.T) {
 	}
 	relay.RelayOnce(ctx)
 	enable := true
-	if _, err := wh.UpdateEndpoint(ctx, client, e.ID, conversations.WebhookPatch{Enabled: &enable}); err != nil {
+	if _, err := wh.UpdateEndpoint(ctx, client, e.ID, webhook.Patch{Enabled: &enable}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := wh.FanOut(ctx, "fanout-2", time.Second, time.Minute); err != nil {
@@ -200,11 +201,11 @@ func TestWebhookRules(t *testing.T) {
 
 // claimOne claims at most one due delivery for 30 s, as an engine with
 // one free slot does.
-func claimOne(t *testing.T, wh *conversations.Webhooks, claim string) (conversations.Attempt, bool, error) {
+func claimOne(t *testing.T, wh *webhook.Service, claim string) (webhook.Attempt, bool, error) {
 	t.Helper()
-	as, _, err := wh.ClaimAttempts(context.Background(), claim, 30*time.Second, conversations.Slots{Free: 1, PerEndpoint: 4})
+	as, _, err := wh.ClaimAttempts(context.Background(), claim, 30*time.Second, webhook.Slots{Free: 1, PerEndpoint: 4})
 	if err != nil || len(as) == 0 {
-		return conversations.Attempt{}, false, err
+		return webhook.Attempt{}, false, err
 	}
 	if len(as) > 1 {
 		t.Fatalf("one free slot, %d attempts claimed", len(as))
@@ -213,16 +214,16 @@ func claimOne(t *testing.T, wh *conversations.Webhooks, claim string) (conversat
 }
 
 // finishOne records one attempt's outcome.
-func finishOne(wh *conversations.Webhooks, a conversations.Attempt, r conversations.AttemptResult) (conversations.FinishOutcome, error) {
-	outs, err := wh.FinishAttempts(context.Background(), []conversations.Attempt{a}, []conversations.AttemptResult{r})
+func finishOne(wh *webhook.Service, a webhook.Attempt, r webhook.AttemptResult) (webhook.FinishOutcome, error) {
+	outs, err := wh.FinishAttempts(context.Background(), []webhook.Attempt{a}, []webhook.AttemptResult{r})
 	if len(outs) == 0 {
-		return conversations.FinishOutcome{}, err
+		return webhook.FinishOutcome{}, err
 	}
 	return outs[0], err
 }
 
 // delivery is the newest delivery of the endpoint.
-func delivery(t *testing.T, wh *conversations.Webhooks, who conversations.Caller, endpointID string) conversations.WebhookDelivery {
+func delivery(t *testing.T, wh *webhook.Service, who conversations.Caller, endpointID string) webhook.Delivery {
 	t.Helper()
 	page, err := wh.ListDeliveries(context.Background(), who, endpointID, 1, nil)
 	if err != nil || len(page.Deliveries) != 1 {
@@ -239,34 +240,34 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 	ctx := context.Background()
 	store := newStore(t)
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	box, err := webhook.NewSecretBox([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := &conversations.Webhooks{Store: store, Box: box, Now: func() time.Time { return now }}
+	wh := &webhook.Service{Store: store, Box: box, Now: func() time.Time { return now }}
 	client := conversations.Caller{AccountID: "acc_batch", ID: "cli_batch", Client: true}
 	var endpoints []string
 	for _, u := range []string{"https://a.example.com/in", "https://b.example.com/in"} {
-		e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+		e, _, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &u})
 		if err != nil {
 			t.Fatal(err)
 		}
 		endpoints = append(endpoints, e.ID)
 	}
 	// Six deliveries due for the first endpoint, then two for the second.
-	var ds []conversations.WebhookDelivery
+	var ds []webhook.Delivery
 	for i := range 8 {
 		due := now.Add(time.Duration(i-10) * time.Second)
-		ds = append(ds, conversations.WebhookDelivery{
-			ID: conversations.NewDeliveryID(), AccountID: client.AccountID, EndpointID: endpoints[i/6],
-			EventID: conversations.NewTestEventID(), EventType: "webhook.test", EventTime: due, Payload: []byte(`{}`),
-			State: conversations.DeliveryPending, NextAttemptAt: &due, CreatedAt: due, UpdatedAt: due,
+		ds = append(ds, webhook.Delivery{
+			ID: webhook.NewDeliveryID(), AccountID: client.AccountID, EndpointID: endpoints[i/6],
+			EventID: conversations.NewEventID(), EventType: "webhook.test", EventTime: due, Payload: []byte(`{}`),
+			State: webhook.DeliveryPending, NextAttemptAt: &due, CreatedAt: due, UpdatedAt: due,
 		})
 	}
 	if err := store.InsertDeliveries(ctx, ds); err != nil {
 		t.Fatal(err)
 	}
-	ids := func(as []conversations.Attempt) []string {
+	ids := func(as []webhook.Attempt) []string {
 		var out []string
 		for _, a := range as {
 			out = append(out, a.Delivery.ID)
@@ -274,7 +275,7 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 		return out
 	}
 	// Room for five, two per endpoint: the first two of each.
-	first, more, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, conversations.Slots{Free: 5, PerEndpoint: 2})
+	first, more, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, webhook.Slots{Free: 5, PerEndpoint: 2})
 	if err != nil || !more {
 		t.Fatalf("claim: %v, more %v", err, more)
 	}
@@ -288,7 +289,7 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 	}
 	// An endpoint with no room left is passed over.
 	full := map[string]int{endpoints[0]: 2, endpoints[1]: 2}
-	if as, _, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, conversations.Slots{Free: 5, PerEndpoint: 2, InFlight: full}); err != nil || len(as) != 0 {
+	if as, _, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, webhook.Slots{Free: 5, PerEndpoint: 2, InFlight: full}); err != nil || len(as) != 0 {
 		t.Fatalf("claimed %v past the per-endpoint room (%v)", ids(as), err)
 	}
 	// Two replicas at once take the other four between them, each once.
@@ -296,7 +297,7 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 	var wg sync.WaitGroup
 	for r := range got {
 		wg.Go(func() {
-			as, _, err := wh.ClaimAttempts(ctx, fmt.Sprintf("replica-%d", r+2), time.Minute, conversations.Slots{Free: 10, PerEndpoint: 10})
+			as, _, err := wh.ClaimAttempts(ctx, fmt.Sprintf("replica-%d", r+2), time.Minute, webhook.Slots{Free: 10, PerEndpoint: 10})
 			if err != nil {
 				t.Error(err)
 			}
@@ -317,9 +318,9 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 		t.Fatalf("requeue: %v %v", ok, err)
 	}
 	now = now.Add(time.Second)
-	results := make([]conversations.AttemptResult, len(first))
+	results := make([]webhook.AttemptResult, len(first))
 	for i := range results {
-		results[i] = conversations.AttemptResult{Status: 204}
+		results[i] = webhook.AttemptResult{Status: 204}
 	}
 	outs, err := wh.FinishAttempts(ctx, first, results)
 	if err != nil {
@@ -335,7 +336,7 @@ func TestWebhookClaimsInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range page.Deliveries {
-		if d.State != conversations.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != 204 {
+		if d.State != webhook.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != 204 {
 			t.Fatalf("recorded delivery %+v", d)
 		}
 	}
@@ -355,38 +356,38 @@ func TestWebhookPurge(t *testing.T) {
 	assertIndexes(t, db, "webhook_deliveries", map[string]string{"by_finished": "state:1 updated_at:1"})
 	assertIndexes(t, db, "webhook_quotas", map[string]string{"by_window": "window_start:1"})
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	box, err := webhook.NewSecretBox([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wh := &conversations.Webhooks{Store: store, Box: box, Now: func() time.Time { return now }}
+	wh := &webhook.Service{Store: store, Box: box, Now: func() time.Time { return now }}
 	client := conversations.Caller{AccountID: "acc_purge", ID: "cli_purge", Client: true}
 	u := "https://hooks.example.com/in"
-	e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+	e, _, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &u})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const retention = 30 * 24 * time.Hour
 	old, recent := now.Add(-retention-time.Minute), now.Add(-retention+time.Minute)
-	delivery := func(state conversations.DeliveryState, at time.Time) conversations.WebhookDelivery {
-		d := conversations.WebhookDelivery{
-			ID: conversations.NewDeliveryID(), AccountID: client.AccountID, EndpointID: e.ID,
-			EventID: conversations.NewTestEventID(), EventType: "webhook.test", EventTime: at, Payload: []byte(`{}`),
+	delivery := func(state webhook.DeliveryState, at time.Time) webhook.Delivery {
+		d := webhook.Delivery{
+			ID: webhook.NewDeliveryID(), AccountID: client.AccountID, EndpointID: e.ID,
+			EventID: conversations.NewEventID(), EventType: "webhook.test", EventTime: at, Payload: []byte(`{}`),
 			State: state, Attempts: 1, CreatedAt: at, UpdatedAt: at,
 		}
-		if state == conversations.DeliveryPending {
+		if state == webhook.DeliveryPending {
 			d.NextAttemptAt = &at
 		}
 		return d
 	}
-	ds := map[string]conversations.WebhookDelivery{
-		"old succeeded":    delivery(conversations.DeliverySucceeded, old),
-		"old failed":       delivery(conversations.DeliveryFailed, old),
-		"old pending":      delivery(conversations.DeliveryPending, old),
-		"old retried":      delivery(conversations.DeliveryFailed, old),
-		"recent succeeded": delivery(conversations.DeliverySucceeded, recent),
-		"recent failed":    delivery(conversations.DeliveryFailed, recent),
-		"recent pending":   delivery(conversations.DeliveryPending, recent),
+	ds := map[string]webhook.Delivery{
+		"old succeeded":    delivery(webhook.DeliverySucceeded, old),
+		"old failed":       delivery(webhook.DeliveryFailed, old),
+		"old pending":      delivery(webhook.DeliveryPending, old),
+		"old retried":      delivery(webhook.DeliveryFailed, old),
+		"recent succeeded": delivery(webhook.DeliverySucceeded, recent),
+		"recent failed":    delivery(webhook.DeliveryFailed, recent),
+		"recent pending":   delivery(webhook.DeliveryPending, recent),
 	}
 	if err := store.InsertDeliveries(ctx, slices.Collect(maps.Values(ds))); err != nil {
 		t.Fatal(err)
