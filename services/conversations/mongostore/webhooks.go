@@ -25,9 +25,9 @@ import (
 //	    the account's endpoints newest first, keyset-paged; the count
 //	    against the limit of 20 (equality on account_id).
 //	by_fanout         {enabled:1, fanout_at:1}
-//	    the enabled endpoint whose events were looked at longest ago:
-//	    equality on enabled, the oldest fanout_at first (a lease: a
-//	    claimed endpoint's fanout_at is its lease's end).
+//	    the enabled endpoint of any account whose events were looked at
+//	    longest ago: equality on enabled, the oldest fanout_at first (a
+//	    lease: a claimed endpoint's fanout_at is its lease's end).
 //
 // webhook_deliveries: {_id, account_id, endpoint_id, event_id, event_type,
 // event_time, payload, state, attempts, response_status, duration_ms,
@@ -39,7 +39,7 @@ import (
 //	by_endpoint       {account_id:1, endpoint_id:1, created_at:-1, _id:-1}
 //	    the deliveries log of an endpoint, newest first, keyset-paged.
 //	by_due            {state:1, next_attempt_at:1}
-//	    the pending deliveries due longest ago, a batch of them per
+//	    the pending deliveries of any account due longest ago, a batch of them per
 //	    claim (a lease: a claimed delivery's next_attempt_at is its
 //	    lease's end, so a crashed replica's claim falls due again); how
 //	    overdue the oldest is (a metric).
@@ -47,8 +47,9 @@ import (
 //	    the leased purge of finished deliveries: equality on each
 //	    finished state, a range of updated_at older than the retention.
 //
-// webhook_quotas: {_id: endpoint id + kind, window_start, count}: the
-// test and retry budget of an endpoint, one conditional update per request.
+// webhook_quotas: {_id: account id/endpoint id/kind, account_id,
+// window_start, count}: the test and retry budget of an endpoint, one
+// conditional update per request.
 //
 //	by_window         {window_start:1}
 //	    the purge of budgets whose window ended long ago.
@@ -216,10 +217,31 @@ func (s *Store) FindEndpoint(ctx context.Context, accountID, id string) (webhook
 	return s.findEndpoint(ctx, endpointFilter(accountID, id))
 }
 
-// FindEndpointsByID implements webhook.Store.
-func (s *Store) FindEndpointsByID(ctx context.Context, ids []string) ([]webhook.Endpoint, error) {
-	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find(), webhookDoc.domain)
-	return out, mongoconn.Wrap(err, "find webhook endpoints")
+// FindEndpoints implements webhook.Store: one read by _id, each endpoint
+// kept only when it is of the account its ref names.
+func (s *Store) FindEndpoints(ctx context.Context, refs []webhook.EndpointRef) ([]webhook.Endpoint, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids, accounts := make([]string, len(refs)), make([]string, len(refs))
+	want := make(map[webhook.EndpointRef]bool, len(refs))
+	for i, r := range refs {
+		ids[i], accounts[i], want[r] = r.ID, r.AccountID, true
+	}
+	found, err := findAll(ctx, s.webhooks, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
+		{Key: "account_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+	}, options.Find(), webhookDoc.domain)
+	if err != nil {
+		return nil, mongoconn.Wrap(err, "find webhook endpoints")
+	}
+	out := found[:0]
+	for _, e := range found {
+		if want[webhook.EndpointRef{AccountID: e.AccountID, ID: e.ID}] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // ListEndpoints implements webhook.Store.
@@ -266,16 +288,17 @@ func (s *Store) DeleteEndpoint(ctx context.Context, accountID, id string) (bool,
 // endpoint and kind, counted by conditional updates (no transaction): a
 // window that ended is restarted by an update conditional on its start,
 // a running one counts up while below limit.
-func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error) {
-	id := endpointID + "/" + kind
+func (s *Store) TakeQuota(ctx context.Context, accountID, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error) {
+	id := accountID + "/" + endpointID + "/" + kind
+	byID := bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}}
 	for range 5 {
 		var q struct {
 			WindowStart time.Time `bson:"window_start"`
 			Count       int       `bson:"count"`
 		}
-		err := s.quotas.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&q)
+		err := s.quotas.FindOne(ctx, byID).Decode(&q)
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			_, err = s.quotas.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: now}, {Key: "count", Value: 1}})
+			_, err = s.quotas.InsertOne(ctx, append(byID, bson.E{Key: "window_start", Value: now}, bson.E{Key: "count", Value: 1}))
 			if mongo.IsDuplicateKeyError(err) {
 				continue
 			}
@@ -286,7 +309,7 @@ func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time
 		}
 		start := q.WindowStart.UTC()
 		if !now.Before(start.Add(window)) {
-			res, err := s.quotas.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: start}},
+			res, err := s.quotas.UpdateOne(ctx, append(byID, bson.E{Key: "window_start", Value: start}),
 				bson.D{{Key: "$set", Value: bson.D{{Key: "window_start", Value: now}, {Key: "count", Value: 1}}}})
 			if err != nil {
 				return 0, mongoconn.Wrap(err, "take webhook quota")
@@ -300,7 +323,7 @@ func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time
 			return start.Add(window).Sub(now), nil
 		}
 		res, err := s.quotas.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: start}, {Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}},
+			append(byID, bson.E{Key: "window_start", Value: start}, bson.E{Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}),
 			bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}})
 		if err != nil {
 			return 0, mongoconn.Wrap(err, "take webhook quota")
@@ -405,12 +428,12 @@ func (s *Store) ClaimDeliveries(ctx context.Context, ds []webhook.Delivery, now,
 		return nil, nil
 	}
 	models := make([]mongo.WriteModel, len(ds))
-	ids := make([]string, len(ds))
+	ids, accounts := make([]string, len(ds)), make([]string, len(ds))
 	for i, d := range ds {
-		ids[i] = d.ID
+		ids[i], accounts[i] = d.ID, d.AccountID
 		models[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{
-				{Key: "_id", Value: d.ID}, {Key: "state", Value: string(webhook.DeliveryPending)},
+				{Key: "_id", Value: d.ID}, {Key: "account_id", Value: d.AccountID}, {Key: "state", Value: string(webhook.DeliveryPending)},
 				{Key: "attempts", Value: d.Attempts}, {Key: "next_attempt_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}},
 			}).
 			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: claim}, {Key: "next_attempt_at", Value: leaseUntil.UTC()}}}})
@@ -422,7 +445,10 @@ func (s *Store) ClaimDeliveries(ctx context.Context, ds []webhook.Delivery, now,
 	if int(res.MatchedCount) == len(ds) {
 		return ids, nil
 	}
-	claimed, err := findAll(ctx, s.deliveries, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "claim", Value: claim}},
+	claimed, err := findAll(ctx, s.deliveries, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "account_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+		{Key: "claim", Value: claim},
+	},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}), func(d deliveryDoc) string { return d.ID })
 	return claimed, mongoconn.Wrap(err, "read claimed webhook deliveries")
 }
@@ -437,13 +463,16 @@ func (s *Store) FinishAttempts(ctx context.Context, rs []webhook.AttemptRecord) 
 		return recorded, nil
 	}
 	models := make([]mongo.WriteModel, len(rs))
-	ids := make([]string, len(rs))
+	ids, accounts := make([]string, len(rs)), make([]string, len(rs))
 	for i, r := range rs {
-		ids[i] = r.ID
+		ids[i], accounts[i] = r.ID, r.AccountID
 		o := r.Outcome
 		duration := o.DurationMs
 		models[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: r.ID}, {Key: "claim", Value: r.Claim}, {Key: "state", Value: string(webhook.DeliveryPending)}}).
+			SetFilter(bson.D{
+				{Key: "_id", Value: r.ID}, {Key: "account_id", Value: r.AccountID},
+				{Key: "claim", Value: r.Claim}, {Key: "state", Value: string(webhook.DeliveryPending)},
+			}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
 					{Key: "state", Value: string(o.State)}, {Key: "response_status", Value: o.ResponseStatus},
@@ -467,8 +496,10 @@ func (s *Store) FinishAttempts(ctx context.Context, rs []webhook.AttemptRecord) 
 	case 0:
 		return recorded, nil
 	}
-	after, err := findAll(ctx, s.deliveries, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "claim", Value: 1}, {Key: "attempts", Value: 1}, {Key: "updated_at", Value: 1}}),
+	after, err := findAll(ctx, s.deliveries, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "account_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+	},
+		options.Find().SetProjection(bson.D{{Key: "account_id", Value: 1}, {Key: "claim", Value: 1}, {Key: "attempts", Value: 1}, {Key: "updated_at", Value: 1}}),
 		func(d deliveryDoc) deliveryDoc { return d })
 	if err != nil {
 		return recorded, mongoconn.Wrap(err, "read recorded webhook attempts")
@@ -479,7 +510,7 @@ func (s *Store) FinishAttempts(ctx context.Context, rs []webhook.AttemptRecord) 
 	}
 	for i, r := range rs {
 		d, ok := byID[r.ID]
-		recorded[i] = ok && d.Claim == "" && d.Attempts == r.Attempts+1 && d.UpdatedAt.Equal(r.Outcome.At.UTC().Truncate(time.Millisecond))
+		recorded[i] = ok && d.AccountID == r.AccountID && d.Claim == "" && d.Attempts == r.Attempts+1 && d.UpdatedAt.Equal(r.Outcome.At.UTC().Truncate(time.Millisecond))
 	}
 	return recorded, nil
 }
@@ -531,7 +562,9 @@ func (s *Store) DeleteQuotas(ctx context.Context, before time.Time) (int64, erro
 	return res.DeletedCount, nil
 }
 
-// ClaimFanout implements webhook.Store.
+// ClaimFanout implements webhook.Store: a sweep of every account's
+// enabled endpoints (by_fanout), the one query here that names no
+// account; the endpoint it returns carries its own.
 func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (webhook.Endpoint, bool, error) {
 	var d webhookDoc
 	err := s.webhooks.FindOneAndUpdate(ctx,
@@ -552,9 +585,10 @@ func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, clai
 // ReleaseFanout implements webhook.Store. The cursor only
 // moves forward; a PATCH that re-enabled the endpoint meanwhile (and
 // moved the cursor to the newest event) wins.
-func (s *Store) ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error) {
+func (s *Store) ReleaseFanout(ctx context.Context, accountID, id, claim string, cursor int64, next time.Time) (bool, error) {
 	res, err := s.webhooks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "fanout_claim", Value: claim}, {Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}},
+		append(endpointFilter(accountID, id), bson.E{Key: "fanout_claim", Value: claim},
+			bson.E{Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "event_cursor", Value: cursor}, {Key: "fanout_at", Value: next.UTC()}, {Key: "fanout_claim", Value: ""}}}})
 	if err != nil {
 		return false, mongoconn.Wrap(err, "release webhook fan-out")
@@ -563,25 +597,25 @@ func (s *Store) ReleaseFanout(ctx context.Context, id, claim string, cursor int6
 }
 
 // MarkEndpointFailing implements webhook.Store.
-func (s *Store) MarkEndpointFailing(ctx context.Context, id string, at time.Time) (webhook.Endpoint, error) {
-	if _, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "failing_since", Value: nil}},
+func (s *Store) MarkEndpointFailing(ctx context.Context, accountID, id string, at time.Time) (webhook.Endpoint, error) {
+	if _, err := s.webhooks.UpdateOne(ctx, append(endpointFilter(accountID, id), bson.E{Key: "failing_since", Value: nil}),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: at.UTC()}}}}); err != nil {
 		return webhook.Endpoint{}, mongoconn.Wrap(err, "mark webhook endpoint failing")
 	}
-	return s.findEndpoint(ctx, bson.D{{Key: "_id", Value: id}})
+	return s.findEndpoint(ctx, endpointFilter(accountID, id))
 }
 
 // MarkEndpointHealthy implements webhook.Store; an endpoint
 // already healthy is not written.
-func (s *Store) MarkEndpointHealthy(ctx context.Context, id string) error {
-	_, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "failing_since", Value: bson.D{{Key: "$ne", Value: nil}}}},
+func (s *Store) MarkEndpointHealthy(ctx context.Context, accountID, id string) error {
+	_, err := s.webhooks.UpdateOne(ctx, append(endpointFilter(accountID, id), bson.E{Key: "failing_since", Value: bson.D{{Key: "$ne", Value: nil}}}),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: nil}}}})
 	return mongoconn.Wrap(err, "mark webhook endpoint healthy")
 }
 
 // DisableEndpoint implements webhook.Store.
-func (s *Store) DisableEndpoint(ctx context.Context, id, reason string, at time.Time) (bool, error) {
-	res, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "enabled", Value: true}},
+func (s *Store) DisableEndpoint(ctx context.Context, accountID, id, reason string, at time.Time) (bool, error) {
+	res, err := s.webhooks.UpdateOne(ctx, append(endpointFilter(accountID, id), bson.E{Key: "enabled", Value: true}),
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "disabled_reason", Value: reason}, {Key: "updated_at", Value: at.UTC()}}},
 			{Key: "$inc", Value: bson.D{{Key: "version", Value: 1}}},

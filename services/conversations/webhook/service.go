@@ -246,12 +246,12 @@ func (w *Service) DeleteEndpoint(ctx context.Context, who conversations.Caller, 
 }
 
 // takeManualQuota charges a test or retry request to the endpoint.
-func (w *Service) takeManualQuota(ctx context.Context, endpointID, kind string) error {
+func (w *Service) takeManualQuota(ctx context.Context, accountID, endpointID, kind string) error {
 	limit := w.ManualPerMinute
 	if limit <= 0 {
 		limit = DefaultManualPerMinute
 	}
-	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), quotaWindow, limit)
+	wait, err := w.Store.TakeQuota(ctx, accountID, endpointID, kind, w.now(), quotaWindow, limit)
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func (w *Service) SendTest(ctx context.Context, who conversations.Caller, id str
 	if err != nil {
 		return Delivery{}, err
 	}
-	if err := w.takeManualQuota(ctx, e.ID, "test"); err != nil {
+	if err := w.takeManualQuota(ctx, who.AccountID, e.ID, "test"); err != nil {
 		return Delivery{}, err
 	}
 	now := w.now()
@@ -312,7 +312,7 @@ func (w *Service) RetryDelivery(ctx context.Context, who conversations.Caller, e
 	if _, err := w.Store.FindEndpoint(ctx, who.AccountID, endpointID); err != nil {
 		return err
 	}
-	if err := w.takeManualQuota(ctx, endpointID, "retry"); err != nil {
+	if err := w.takeManualQuota(ctx, who.AccountID, endpointID, "retry"); err != nil {
 		return err
 	}
 	ok, err := w.Store.RequeueDelivery(ctx, who.AccountID, endpointID, deliveryID, w.now())
@@ -371,7 +371,7 @@ func (w *Service) FanOut(ctx context.Context, claim string, every, lease time.Du
 	if len(events) == fanoutBatch {
 		next = now // more are waiting
 	}
-	if _, err := w.Store.ReleaseFanout(ctx, e.ID, claim, cursor, next); err != nil {
+	if _, err := w.Store.ReleaseFanout(ctx, e.AccountID, e.ID, claim, cursor, next); err != nil {
 		return true, err
 	}
 	return true, nil
@@ -468,15 +468,15 @@ func (w *Service) ClaimAttempts(ctx context.Context, claim string, lease time.Du
 		won[id] = true
 	}
 	// The endpoints of the deliveries won only.
-	var endpointIDs []string
+	var refs []EndpointRef
 	for id := range taken {
-		if slices.ContainsFunc(picked, func(d Delivery) bool { return d.EndpointID == id && won[d.ID] }) {
-			endpointIDs = append(endpointIDs, id)
+		if i := slices.IndexFunc(picked, func(d Delivery) bool { return d.EndpointID == id && won[d.ID] }); i >= 0 {
+			refs = append(refs, EndpointRef{AccountID: picked[i].AccountID, ID: id})
 		}
 	}
 	// On an error below, what was claimed is not attempted: the leases
 	// hand it over.
-	endpoints, err := w.Store.FindEndpointsByID(ctx, endpointIDs)
+	endpoints, err := w.Store.FindEndpoints(ctx, refs)
 	if err != nil {
 		return nil, more, err
 	}
@@ -551,7 +551,7 @@ func (w *Service) FinishAttempts(ctx context.Context, as []Attempt, rs []Attempt
 	records := make([]AttemptRecord, len(as))
 	outs := make([]FinishOutcome, len(as))
 	for i, a := range as {
-		records[i] = AttemptRecord{ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
+		records[i] = AttemptRecord{AccountID: a.Delivery.AccountID, ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
 		outs[i].State, outs[i].NextAttemptAt = records[i].Outcome.State, records[i].Outcome.NextAttemptAt
 	}
 	recorded, err := w.Store.FinishAttempts(ctx, records)
@@ -570,8 +570,8 @@ func (w *Service) FinishAttempts(ctx context.Context, as []Attempt, rs []Attempt
 			judged[a.Delivery.EndpointID] = i
 		}
 	}
-	for endpoint, i := range judged {
-		disabled, err := w.judgeEndpoint(ctx, endpoint, as[i], rs[i], now)
+	for _, i := range judged {
+		disabled, err := w.judgeEndpoint(ctx, as[i], rs[i], now)
 		if err != nil {
 			return outs, err
 		}
@@ -613,17 +613,18 @@ func (w *Service) outcome(a Attempt, r AttemptResult, now time.Time) AttemptOutc
 // makes a failing one healthy, a 410 disables it, another failure marks
 // it failing and disables it after DisableAfter of failing. It reports
 // whether it disabled the endpoint.
-func (w *Service) judgeEndpoint(ctx context.Context, endpoint string, a Attempt, r AttemptResult, now time.Time) (bool, error) {
+func (w *Service) judgeEndpoint(ctx context.Context, a Attempt, r AttemptResult, now time.Time) (bool, error) {
+	account, endpoint := a.Delivery.AccountID, a.Delivery.EndpointID
 	if r.Succeeded() {
 		if !a.failing {
 			return false, nil // healthy already: no write
 		}
-		return false, w.Store.MarkEndpointHealthy(ctx, endpoint)
+		return false, w.Store.MarkEndpointHealthy(ctx, account, endpoint)
 	}
 	if r.Status == 410 {
-		return w.Store.DisableEndpoint(ctx, endpoint, "the endpoint answered 410 Gone", now)
+		return w.Store.DisableEndpoint(ctx, account, endpoint, "the endpoint answered 410 Gone", now)
 	}
-	e, err := w.Store.MarkEndpointFailing(ctx, endpoint, now)
+	e, err := w.Store.MarkEndpointFailing(ctx, account, endpoint, now)
 	if errors.Is(err, conversations.ErrNotFound) {
 		return false, nil
 	}
@@ -632,7 +633,7 @@ func (w *Service) judgeEndpoint(ctx context.Context, endpoint string, a Attempt,
 	}
 	if limit := w.disableAfter(); e.Enabled && e.FailingSince != nil && now.Sub(*e.FailingSince) >= limit {
 		reason := fmt.Sprintf("no delivery succeeded for %s (since %s)", limit, conversations.FormatTime(*e.FailingSince))
-		return w.Store.DisableEndpoint(ctx, endpoint, reason, now)
+		return w.Store.DisableEndpoint(ctx, account, endpoint, reason, now)
 	}
 	return false, nil
 }

@@ -416,27 +416,39 @@ type AttemptOutcome struct {
 // AttemptRecord is what the store records of one attempt: the outcome of
 // a delivery that had Attempts attempts before and that Claim holds.
 type AttemptRecord struct {
-	ID       string
-	Claim    string
-	Attempts int
-	Outcome  AttemptOutcome
+	AccountID string
+	ID        string
+	Claim     string
+	Attempts  int
+	Outcome   AttemptOutcome
 }
 
-// Store persists endpoints and deliveries. It decides no rule.
+// EndpointRef names one endpoint of one account.
+type EndpointRef struct {
+	AccountID string
+	ID        string
+}
+
+// Store persists endpoints and deliveries. It decides no rule. Every
+// call names the account it reads or writes, except the sweeps that find
+// the engine's work among every account (ClaimFanout, DueDeliveries,
+// OldestPending) and the purges (DeleteFinishedDeliveries, DeleteQuotas);
+// what they return carries its account, and each write that follows
+// names it.
 type Store interface {
 	InsertEndpoint(ctx context.Context, e Endpoint) error
 	CountEndpoints(ctx context.Context, accountID string) (int, error)
 	FindEndpoint(ctx context.Context, accountID, id string) (Endpoint, error)
-	// FindEndpointsByID reads endpoints of any account (the delivery
-	// engine, which works for every account); ids not found are left out.
-	FindEndpointsByID(ctx context.Context, ids []string) ([]Endpoint, error)
+	// FindEndpoints reads the endpoints refs name, each in its account;
+	// those not found are left out.
+	FindEndpoints(ctx context.Context, refs []EndpointRef) ([]Endpoint, error)
 	ListEndpoints(ctx context.Context, accountID string, limit int, after *conversations.Position) (EndpointPage, error)
 	// SaveEndpoint stores e if the stored one is still at fromVersion.
 	SaveEndpoint(ctx context.Context, e Endpoint, fromVersion int64) (bool, error)
 	DeleteEndpoint(ctx context.Context, accountID, id string) (bool, error)
 	// TakeQuota counts one request of kind against the endpoint's budget
 	// of limit per window; it returns how long to wait when none is left.
-	TakeQuota(ctx context.Context, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error)
+	TakeQuota(ctx context.Context, accountID, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error)
 
 	// InsertDeliveries stores deliveries, skipping any whose (endpoint,
 	// event) is stored already.
@@ -470,13 +482,13 @@ type Store interface {
 	ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (Endpoint, bool, error)
 	// ReleaseFanout stores the endpoint's new cursor and when it is looked
 	// at next, only while claim holds it.
-	ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error)
+	ReleaseFanout(ctx context.Context, accountID, id, claim string, cursor int64, next time.Time) (bool, error)
 	// MarkEndpointFailing sets failing_since to at unless it is set and
 	// returns the endpoint after; MarkEndpointHealthy clears it.
-	MarkEndpointFailing(ctx context.Context, id string, at time.Time) (Endpoint, error)
-	MarkEndpointHealthy(ctx context.Context, id string) error
+	MarkEndpointFailing(ctx context.Context, accountID, id string, at time.Time) (Endpoint, error)
+	MarkEndpointHealthy(ctx context.Context, accountID, id string) error
 	// DisableEndpoint disables an enabled endpoint with reason.
-	DisableEndpoint(ctx context.Context, id, reason string, at time.Time) (bool, error)
+	DisableEndpoint(ctx context.Context, accountID, id, reason string, at time.Time) (bool, error)
 }
 
 // NewEndpointID and NewDeliveryID return fresh ids.
