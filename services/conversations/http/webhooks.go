@@ -2,15 +2,12 @@ package http
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
@@ -126,34 +123,19 @@ func handleDeleteWebhook(wh *webhook.Service) echo.HandlerFunc {
 	}
 }
 
-// rotateRequest is the optional body of rotate-secret.
-type rotateRequest struct {
-	// Overlap is how long the previous secret keeps signing, in seconds.
-	Overlap *int64 `json:"overlap"`
-}
-
 func handleRotateWebhookSecret(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
 			return err
 		}
-		overlap := webhook.DefaultRotationOverlap
+		var in webhook.Rotation
 		if c.Request().ContentLength != 0 {
-			var in rotateRequest
 			if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
 				return err
 			}
-			if in.Overlap != nil {
-				longest := int64(webhook.MaxRotationOverlap / time.Second)
-				if *in.Overlap < 0 || *in.Overlap > longest {
-					return problem.Validation(problem.FieldError{Field: "overlap",
-						Reason: fmt.Sprintf("must be a number of seconds from 0 to %d", longest)})
-				}
-				overlap = time.Duration(*in.Overlap) * time.Second
-			}
 		}
-		secret, err := wh.RotateSecret(c.Request().Context(), caller(c), id, overlap)
+		secret, err := wh.RotateSecret(c.Request().Context(), caller(c), id, in)
 		if err != nil {
 			return err
 		}

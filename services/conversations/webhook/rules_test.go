@@ -1,9 +1,12 @@
 package webhook
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acme/platform/pkg/validation"
 )
 
 // The pure rules of Service, without a store: what an attempt's result
@@ -172,5 +175,32 @@ func TestSign(t *testing.T) {
 	}
 	if _, err := Sign([]string{"whsec_not base64!"}, "msg_1", at, body); err == nil {
 		t.Fatal("a secret that is not base64 signed")
+	}
+}
+
+func TestRotationOverlap(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	longest := int64(MaxRotationOverlap / time.Second)
+	tests := []struct {
+		overlap *int64
+		want    time.Duration
+		ok      bool
+	}{
+		{nil, DefaultRotationOverlap, true},
+		{n(0), 0, true},
+		{n(90), 90 * time.Second, true},
+		{n(longest), MaxRotationOverlap, true},
+		{n(longest + 1), 0, false},
+		{n(-1), 0, false},
+	}
+	for _, tc := range tests {
+		got, err := Rotation{Overlap: tc.overlap}.overlap()
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("overlap %v: %v, %v; want %v, ok %v", tc.overlap, got, err, tc.want, tc.ok)
+		}
+		var invalid *validation.Error
+		if err != nil && (!errors.As(err, &invalid) || invalid.Fields[0].Name != "overlap") {
+			t.Errorf("overlap %v: error %v is not a validation error of overlap", tc.overlap, err)
+		}
 	}
 }

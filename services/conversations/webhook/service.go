@@ -184,11 +184,16 @@ func (w *Service) UpdateEndpoint(ctx context.Context, who conversations.Caller, 
 }
 
 // RotateSecret gives the endpoint a new secret, which it returns; the
-// current one keeps signing beside it for overlap (0: stops at once). A
-// secret still in its overlap from an earlier rotation stops now.
-func (w *Service) RotateSecret(ctx context.Context, who conversations.Caller, id string, overlap time.Duration) (string, error) {
+// current one keeps signing beside it for the rotation's overlap (0:
+// stops at once). A secret still in its overlap from an earlier rotation
+// stops now.
+func (w *Service) RotateSecret(ctx context.Context, who conversations.Caller, id string, r Rotation) (string, error) {
+	overlap, err := r.overlap()
+	if err != nil {
+		return "", err
+	}
 	secret := NewSecret()
-	_, err := w.changeEndpoint(ctx, who, id, func(e *Endpoint) error {
+	_, err = w.changeEndpoint(ctx, who, id, func(e *Endpoint) error {
 		now := w.now()
 		next := []SealedSecret{{Sealed: w.Box.Seal(e.ID, secret)}}
 		if overlap > 0 && len(e.Secrets) > 0 {

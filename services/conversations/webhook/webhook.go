@@ -137,6 +137,26 @@ type NewEndpoint struct {
 	Enabled     *bool     `json:"enabled"`
 }
 
+// Rotation is the optional body of a secret's rotation: how long the
+// current secret keeps signing beside the new one, in seconds (nil:
+// DefaultRotationOverlap; 0: it stops at once).
+type Rotation struct {
+	Overlap *int64 `json:"overlap"`
+}
+
+// overlap validates the rotation and returns its overlap: from 0 to
+// MaxRotationOverlap.
+func (r Rotation) overlap() (time.Duration, error) {
+	if r.Overlap == nil {
+		return DefaultRotationOverlap, nil
+	}
+	longest := int64(MaxRotationOverlap / time.Second)
+	if *r.Overlap < 0 || *r.Overlap > longest {
+		return 0, validation.Invalid("overlap", fmt.Sprintf("must be a number of seconds from 0 to %d", longest))
+	}
+	return time.Duration(*r.Overlap) * time.Second, nil
+}
+
 // Patch is a merge patch of an endpoint (RFC 7396): a field given
 // is set; absent ones stay. None of them may be null.
 type Patch struct {
