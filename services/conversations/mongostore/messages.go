@@ -30,12 +30,10 @@ type messageDoc struct {
 
 // InsertMessage implements conversations.MessageStore.
 func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, events ...conversations.Event) error {
-	d := toMessageDoc(m)
-	var err error
-	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+	d, err := NewMessageDocument(m, events...)
+	if err != nil {
 		return err
 	}
-	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)
 	_, err = s.messages.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("message %q: %w", m.ID, conversations.ErrDuplicateID)
