@@ -131,6 +131,16 @@ type deliveryDoc struct {
 	UpdatedAt      time.Time  `bson:"updated_at"`
 }
 
+// toDeliveryDoc is the document of a delivery as InsertDeliveries stores
+// it: unclaimed.
+func toDeliveryDoc(d webhook.Delivery) deliveryDoc {
+	return deliveryDoc{
+		ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
+		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
+		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
+	}
+}
+
 func (d deliveryDoc) domain() webhook.Delivery {
 	return webhook.Delivery{
 		ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
@@ -343,11 +353,7 @@ func (s *Store) InsertDeliveries(ctx context.Context, ds []webhook.Delivery) err
 	}
 	docs := make([]any, 0, len(ds))
 	for _, d := range ds {
-		docs = append(docs, deliveryDoc{
-			ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
-			EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
-			NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
-		})
+		docs = append(docs, toDeliveryDoc(d))
 	}
 	_, err := s.deliveries.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err != nil && onlyDuplicates(err) {
