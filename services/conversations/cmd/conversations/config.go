@@ -10,7 +10,7 @@ import (
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
-	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // envPrefix prefixes every variable: CONVERSATIONS_HTTP_ADDR and so on.
@@ -125,7 +125,7 @@ func (c config) validate() error {
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_CORS_ORIGINS: %w", err)
 	}
-	if _, err := webhook.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
+	if _, err := delivery.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS: %w", err)
 	}
 	if _, err := c.webhookSchedule(); err != nil {
