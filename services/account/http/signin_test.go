@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -701,4 +702,78 @@ func testSignInMetrics(t *testing.T, s *signInAPI) {
 			t.Errorf("%s rose by %v, want %v", key, got, want)
 		}
 	}
+}
+
+// Over https (an https issuer URL) the flow's cookies are Secure and
+// __Host- prefixed: bound to this origin, never sent in clear.
+func TestSignInCookiesOverHTTPS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t)
+	hasher := cheapHasher(t)
+	const issuer = "https://account.example"
+	kit := newTokenKitFor(t, "ES256", issuer)
+	srv := httptestServer(t, accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
+		Sessions: kit.sessions(store, hasher, nil), Definitions: store, Verifier: kit.verifier, Keys: kit.keys, IssuerURL: issuer,
+	})))
+	acc, err := store.CreateAccount(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addUser(t, store, hasher, acc.ID, "alice", "alice-password")
+	app, _ := account.NewPublicClient(acc, "app")
+	app.RedirectURIs = []string{appRedirect}
+	if app, err = store.CreateClient(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(srv.URL + "/oauth2/authorize?" + authorizeParams(app, appRedirect, newPKCE()).Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := cookieNamed(t, resp.Header, "__Host-account_csrf")
+	fields := url.Values{}
+	for _, f := range inputFields.FindAllSubmatch(body, -1) {
+		fields.Set(string(f[1]), html.UnescapeString(string(f[2])))
+	}
+	fields.Set("accountName", "acme")
+	fields.Set("username", "alice")
+	fields.Set("password", "alice-password")
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/oauth2/signin", strings.NewReader(fields.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(csrf)
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	cookieNamed(t, resp.Header, "__Host-account_session")
+}
+
+// cookieNamed returns the cookie name that header sets, checking that it
+// is Secure, HttpOnly, SameSite=Lax, of Path / and of no Domain (what
+// __Host- requires).
+func cookieNamed(t *testing.T, header http.Header, name string) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: header}).Cookies() {
+		if c.Name == name {
+			if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/" || c.Domain != "" {
+				t.Fatalf("cookie %s = %+v, want Secure, HttpOnly, SameSite=Lax, Path=/, no Domain", name, c)
+			}
+			return c
+		}
+	}
+	t.Fatalf("no cookie %s in %v", name, header.Values("Set-Cookie"))
+	return nil
+}
+
+func httptestServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
