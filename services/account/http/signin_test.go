@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"html"
 	"io"
 	"net/http"
@@ -204,6 +206,7 @@ func TestSignIn(t *testing.T) {
 	t.Run("FullFlowAndSingleSignOn", func(t *testing.T) { testFullFlow(t, s) })
 	t.Run("SecurityCases", func(t *testing.T) { testSignInSecurityCases(t, s) })
 	t.Run("CodeReplayRevokesSession", func(t *testing.T) { testCodeReplay(t, s) })
+	t.Run("CodeReplayRacingTheExchange", func(t *testing.T) { testCodeReplayRacingTheExchange(t, s) })
 	t.Run("ExpiredCode", func(t *testing.T) { testExpiredCode(t, s) })
 	t.Run("CSRF", func(t *testing.T) { testSignInCSRF(t, s) })
 	t.Run("PromptAndMaxAge", func(t *testing.T) { testPromptAndMaxAge(t, s) })
@@ -429,6 +432,34 @@ func testCodeReplay(t *testing.T, s *signInAPI) {
 	r := s.postForm(s.tokenEndpoint, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken},
 		"client_id": {s.app.ID}}.Encode(), formType, nil)
 	r.oauthError(t, http.StatusBadRequest, "invalid_grant")
+}
+
+// A replay that comes while the first exchange has spent the code but not
+// yet stored its session still ends that session: it is stored revoked.
+func testCodeReplayRacingTheExchange(t *testing.T, s *signInAPI) {
+	ctx := context.Background()
+	b := s.newBrowser()
+	p := newPKCE()
+	code := s.code(t, b, s.app, appRedirect, p)
+	sum := sha256.Sum256([]byte(code))
+	id := hex.EncodeToString(sum[:])
+	if err := s.store.SpendAuthCode(ctx, id); err != nil { // the first exchange, in flight
+		t.Fatal(err)
+	}
+	s.exchange(s.app.ID, code, appRedirect, p.verifier).oauthError(t, http.StatusBadRequest, "invalid_grant")
+	stored, err := s.store.AuthCodeByID(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.store.SessionByID(ctx, s.acme.ID, stored.SessionID)
+	if err != nil || !sess.Revoked {
+		t.Fatalf("the code's session after the replay: %+v, %v; want it stored revoked", sess, err)
+	}
+	// The first exchange, resuming, cannot store it live.
+	err = s.store.CreateSession(ctx, account.Session{ID: stored.SessionID, AccountID: s.acme.ID, UserID: sess.UserID, RefreshID: "r", ExpiresAt: time.Now().Add(time.Hour)})
+	if !errors.Is(err, account.ErrDuplicate) {
+		t.Fatalf("storing the code's session after the replay: %v, want ErrDuplicate", err)
+	}
 }
 
 func testExpiredCode(t *testing.T, s *signInAPI) {
