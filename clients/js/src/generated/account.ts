@@ -288,7 +288,12 @@ export interface paths {
          *     account, username or password is the page again with one message
          *     (`401`) that does not say which part was wrong; it counts for
          *     the same throttle as `POST /login` (`429` with `Retry-After`,
-         *     the same message). Success starts a browser session (an
+         *     the same message). A user with a second factor is asked for a
+         *     code: the password alone, right or wrong, is the page again
+         *     (`401`) with a field `otp` and a message asking for the password
+         *     and the code of the authenticator app (or a recovery code); a
+         *     wrong code is the one message again, still with `otp`, counted by
+         *     the throttle. Success starts a browser session (an
          *     HttpOnly, SameSite=Lax cookie; `Secure` and `__Host-` prefixed
          *     over https) and redirects to the app with `code`, `state` and
          *     `iss`.
@@ -2164,6 +2169,11 @@ export interface operations {
                     username?: string;
                     /** Format: password */
                     password?: string;
+                    /**
+                     * Format: password
+                     * @description The second step: a code of the user's second factor.
+                     */
+                    otp?: string;
                     csrf?: string;
                 };
             };
