@@ -30,6 +30,16 @@ const (
 	codeWeakPassword           = "weak_password"
 	codeUsernameTaken          = "username_taken"
 	codeInvalidCurrentPassword = "invalid_current_password"
+
+	// Codes of the second factor.
+	codeMFARequired = "mfa_required"
+	codeInvalidOTP  = "invalid_otp"
+	codeMFAEnrolled = "mfa_enrolled"
+	codeMFANotBegun = "mfa_not_started"
+
+	// codeInvalidCSRFToken refuses a sign-in form without this browser's
+	// CSRF token (403).
+	codeInvalidCSRFToken = "invalid_csrf_token"
 )
 
 // errTwoAuthorizationHeaders refuses a request with more than one
@@ -69,7 +79,25 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, account.ErrUsernameTaken):
 		return problem.New(http.StatusConflict, codeUsernameTaken, "The account has a user of this name already (names are compared case-insensitively).")
 	case errors.Is(err, account.ErrInvalidCurrentPassword):
-		return problem.New(http.StatusForbidden, codeInvalidCurrentPassword, "The current password is wrong.")
+		return problem.New(http.StatusForbidden, codeInvalidCurrentPassword, "The current password is wrong (or, with a second factor, the password or the code).")
+	case errors.Is(err, account.ErrOTPRequired):
+		// Not a 401: the token is good, and a 401 would tell its client
+		// to sign in again.
+		return problem.New(http.StatusForbidden, codeMFARequired, "A second factor is enrolled: send a code of it (otp) with the current password.")
+	case errors.Is(err, account.ErrMFARequired):
+		return problem.New(http.StatusUnauthorized, codeMFARequired, "A second factor is required: send the code of your authenticator app, or a recovery code, as otp with the password.")
+	case errors.Is(err, account.ErrInvalidOTP):
+		return problem.New(http.StatusForbidden, codeInvalidOTP, "The code is wrong, expired or was used already.")
+	case errors.Is(err, account.ErrMFAEnrolled):
+		return problem.New(http.StatusConflict, codeMFAEnrolled, "A second factor is enrolled already; remove it first.")
+	case errors.Is(err, account.ErrMFANotStarted):
+		return problem.New(http.StatusConflict, codeMFANotBegun, "No enrolment to verify: start one with POST /mfa/totp.")
+	case errors.Is(err, account.ErrMFANotEnrolled):
+		return problem.NotFound("No second factor is enrolled.")
+	case errors.Is(err, account.ErrMFAProofRequired):
+		p := problem.New(http.StatusBadRequest, problem.CodeValidationFailed, "Send either a current code (code) or the password (password), not both.")
+		p.Errors = []problem.FieldError{{Field: "code", Reason: "or password is required, not both"}}
+		return p
 	case errors.Is(err, account.ErrUserGone):
 		return problem.InvalidToken("The user of this token has been deleted or disabled.")
 	case errors.Is(err, account.ErrUserNotFound):
@@ -81,6 +109,8 @@ func problemFor(err error) *problem.Problem {
 		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, fmt.Sprintf("The parameter %q is required.", param.Name))
 	case errors.Is(err, account.ErrUnsupportedGrantType):
 		return problem.New(http.StatusBadRequest, codeUnsupportedGrantType, "The grant type must be one of "+strings.Join(grantTypes, ", ")+".")
+	case errors.Is(err, account.ErrCodeClientRequired):
+		return problem.New(http.StatusUnauthorized, codeInvalidClient, "The authorization_code grant needs the client: client_id for a public client, else its credentials.")
 	case errors.Is(err, account.ErrClientAuthRequired):
 		return problem.New(http.StatusUnauthorized, codeInvalidClient, "The client_credentials grant requires client authentication.")
 	case errors.As(err, &refusal):
@@ -92,6 +122,16 @@ func problemFor(err error) *problem.Problem {
 			return p
 		}
 		return problem.BadRequest(refusal.code, refusal.detail)
+	case errors.Is(err, account.ErrUnknownClient):
+		return problem.BadRequest(token.CodeInvalidRequest, "The client_id is missing, unknown or disabled.")
+	case errors.Is(err, account.ErrUnregisteredRedirectURI):
+		return problem.BadRequest(token.CodeInvalidRequest, "The redirect_uri is missing or not registered for this client.")
+	case errors.Is(err, account.ErrInvalidLogoutRequest):
+		return problem.BadRequest(token.CodeInvalidRequest, strings.TrimPrefix(err.Error(), account.ErrInvalidLogoutRequest.Error()+": ")+".")
+	case errors.Is(err, account.ErrInvalidGrant):
+		return problem.BadRequest(codeInvalidGrant, "The authorization code is not valid: it is unknown, expired or used, or the client, redirect_uri or code_verifier differ.")
+	case errors.Is(err, errCSRF):
+		return problem.New(http.StatusForbidden, codeInvalidCSRFToken, "The sign-in form does not carry this browser's CSRF token.")
 	case errors.Is(err, errTwoAuthorizationHeaders):
 		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one Authorization header.")
 	case errors.As(err, &loginThrottled):
@@ -166,13 +206,16 @@ func oauthErrorFor(err error) (*problem.Problem, oauthError) {
 	switch {
 	case p.Code == problem.CodeInvalidCredentials || p.Code == problem.CodeInvalidToken:
 		p.Status, code = http.StatusBadRequest, codeInvalidGrant
+	case p.Code == codeMFARequired:
+		// A 401 with its own code, as at POST /login: the password grant
+		// asks for the second factor the same way.
 	case p.Code == problem.CodeTooManyRequests:
 		code = codeSlowDown
 	case p.Status == http.StatusServiceUnavailable:
 		code = codeTemporarilyUnavail
 	case p.Status >= http.StatusInternalServerError:
 		code = codeServerError
-	case p.Code == codeInvalidClient || p.Code == codeInvalidScope || p.Code == codeUnsupportedGrantType ||
+	case p.Code == codeInvalidClient || p.Code == codeInvalidScope || p.Code == codeUnsupportedGrantType || p.Code == codeInvalidGrant ||
 		p.Code == codeUnauthorizedClient || p.Code == token.CodeInvalidRequest:
 	default:
 		code = token.CodeInvalidRequest

@@ -31,14 +31,14 @@ func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 	policy := account.ThrottlePolicy{
 		User: account.ThrottleLimit{MaxFailures: 2, Window: time.Hour, Lockout: time.Hour, MaxLockout: time.Hour},
 	}
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Metrics:     reg,
 		Sessions:    kit.sessions(store, hasher, &account.LoginThrottle{Store: store, Policy: policy}),
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	acc, err := store.CreateAccount(ctx, "acme")
 	if err != nil {
@@ -140,8 +140,8 @@ func authCounters(logins, refreshes map[string]int) string {
 		counts     map[string]int
 	}{
 		{"account_login_attempts_total",
-			"POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
-			[]string{"error", "invalid_credentials", "invalid_request", "success", "throttled", "unavailable"}, logins},
+			"POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, mfa_required (401 asking for a code), throttled (429), unavailable (503), invalid_request, error.",
+			[]string{"error", "invalid_credentials", "invalid_request", "mfa_required", "success", "throttled", "unavailable"}, logins},
 		{"account_token_refreshes_total",
 			"POST /token/refresh requests and refresh_token grants of POST /oauth2/token by outcome: success, rejected (401; invalid_grant on the token endpoint), unavailable (503), invalid_request, error.",
 			[]string{"error", "invalid_request", "rejected", "success", "unavailable"}, refreshes},
@@ -190,7 +190,7 @@ func TestTokenEndpointGrantsAreCountedAsLoginsAndRefreshes(t *testing.T) {
 		{url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken + "x"}}, http.StatusBadRequest},
 		{url.Values{"grant_type": {"refresh_token"}}, http.StatusBadRequest},
 		{url.Values{"grant_type": {"client_credentials"}}, http.StatusUnauthorized},
-		{url.Values{"grant_type": {"authorization_code"}}, http.StatusBadRequest},
+		{url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:device_code"}}, http.StatusBadRequest},
 	} {
 		if status, body := grant(tc.form); status != tc.want {
 			t.Fatalf("grant %v: %d %s, want %d", tc.form, status, body, tc.want)
@@ -217,11 +217,12 @@ func TestHandlersShareTheirRegistry(t *testing.T) {
 		}
 	}
 	const want = `
-# HELP account_login_attempts_total POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.
+# HELP account_login_attempts_total POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, mfa_required (401 asking for a code), throttled (429), unavailable (503), invalid_request, error.
 # TYPE account_login_attempts_total counter
 account_login_attempts_total{outcome="error"} 0
 account_login_attempts_total{outcome="invalid_credentials"} 0
 account_login_attempts_total{outcome="invalid_request"} 2
+account_login_attempts_total{outcome="mfa_required"} 0
 account_login_attempts_total{outcome="success"} 0
 account_login_attempts_total{outcome="throttled"} 0
 account_login_attempts_total{outcome="unavailable"} 0

@@ -28,13 +28,14 @@ import (
 
 // Grant types of the token endpoint.
 const (
+	grantAuthorizationCode = account.GrantAuthorizationCode
 	grantClientCredentials = account.GrantClientCredentials
 	grantPassword          = account.GrantPassword
 	grantRefreshToken      = account.GrantRefreshToken
 )
 
 // grantTypes lists them as discovery does.
-var grantTypes = []string{grantClientCredentials, grantPassword, grantRefreshToken}
+var grantTypes = []string{grantAuthorizationCode, grantClientCredentials, grantPassword, grantRefreshToken}
 
 // clientAuthChallenge is the WWW-Authenticate of a failed client
 // authentication by the Authorization header (RFC 6749 section 5.2: the
@@ -192,8 +193,8 @@ func userTokenResponse(set token.Set) tokenResponse {
 }
 
 // handleToken is POST /oauth2/token: it checks the grant type, then
-// Sessions.Grant authenticates the client and runs the grant.
-func handleToken(sessions *account.Sessions) echo.HandlerFunc {
+// Authorizations.Grant authenticates the client and runs the grant.
+func handleToken(authz *account.Authorizations) echo.HandlerFunc {
 	return oauthEndpoint(func(c *echo.Context) error {
 		form, err := readForm(c)
 		if err != nil {
@@ -203,7 +204,7 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		switch grant {
 		case "":
 			return invalidRequest(`The parameter "grant_type" is required.`)
-		case grantClientCredentials, grantPassword, grantRefreshToken:
+		case grantAuthorizationCode, grantClientCredentials, grantPassword, grantRefreshToken:
 			c.Set(grantKey, grant)
 		default:
 			return &oauthRefusal{code: codeUnsupportedGrantType,
@@ -213,10 +214,11 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		granted, err := sessions.Grant(c.Request().Context(), account.TokenGrant{
+		granted, err := authz.Grant(c.Request().Context(), account.TokenGrant{
 			Type: grant, Client: creds, Scope: form.Get("scope"),
 			AccountName: form.Get("account_name"), Username: form.Get("username"), Password: form.Get("password"),
-			ClientIP: c.RealIP(), RefreshToken: form.Get("refresh_token"),
+			OTP: form.Get("otp"), ClientIP: c.RealIP(), RefreshToken: form.Get("refresh_token"),
+			Code: form.Get("code"), RedirectURI: form.Get("redirect_uri"), CodeVerifier: form.Get("code_verifier"),
 		})
 		if err != nil {
 			return clientRefused(err, basic)
@@ -272,7 +274,11 @@ func (m *authMetrics) countGrants(next echo.HandlerFunc) echo.HandlerFunc {
 		err := next(c)
 		switch c.Get(grantKey) {
 		case grantPassword:
-			m.logins.WithLabelValues(grantOutcome(c, err, account.ErrInvalidCredentials, outcomeInvalidCredentials)).Inc()
+			o := grantOutcome(c, err, account.ErrInvalidCredentials, outcomeInvalidCredentials)
+			m.logins.WithLabelValues(o).Inc()
+			m.signIns.WithLabelValues(methodPasswordGrant, o).Inc()
+		case grantAuthorizationCode:
+			m.codesRedeemed.WithLabelValues(grantOutcome(c, err, account.ErrInvalidGrant, outcomeRejected)).Inc()
 		case grantRefreshToken:
 			m.refreshes.WithLabelValues(grantOutcome(c, err, account.ErrInvalidRefreshToken, outcomeRejected)).Inc()
 		}
@@ -290,6 +296,9 @@ func grantOutcome(c *echo.Context, err, refused error, name string) string {
 	}
 	if errors.Is(err, refused) {
 		return name
+	}
+	if errors.Is(err, account.ErrMFARequired) {
+		return outcomeMFARequired
 	}
 	// A 401 there is the client's authentication, not the user's.
 	resp, _ := echo.UnwrapResponse(c.Response())

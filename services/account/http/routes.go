@@ -16,8 +16,16 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/login", handleLogin(d.Sessions), counts.countLogins, singleAuthorization)
 	e.POST("/token/refresh", handleRefresh(d.Sessions), counts.countRefreshes, singleAuthorization)
 	e.POST("/logout", handleLogout(d.Sessions), singleAuthorization)
-	e.POST("/oauth2/token", handleToken(d.Sessions), counts.countGrants)
+	e.POST("/oauth2/token", handleToken(d.Authorizations), counts.countGrants)
 	e.POST("/oauth2/revoke", handleRevoke(d.Sessions))
+
+	// Sign-in for apps: pages for a browser, not JSON (docs/signin.md).
+	signIn := signInDeps{authz: d.Authorizations, cookies: newBrowserCookies(d.IssuerURL), metrics: counts}
+	e.GET(pathAuthorize, signIn.handleAuthorize, singleAuthorization)
+	e.POST(pathSignIn, signIn.handleSignIn, singleAuthorization)
+	e.GET(pathLogout, signIn.handleLogout, singleAuthorization)
+	e.POST(pathLogout, signIn.handleLogout, singleAuthorization)
+	e.GET(pathStylesheet, handleStylesheet)
 
 	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer, read)
 	e.POST("/definitions", handleCreateDefinition(d.Definitions), bearer, write)
@@ -34,9 +42,13 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.PATCH("/users/:id", handlePatchUser(d.Users), bearer, usersWrite)
 	e.PUT("/users/:id/password", handleSetUserPassword(d.Users), bearer, usersWrite)
 	e.DELETE("/users/:id", handleDeleteUser(d.Users), bearer, usersWrite)
+	e.DELETE("/users/:id/mfa", handleResetUserMFA(d.MFA), bearer, usersWrite)
 	e.GET("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
 	e.POST("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
 	e.POST("/password", handleChangePassword(d.Sessions), bearer, token.RequireUser)
+	e.POST("/mfa/totp", handleBeginTOTP(d.MFA), bearer, token.RequireUser)
+	e.POST("/mfa/totp/verify", handleActivateTOTP(d.MFA), bearer, token.RequireUser)
+	e.DELETE("/mfa/totp", handleRemoveTOTP(d.MFA), bearer, token.RequireUser)
 
 	e.GET("/.well-known/jwks.json", handleJWKS(d.Keys))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))

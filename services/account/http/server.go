@@ -29,11 +29,16 @@ type Deps struct {
 	// Sessions logs in, refreshes, logs out and issues client tokens: the
 	// one implementation behind /login, /token/refresh, /logout and the
 	// OAuth 2.0 endpoints.
-	Sessions    *account.Sessions
-	Definitions account.DefinitionStore
+	Sessions *account.Sessions
+	// Authorizations is the authorization code flow: the authorization
+	// endpoint, the sign-in page, the code grant and logout.
+	Authorizations *account.Authorizations
+	Definitions    account.DefinitionStore
 	// Users manages the users of the caller's account and answers
 	// /userinfo.
 	Users *account.Users
+	// MFA enrols, checks and removes users' second factors.
+	MFA *account.MFA
 	// Verifier checks bearer tokens (id and access).
 	Verifier *token.Verifier
 	Keys     token.KeyringProvider

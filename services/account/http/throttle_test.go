@@ -112,6 +112,13 @@ func (h *countingHasher) Verify(ctx context.Context, hash, pw string) (bool, err
 	return h.PasswordHasher.Verify(ctx, hash, pw)
 }
 
+func (h *countingHasher) Check(ctx context.Context, hash, pw string) (bool, bool, error) {
+	if err := h.pass(ctx); err != nil {
+		return false, false, err
+	}
+	return h.PasswordHasher.Check(ctx, hash, pw)
+}
+
 func (h *countingHasher) VerifyDummy(ctx context.Context, pw string) error {
 	if err := h.pass(ctx); err != nil {
 		return err
@@ -154,7 +161,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		t.Fatal(err)
 	}
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions: kit.sessions(store, counting,
 			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, RenewEvery: setup.renewEvery, SettleTimeout: testSettleTimeout}),
 		Definitions:    store,
@@ -162,7 +169,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		Keys:           kit.keys,
 		IssuerURL:      issuerURL,
 		TrustedProxies: proxies,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 
 	acc, err := store.CreateAccount(ctx, "acme")

@@ -7,12 +7,18 @@
 //	accounts       {name:1} unique                 AccountByName, ListAccounts (sorted by name)
 //	users          {account_id:1, username:1} unique  UserByName, ListUsers by username
 //	               {account_id:1, created_at:1, _id:1}  ListUsers (oldest first, keyset); by id: _id + account_id
+//	               (the second factor lives in the user's document: every change of it is by _id + account_id)
 //	definitions    {account_id:1, created_at:1, _id:1}  ListDefinitions; Get/Replace/Delete filter on _id + account_id
 //	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
 //	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
 //	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions
 //	login_throttle _id = throttle key; {expires_at:1}  AddLoginAttempt and the rest (by _id); PurgeLoginThrottle
+//	               {account_id:1, browser_session_id:1}  RevokeBrowserSessionSessions
 //	clients        _id = client_id; {account_id:1, created_at:1, _id:1}  ClientByID, Rotate/SetClientDisabled (by _id); ListClients
+//	settings       _id = name                      LoadOrCreateSecret (a generated key, when none is configured)
+//	browser_sessions _id = hash of the cookie; {expires_at:1}  BrowserSessionByID, EndBrowserSession; PurgeExpiredBrowserSessions
+//	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions (a user's browser sessions end with the rest)
+//	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode (conditional on not spent); PurgeAuthCodes
 //
 // No operation spans two documents, so no transaction is needed anywhere
 // (and the code runs unchanged on the embedded server used in development).
@@ -43,6 +49,9 @@ type Store struct {
 	sessions    *mongo.Collection
 	throttle    *mongo.Collection
 	clients     *mongo.Collection
+	settings    *mongo.Collection
+	browser     *mongo.Collection
+	codes       *mongo.Collection
 	now         func() time.Time
 }
 
@@ -58,6 +67,9 @@ func New(db *mongo.Database) *Store {
 		sessions:    db.Collection("sessions"),
 		throttle:    db.Collection("login_throttle"),
 		clients:     db.Collection("clients"),
+		settings:    db.Collection("settings"),
+		browser:     db.Collection("browser_sessions"),
+		codes:       db.Collection("auth_codes"),
 		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
 }
@@ -78,6 +90,10 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "user_id", Value: 1}}, Options: options.Index().SetName("account_user")}},
 		{s.throttle, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 		{s.clients, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
+		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "browser_session_id", Value: 1}}, Options: options.Index().SetName("account_browser_session")}},
+		{s.browser, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
+		{s.browser, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "user_id", Value: 1}}, Options: options.Index().SetName("account_user")}},
+		{s.codes, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 	}
 	for _, spec := range specs {
 		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {
@@ -85,6 +101,13 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// LoadOrCreateSecret returns the named secret, generating and storing it
+// on first use, so that every replica shares it (the TOTP secrets' key
+// when none is configured).
+func (s *Store) LoadOrCreateSecret(ctx context.Context, name string, generate func() (string, error)) (string, error) {
+	return mongoconn.LoadOrCreate(ctx, s.settings, name, generate)
 }
 
 type accountDoc struct {
@@ -153,6 +176,10 @@ type userDoc struct {
 	CreatedAt   time.Time `bson:"created_at"`
 	UpdatedAt   time.Time `bson:"updated_at"`
 	LastLoginAt time.Time `bson:"last_login_at,omitempty"`
+	// TOTP is the active second factor, TOTPPending the secret of a begun
+	// enrolment; both absent when none.
+	TOTP        *totpDoc `bson:"totp,omitempty"`
+	TOTPPending []byte   `bson:"totp_pending,omitempty"`
 }
 
 // CreateUser stores a new user of only a name and a password hash (see
@@ -210,6 +237,12 @@ func (d userDoc) domain() account.User {
 	if !d.LastLoginAt.IsZero() {
 		u.LastLoginAt = d.LastLoginAt.UTC()
 	}
+	if d.TOTP != nil {
+		u.TOTP = &account.TOTP{
+			Sealed: d.TOTP.Sealed, LastStep: d.TOTP.LastStep,
+			RecoveryCodes: d.TOTP.RecoveryCodes, EnrolledAt: d.TOTP.EnrolledAt.UTC(),
+		}
+	}
 	return u
 }
 
@@ -237,6 +270,9 @@ type sessionDoc struct {
 	CreatedAt         time.Time `bson:"created_at"`
 	ExpiresAt         time.Time `bson:"expires_at"`
 	Revoked           bool      `bson:"revoked"`
+	// BrowserSessionID and AMR are absent for a session no code started.
+	BrowserSessionID string   `bson:"browser_session_id,omitempty"`
+	AMR              []string `bson:"amr,omitempty"`
 }
 
 // CreateSession stores a new session (at login).
@@ -244,9 +280,12 @@ func (s *Store) CreateSession(ctx context.Context, sess account.Session) error {
 	doc := sessionDoc{
 		ID: sess.ID, AccountID: sess.AccountID, UserID: sess.UserID, ClientID: sess.ClientID, RefreshID: sess.RefreshID,
 		AuthTime: sess.AuthTime.UTC().Truncate(time.Millisecond), CreatedAt: s.now(),
-		ExpiresAt: sess.ExpiresAt.UTC().Truncate(time.Millisecond),
+		ExpiresAt: sess.ExpiresAt.UTC().Truncate(time.Millisecond), Revoked: sess.Revoked,
+		BrowserSessionID: sess.BrowserSessionID, AMR: sess.AMR,
 	}
-	if _, err := s.sessions.InsertOne(ctx, doc); err != nil {
+	if _, err := s.sessions.InsertOne(ctx, doc); mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("session %q: %w", sess.ID, account.ErrDuplicate)
+	} else if err != nil {
 		return mongoconn.Wrap(err, "create session")
 	}
 	return nil
@@ -329,6 +368,7 @@ func (d sessionDoc) domain() account.Session {
 		ID: d.ID, AccountID: d.AccountID, UserID: d.UserID, ClientID: d.ClientID, RefreshID: d.RefreshID,
 		PreviousRefreshID: d.PreviousRefreshID, RotatedAt: d.RotatedAt.UTC(),
 		AuthTime: d.AuthTime.UTC(), CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(), Revoked: d.Revoked,
+		BrowserSessionID: d.BrowserSessionID, AMR: d.AMR,
 	}
 }
 

@@ -31,6 +31,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ListAccountsSortedByName", testListAccounts},
 		{"UsernamesAreUniquePerAccount", testUsernames},
 		{"UserUpdates", testUserUpdates},
+		{"ReplacePasswordHashIsConditional", testReplacePasswordHash},
+		{"TOTPLifecycle", testTOTPLifecycle},
+		{"TOTPStepAndRecoveryCodeHaveOneWinner", testTOTPStepHasOneWinner},
 		{"DefinitionLifecycle", testDefinitionLifecycle},
 		{"DefinitionsAreScopedByAccount", testDefinitionIsolation},
 		{"ListDefinitionsEmptyIsNotNil", testListDefinitionsEmpty},
@@ -57,6 +60,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ClientSecretRotation", testClientRotation},
 		{"ClientConcurrentRotationHasOneWinner", testClientConcurrentRotation},
 		{"ClientDisableIsScopedByAccount", testClientDisable},
+		{"ClientRegistration", testClientRegistration},
+		{"BrowserSessions", testBrowserSessions},
+		{"AuthCodesAreSpentOnce", testAuthCodes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

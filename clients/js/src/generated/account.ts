@@ -17,9 +17,14 @@ export interface paths {
          *     returns a set of signed JWTs.
          *
          *     Every reason for a refused login (unknown account, unknown user,
-         *     disabled user, wrong password) gives the same `401` with code
-         *     `invalid_credentials`, in the same time, so that a caller cannot
-         *     tell which part was wrong.
+         *     disabled user, wrong password, a wrong second-factor code) gives
+         *     the same `401` with code `invalid_credentials`, in the same time,
+         *     so that a caller cannot tell which part was wrong.
+         *
+         *     A user with a second factor sends `otp` too (a current TOTP code
+         *     or an unused recovery code); without it the answer is `401`
+         *     `mfa_required`, whether the password was right or not: ask the
+         *     user for the code, then send the whole request again with it.
          *
          *     Each field must be a JSON string: a field of any other JSON type
          *     (for example an object such as `{"$ne": null}`) is a `400`.
@@ -119,8 +124,10 @@ export interface paths {
          *       `scope` may narrow the client's scopes, never widen them
          *       (`invalid_scope`).
          *     * `password` (section 4.3) with `username`, `password` and
-         *       `account_name`: the rules of `POST /login` (throttling, one
-         *       answer for every wrong part), answered in OAuth's shape. A
+         *       `account_name`, and `otp` for a user with a second factor: the
+         *       rules of `POST /login` (throttling, one answer for every wrong
+         *       part, `401` `mfa_required` without `otp`), answered in OAuth's
+         *       shape. A
          *       service client, confidential or public, may use it for users of
          *       its own account (then `account_name` defaults to the client's
          *       account); the session is then the client's, and only it can
@@ -148,6 +155,28 @@ export interface paths {
          *     `Authorization` header, RFC 6749 section 5.2); repeated failures
          *     of one client id are throttled (`429`, `slow_down`,
          *     `Retry-After`).
+         *
+         *     * `authorization_code` (section 4.1.3, RFC 7636) with `code`,
+         *       `redirect_uri` (the authorization request's, exactly) and
+         *       `code_verifier`: a code of `GET /oauth2/authorize`, once, within
+         *       60 s, by the client it was issued to (a public client sends its
+         *       `client_id`, a confidential one authenticates as above).
+         *       Unknown, expired or spent codes, another client's code, another
+         *       `redirect_uri` and a missing or wrong verifier are all `400`
+         *       `invalid_grant` and change nothing, except that a code presented
+         *       again after its exchange also revokes the session it started.
+         *       Returns the user's token set: the id token has `aud` = the
+         *       platform audience and the client, `azp`, `nonce`, `auth_time`
+         *       and `amr` (`["pwd"]`); the access token names the client in
+         *       `client_id` (RFC 9068); the refresh token is the client's and
+         *       rotates like every other.
+         *
+         *     Each client may use the grants an operator gave it: new public
+         *     clients `authorization_code` and `refresh_token`, confidential
+         *     ones also `client_credentials`, and `password` only where the
+         *     operator allowed it (clients registered before grants existed
+         *     keep the grants they had). Another grant is `400`
+         *     `unauthorized_client`.
          *
          *     Every response carries `Cache-Control: no-store`.
          */
@@ -181,6 +210,144 @@ export interface paths {
          *     public client sends its `client_id` alone).
          */
         post: operations["oauthRevoke"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/authorize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Authorization endpoint (OpenID Connect authorization code flow)
+         * @description An app sends the user's browser here (OpenID Connect Core 1.0
+         *     section 3.1.2). Rules, in the order they are checked:
+         *
+         *     1. `client_id` must name an enabled client and `redirect_uri` one
+         *        of the URIs registered for it, compared as exact strings (for
+         *        a registered `http` URI on a loopback address, 127.0.0.1 or
+         *        [::1], any port matches, RFC 8252 section 7.3). Otherwise the
+         *        answer is an error page (`400`), never a redirect.
+         *     2. Every other error redirects to `redirect_uri` with `error`,
+         *        `error_description`, `state` and `iss` (RFC 9207):
+         *        `invalid_request` (a repeated or too long parameter, a missing
+         *        `response_type`, `code_challenge` missing, a method other than
+         *        `S256`, `plain` included, an unknown `prompt`, a bad
+         *        `max_age`), `unsupported_response_type` (anything but `code`),
+         *        `unauthorized_client` (a client without the
+         *        `authorization_code` grant), `invalid_scope` (a scope that is
+         *        neither an OpenID Connect scope nor one the client holds),
+         *        `login_required` (`prompt=none` without a usable browser
+         *        session).
+         *     3. With a browser session (single sign-on) of the client's
+         *        account, and neither `prompt=login` nor a `max_age` older than
+         *        the session's sign-in, nor an `account_name` or `login_hint`
+         *        naming another account or user, the code is issued at once:
+         *        a redirect with `code`, `state` and `iss`.
+         *     4. Otherwise the sign-in page (`200`), prefilled with
+         *        `account_name` (default: the client's account) and
+         *        `login_hint`.
+         *
+         *     Codes are single use, valid 60 s, bound to the client, the
+         *     redirect URI and the challenge. Pages and redirects carry
+         *     `Cache-Control: no-store`, `Referrer-Policy: no-referrer` and a
+         *     `Content-Security-Policy` without script and with
+         *     `frame-ancestors 'none'`.
+         */
+        get: operations["oauthAuthorize"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/signin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The sign-in page submitted
+         * @description The form of the sign-in page: `accountName`, `username` and
+         *     `password` (the fields of `POST /login`), the CSRF token `csrf`
+         *     (equal to the value of this browser's CSRF cookie, which the page
+         *     sets), and the authorization request's parameters, checked again
+         *     as `GET /oauth2/authorize` checks them. Without the browser's
+         *     CSRF token the answer is `403` and nothing is checked. A wrong
+         *     account, username or password is the page again with one message
+         *     (`401`) that does not say which part was wrong; it counts for
+         *     the same throttle as `POST /login` (`429` with `Retry-After`,
+         *     the same message). A user with a second factor is asked for a
+         *     code: the password alone, right or wrong, is the page again
+         *     (`401`) with a field `otp` and a message asking for the password
+         *     and the code of the authenticator app (or a recovery code); a
+         *     wrong code is the one message again, still with `otp`, counted by
+         *     the throttle. Success starts a browser session (an
+         *     HttpOnly, SameSite=Lax cookie; `Secure` and `__Host-` prefixed
+         *     over https) and redirects to the app with `code`, `state` and
+         *     `iss`.
+         */
+        post: operations["oauthSignIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * RP-Initiated Logout
+         * @description OpenID Connect RP-Initiated Logout 1.0. Ends the browser session
+         *     (the cookie's, and the one the `id_token_hint`'s session was
+         *     started in) and every session its codes started, then redirects
+         *     to `post_logout_redirect_uri` with `state`, or shows a signed-out
+         *     page. `post_logout_redirect_uri` must be registered for the
+         *     client named by `client_id` or by the hint's `azp`, exactly; an
+         *     unregistered one, a hint that is not a valid id token of this
+         *     service, or a `client_id` other than the hint's is an error page
+         *     (`400`) that ends nothing and redirects nowhere.
+         */
+        get: operations["oauthLogout"];
+        put?: never;
+        /**
+         * RP-Initiated Logout (form post)
+         * @description The same as `GET /oauth2/logout`, with the parameters form-encoded in the body.
+         */
+        post: operations["oauthLogoutPost"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/assets/signin.css": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The stylesheet of the sign-in pages */
+        get: operations["signInStylesheet"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -277,10 +444,11 @@ export interface paths {
          *     256 characters after trimming spaces, no control characters,
          *     stored and compared lower-case) and is unique in the account
          *     (`409` `username_taken`, also for the loser of two concurrent
-         *     creates). `password` must meet the password policy (at least 15
-         *     characters, at most 256; not a common or breached password; not
-         *     containing the username, the account name or the email's local
-         *     part): a refusal is `400` `weak_password`, naming the field and
+         *     creates). `password` must meet the password policy (see
+         *     Passwords above: at least 15 characters counted as typed and in
+         *     NFKC, at most 256; not only invisible characters; not a common or
+         *     breached password; not containing the username, the account name
+         *     or the email's local part): a refusal is `400` `weak_password`, naming the field and
          *     why. `email` is checked for syntax only (at most 254 characters);
          *     `name` is at most 200 characters.
          *
@@ -412,8 +580,96 @@ export interface paths {
          *     `newPassword`), ends every session of the user and answers with
          *     the token set of a new one. A wrong current password is `403`
          *     `invalid_current_password`: the token is good, so not a `401`.
+         *     A user with a second factor sends `otp` too: without it the
+         *     answer is `403` `mfa_required` (nothing is checked), and a wrong
+         *     password or a wrong code is `invalid_current_password` alike.
          */
         post: operations["changePassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/users/{id}/mfa": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a user's second factor
+         * @description For a user who lost their authenticator and recovery codes:
+         *     removes the user's second factor (active or begun) and ends every
+         *     session of the user at once. Removing none is not an error.
+         */
+        delete: operations["resetUserMFA"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mfa/totp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Begin enrolling a TOTP second factor
+         * @description With the user's own token: a new secret and its `otpauth://` URI,
+         *     pending until `POST /mfa/totp/verify`; calling again replaces a
+         *     pending one. `409` `mfa_enrolled` while one is active. Not to be
+         *     cached.
+         */
+        post: operations["beginTOTP"];
+        /**
+         * Remove your TOTP second factor
+         * @description With the user's own token and a proof: `code` (a current code or
+         *     an unused recovery code) or `password`, exactly one. Throttled
+         *     like a login, on the same counters. A wrong code is `403`
+         *     `invalid_otp`, a wrong password `403` `invalid_current_password`;
+         *     `404` when none is active. The user's sessions go on.
+         */
+        delete: operations["removeTOTP"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mfa/totp/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Activate the pending TOTP second factor
+         * @description With a current code of the pending secret (`code`): activates it
+         *     and answers with 10 recovery codes, shown only now (they are
+         *     stored hashed). A wrong code is `403` `invalid_otp` and changes
+         *     nothing; `409` `mfa_not_started` without a pending secret,
+         *     `mfa_enrolled` when one is active. Not to be cached.
+         */
+        post: operations["verifyTOTP"];
         delete?: never;
         options?: never;
         head?: never;
@@ -503,7 +759,13 @@ export interface components {
          */
         TokenRequest: {
             /** @enum {string} */
-            grant_type: "client_credentials" | "password" | "refresh_token";
+            grant_type: "authorization_code" | "client_credentials" | "password" | "refresh_token";
+            /** @description `authorization_code`: the code of the authorization response. */
+            code?: string;
+            /** @description `authorization_code`: the redirect_uri of the authorization request, exactly. */
+            redirect_uri?: string;
+            /** @description `authorization_code`: the PKCE code verifier (RFC 7636, 43 to 128 characters). */
+            code_verifier?: string;
             /**
              * @description `client_credentials`: scopes separated by single spaces
              *     (RFC 6749 section 3.3), a subset of the client's (all of them
@@ -526,6 +788,12 @@ export interface components {
              *     authentication, else it defaults to the client's account.
              */
             account_name?: string;
+            /**
+             * Format: password
+             * @description `password`: a code of the user's second factor (a current TOTP
+             *     code or an unused recovery code), required when they have one.
+             */
+            otp?: string;
             /** @description `refresh_token`: the refresh token to exchange. */
             refresh_token?: string;
             /** @description The client id (`client_secret_post`, or alone for a public client, `none`). */
@@ -572,7 +840,7 @@ export interface components {
              * @description The error code; switch on it.
              * @enum {string}
              */
-            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "slow_down" | "temporarily_unavailable" | "server_error";
+            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "slow_down" | "temporarily_unavailable" | "server_error" | "mfa_required";
             /** @description Human-readable explanation. */
             error_description?: string;
         };
@@ -587,6 +855,13 @@ export interface components {
             password: string;
             /** @description The name of the account to log in to, compared case-insensitively. */
             accountName: string;
+            /**
+             * Format: password
+             * @description A code of the user's second factor: a current TOTP code (6
+             *     digits) or an unused recovery code. Required when the user has
+             *     one (`401` `mfa_required` without it); ignored otherwise.
+             */
+            otp?: string;
         };
         /** @description A refresh token from a token set. */
         RefreshRequest: {
@@ -778,6 +1053,40 @@ export interface components {
         ChangePasswordRequest: {
             currentPassword: string;
             newPassword: string;
+            /**
+             * Format: password
+             * @description A code of the user's second factor, required when they have one.
+             */
+            otp?: string;
+        };
+        /**
+         * @description A new TOTP secret, pending until `POST /mfa/totp/verify`. Show the
+         *     URI as a QR code, or the secret for typing.
+         * @example {
+         *       "secret": "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP",
+         *       "otpauthUri": "otpauth://totp/Acme%20Platform:jane@demo?algorithm=SHA1&digits=6&issuer=Acme+Platform&period=30&secret=JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
+         *     }
+         */
+        TOTPEnrolment: {
+            /** @description The secret, base32 without padding (160 bits). */
+            secret: string;
+            /** @description The Key URI of the secret, with the issuer and the user as `username@account`. */
+            otpauthUri: string;
+        };
+        /**
+         * @description A proof of the second factor: `code`, a current TOTP code (or, to
+         *     remove it, an unused recovery code), or, to remove it,
+         *     `password`, the user's password; exactly one of them.
+         */
+        OTPRequest: {
+            /** Format: password */
+            code?: string;
+            /** Format: password */
+            password?: string;
+        };
+        /** @description The recovery codes, each usable once instead of a code; shown only now. */
+        RecoveryCodes: {
+            recoveryCodes: string[];
         };
         /** @description A user of the account; never its password or hash. */
         User: {
@@ -799,7 +1108,10 @@ export interface components {
              * @description The last successful login; null when never.
              */
             lastLoginAt: string | null;
+            mfa: components["schemas"]["MFAMethods"];
         };
+        /** @description The user's active second factors, `["totp"]` or `[]`; never a secret. */
+        MFAMethods: "totp"[];
         /** @description OpenID Connect Core 1.0 section 5.3.2 claims of the user, plus its account's. */
         UserInfo: {
             sub: string;
@@ -810,6 +1122,7 @@ export interface components {
             email_verified: false;
             account_id: string;
             account_name: string;
+            mfa: components["schemas"]["MFAMethods"];
         };
         /** @description A JSON Web Key Set (RFC 7517) of public signing keys. */
         JWKS: {
@@ -884,7 +1197,7 @@ export interface components {
              */
             userinfo_endpoint: string;
             /** @description The grants of the token endpoint. */
-            grant_types_supported: ("client_credentials" | "password" | "refresh_token")[];
+            grant_types_supported: ("authorization_code" | "client_credentials" | "password" | "refresh_token")[];
             /** @description How clients authenticate at the token endpoint (`none`, the client_id alone, for public clients). */
             token_endpoint_auth_methods_supported: ("client_secret_basic" | "client_secret_post" | "none")[];
             /** @description How clients authenticate at the revocation endpoint. */
@@ -899,11 +1212,67 @@ export interface components {
             response_types_supported: string[];
             /** @description Subject identifier types; `public`. */
             subject_types_supported: string[];
+            /**
+             * Format: uri
+             * @description URL of the authorization endpoint, `GET /oauth2/authorize`.
+             */
+            authorization_endpoint?: string;
+            /**
+             * Format: uri
+             * @description URL of RP-Initiated Logout, `/oauth2/logout`.
+             */
+            end_session_endpoint?: string;
+            /** @description `["query"]`: the code and errors come back in the query of the redirect URI. */
+            response_modes_supported?: string[];
+            /** @description `["S256"]`: PKCE is required, `plain` is refused. */
+            code_challenge_methods_supported?: string[];
+            /** @description `none` and `login`. */
+            prompt_values_supported?: string[];
+            /** @description Every authorization response carries `iss` (RFC 9207). */
+            authorization_response_iss_parameter_supported?: boolean;
         } & {
             [key: string]: unknown;
         };
     };
     responses: {
+        /**
+         * @description An error page for the person at the browser (an unknown client or
+         *     redirect URI, a malformed request, a form without this browser's
+         *     CSRF token: `403`). It never redirects.
+         */
+        SignInErrorPage: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                "text/html": string;
+            };
+        };
+        /**
+         * @description The sign-in page again, with one message for every failure (a
+         *     wrong account, username or password; too many attempts, then
+         *     with `Retry-After`).
+         */
+        SignInFailedPage: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                "text/html": string;
+            };
+        };
+        /** @description The signed-out page. */
+        SignedOutPage: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                "text/html": string;
+            };
+        };
         /** @description The user's claims. Not to be cached. */
         UserInfo: {
             headers: {
@@ -919,7 +1288,10 @@ export interface components {
                  *       "email": "jane@example.com",
                  *       "email_verified": false,
                  *       "account_id": "acc_0a1b2c3d4e5f6a7b8c9d0e1f",
-                 *       "account_name": "demo"
+                 *       "account_name": "demo",
+                 *       "mfa": [
+                 *         "totp"
+                 *       ]
                  *     }
                  */
                 "application/json": components["schemas"]["UserInfo"];
@@ -1008,8 +1380,11 @@ export interface components {
             };
         };
         /**
-         * @description The current password is wrong (`invalid_current_password`), or the
-         *     bearer is a service client's token (`insufficient_scope`).
+         * @description The current password is wrong, or for a user with a second factor
+         *     the password or the code (`invalid_current_password`: which one is
+         *     not told); a user with a second factor sent no `otp`
+         *     (`mfa_required`); or the bearer is a service client's token
+         *     (`insufficient_scope`).
          */
         PasswordChangeForbidden: {
             headers: {
@@ -1029,7 +1404,43 @@ export interface components {
                     /** @constant */
                     status?: 403;
                     /** @enum {unknown} */
-                    code?: "invalid_current_password" | "insufficient_scope";
+                    code?: "invalid_current_password" | "mfa_required" | "insufficient_scope";
+                };
+            };
+        };
+        /**
+         * @description A second factor is active already (`mfa_enrolled`; remove it
+         *     first), or there is no pending secret to activate
+         *     (`mfa_not_started`).
+         */
+        MFAConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 409;
+                    /** @enum {unknown} */
+                    code?: "mfa_enrolled" | "mfa_not_started";
+                };
+            };
+        };
+        /**
+         * @description The code is wrong, expired or used (`invalid_otp`), the password is
+         *     wrong (`invalid_current_password`), or the bearer is a service
+         *     client's token (`insufficient_scope`).
+         */
+        MFAForbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 403;
+                    /** @enum {unknown} */
+                    code?: "invalid_otp" | "invalid_current_password" | "insufficient_scope";
                 };
             };
         };
@@ -1139,6 +1550,25 @@ export interface components {
                 "application/json": components["schemas"]["OAuthError"];
             };
         };
+        /**
+         * @description Client authentication failed (`invalid_client`, as
+         *     `OAuthInvalidClient`), or the password grant of a user with a
+         *     second factor carried no `otp` (`mfa_required`, whatever the
+         *     password).
+         */
+        OAuthUnauthorized: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                "WWW-Authenticate": components["headers"]["WWWAuthenticateBasic"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["OAuthError"] & {
+                    /** @enum {unknown} */
+                    error?: "invalid_client" | "mfa_required";
+                };
+            };
+        };
         /** @description The request body is over 16 KiB (`invalid_request`). */
         OAuthTooLarge: {
             headers: {
@@ -1215,8 +1645,11 @@ export interface components {
             };
         };
         /**
-         * @description The login was refused. The same response is given for an unknown
-         *     account, an unknown or disabled user and a wrong password.
+         * @description The login was refused (`invalid_credentials`). The same response
+         *     is given for an unknown account, an unknown or disabled user, a
+         *     wrong password and a wrong second-factor code. For a user with a
+         *     second factor and no `otp` it is `mfa_required` instead, whatever
+         *     the password.
          */
         InvalidCredentials: {
             headers: {
@@ -1235,6 +1668,8 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 401;
+                    /** @enum {unknown} */
+                    code?: "invalid_credentials" | "mfa_required";
                 };
             };
         };
@@ -1444,6 +1879,12 @@ export interface components {
         };
     };
     headers: {
+        /**
+         * @description `default-src 'none'; style-src 'self'; img-src 'self'; base-uri
+         *     'none'; frame-ancestors 'none'; form-action 'self'` and the origin
+         *     of the app's redirect URI: no script, never in a frame.
+         */
+        PageCSP: string;
         /** @description Always `no-store`; the response must not be stored by any cache. */
         CacheControlNoStore: string;
         /**
@@ -1624,7 +2065,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["OAuthBadRequest"];
-            401: components["responses"]["OAuthInvalidClient"];
+            401: components["responses"]["OAuthUnauthorized"];
             413: components["responses"]["OAuthTooLarge"];
             429: components["responses"]["OAuthSlowDown"];
             503: components["responses"]["OAuthUnavailable"];
@@ -1656,6 +2097,180 @@ export interface operations {
             413: components["responses"]["OAuthTooLarge"];
             429: components["responses"]["OAuthSlowDown"];
             503: components["responses"]["OAuthUnavailable"];
+        };
+    };
+    oauthAuthorize: {
+        parameters: {
+            query?: {
+                /** @description The app's client id. */
+                client_id?: string;
+                /** @description One of the client's registered redirect URIs. */
+                redirect_uri?: string;
+                /** @description `code`. */
+                response_type?: string;
+                /** @description `openid` (for an id token), `profile`, `email`, `offline_access`, and API scopes the client holds. */
+                scope?: string;
+                /** @description Returned unchanged in the redirect. */
+                state?: string;
+                /** @description Returned in the id token. */
+                nonce?: string;
+                /** @description PKCE: the base64url SHA-256 of the verifier (43 characters); required. */
+                code_challenge?: string;
+                /** @description `S256`; required. */
+                code_challenge_method?: string;
+                /** @description `none` (never show the page) or `login` (always show it). */
+                prompt?: string;
+                /** @description Seconds since the sign-in after which the page is shown again; 0 always shows it. */
+                max_age?: string;
+                /** @description Prefills the username. */
+                login_hint?: string;
+                /** @description Prefills the account. */
+                account_name?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sign-in page. */
+            200: {
+                headers: {
+                    "Content-Security-Policy": components["headers"]["PageCSP"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Back to the app, with `code`, `state` and `iss`, or `error`, `error_description`, `state` and `iss`. */
+            302: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+        };
+    };
+    oauthSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    accountName?: string;
+                    username?: string;
+                    /** Format: password */
+                    password?: string;
+                    /**
+                     * Format: password
+                     * @description The second step: a code of the user's second factor.
+                     */
+                    otp?: string;
+                    csrf?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Back to the app, with `code`, `state` and `iss` (or an error, as the authorization endpoint redirects them). */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+            401: components["responses"]["SignInFailedPage"];
+            403: components["responses"]["SignInErrorPage"];
+            429: components["responses"]["SignInFailedPage"];
+        };
+    };
+    oauthLogout: {
+        parameters: {
+            query?: {
+                /** @description An id token this service issued to the app. */
+                id_token_hint?: string;
+                /** @description The app's client id. */
+                client_id?: string;
+                /** @description One of the client's registered post-logout redirect URIs. */
+                post_logout_redirect_uri?: string;
+                /** @description Returned unchanged in the redirect. */
+                state?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["SignedOutPage"];
+            /** @description To the post-logout redirect URI, with `state`. */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+        };
+    };
+    oauthLogoutPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    id_token_hint?: string;
+                    client_id?: string;
+                    post_logout_redirect_uri?: string;
+                    state?: string;
+                };
+            };
+        };
+        responses: {
+            200: components["responses"]["SignedOutPage"];
+            /** @description To the post-logout redirect URI, with `state`. */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+        };
+    };
+    signInStylesheet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stylesheet. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/css": string;
+                };
+            };
         };
     };
     listDefinitions: {
@@ -2118,6 +2733,135 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    resetUserMFA: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. The response has no body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["UserNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    beginTOTP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The secret, pending. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TOTPEnrolment"];
+                };
+            };
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["UserTokenRequired"];
+            409: components["responses"]["MFAConflict"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    removeTOTP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "code": "123456"
+                 *     }
+                 */
+                "application/json": components["schemas"]["OTPRequest"];
+            };
+        };
+        responses: {
+            /** @description Removed. The response has no body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["MFAForbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    verifyTOTP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "code": "123456"
+                 *     }
+                 */
+                "application/json": components["schemas"]["OTPRequest"];
+            };
+        };
+        responses: {
+            /** @description Active. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecoveryCodes"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["MFAForbidden"];
+            409: components["responses"]["MFAConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

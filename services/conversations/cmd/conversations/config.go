@@ -1,15 +1,15 @@
 package main
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/services/conversations"
-	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // envPrefix prefixes every variable: CONVERSATIONS_HTTP_ADDR and so on.
@@ -75,12 +75,9 @@ func (c config) webhookSchedule() ([]time.Duration, error) {
 
 // webhookKey decodes WebhookSecretKey; nil when it is not set.
 func (c config) webhookKey() ([]byte, error) {
-	if c.WebhookSecretKey == "" {
-		return nil, nil
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(c.WebhookSecretKey))
-	if err != nil || len(key) != conversations.SecretBoxKeyLen {
-		return nil, errors.New("configuration: CONVERSATIONS_WEBHOOK_SECRET_KEY must be the standard base64 of 32 bytes (openssl rand -base64 32)")
+	key, err := secretbox.ParseKey(c.WebhookSecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: CONVERSATIONS_WEBHOOK_SECRET_KEY %w", err)
 	}
 	return key, nil
 
@@ -118,7 +115,7 @@ func (c config) validate() error {
 	if c.EventsMaxStreams < 1 {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")
 	}
-	if _, err := webhook.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
+	if _, err := delivery.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS: %w", err)
 	}
 	if _, err := c.webhookSchedule(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
@@ -24,6 +25,7 @@ import (
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
 	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 const usage = `conversations runs the conversations service (Interface B).
@@ -258,14 +260,14 @@ func newCursorSecret() (string, error) {
 // (background waits for them); holder names this replica in the lease.
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
-) (*conversations.Webhooks, error) {
+) (*webhook.Service, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
 		return nil, err
 	}
 	if key == nil {
 		logger.Warn("CONVERSATIONS_WEBHOOK_SECRET_KEY is not set: webhook secrets are encrypted under a key kept in MongoDB beside them; set it in production")
-		stored, err := store.LoadOrCreateSecret(ctx, "webhook_secret_key", newWebhookKey)
+		stored, err := store.LoadOrCreateSecret(ctx, "webhook_secret_key", secretbox.NewKey)
 		if err != nil {
 			return nil, err
 		}
@@ -273,22 +275,22 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 			return nil, fmt.Errorf("stored webhook secret key: %w", err)
 		}
 	}
-	box, err := conversations.NewSecretBox(key)
+	box, err := webhook.NewSecretBox(key)
 	if err != nil {
 		return nil, err
 	}
 	schedule, _ := cfg.webhookSchedule() // checked by validate
-	allowed, _ := webhook.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
+	allowed, _ := delivery.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
 	// One dialler: its check refuses addresses when dialling and, named
 	// literally in an endpoint's URL, at registration.
-	dialer := webhook.NewDialer(allowed, nil)
-	sender := webhook.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
-	engine := &webhook.Engine{
+	dialer := delivery.NewDialer(allowed, nil)
+	sender := delivery.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
+	engine := &delivery.Engine{
 		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
-		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
+		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: delivery.NewMetrics(registry),
 	}
-	webhooks := &conversations.Webhooks{
-		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP, Dialable: dialer.Check},
+	webhooks := &webhook.Service{
+		Store: store, Events: store, Box: box, URLs: webhook.URLPolicy{AllowHTTP: cfg.WebhookAllowHTTP, Dialable: dialer.Check},
 		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
@@ -306,10 +308,4 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 		servicecmd.PurgeEvery(ctx, logger, cfg.WebhookPurgeInterval, "webhook deliveries", purge)
 	})
 	return webhooks, nil
-}
-
-func newWebhookKey() (string, error) {
-	b := make([]byte, conversations.SecretBoxKeyLen)
-	_, _ = rand.Read(b) // never fails since Go 1.24
-	return base64.StdEncoding.EncodeToString(b), nil
 }
