@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -192,9 +193,19 @@ func userTokenResponse(set token.Set) tokenResponse {
 	}
 }
 
-// handleToken is POST /oauth2/token: it checks the grant type, then
-// Authorizations.Grant authenticates the client and runs the grant.
-func handleToken(authz *account.Authorizations) echo.HandlerFunc {
+// grantor runs a grant of the token endpoint: account.Authorizations, or
+// account.Sessions where the service has no authorization code flow.
+type grantor interface {
+	Grant(ctx context.Context, g account.TokenGrant) (account.Granted, error)
+}
+
+// handleToken is POST /oauth2/token: it checks the grant type, then one
+// call of Grant authenticates the client and runs the grant.
+func handleToken(sessions *account.Sessions, authz *account.Authorizations) echo.HandlerFunc {
+	var grants grantor = sessions
+	if authz != nil {
+		grants = authz
+	}
 	return oauthEndpoint(func(c *echo.Context) error {
 		form, err := readForm(c)
 		if err != nil {
@@ -214,7 +225,7 @@ func handleToken(authz *account.Authorizations) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		granted, err := authz.Grant(c.Request().Context(), account.TokenGrant{
+		granted, err := grants.Grant(c.Request().Context(), account.TokenGrant{
 			Type: grant, Client: creds, Scope: form.Get("scope"),
 			AccountName: form.Get("account_name"), Username: form.Get("username"), Password: form.Get("password"),
 			OTP: form.Get("otp"), ClientIP: c.RealIP(), RefreshToken: form.Get("refresh_token"),

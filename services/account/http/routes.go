@@ -16,7 +16,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/login", handleLogin(d.Sessions), counts.countLogins, singleAuthorization)
 	e.POST("/token/refresh", handleRefresh(d.Sessions), counts.countRefreshes, singleAuthorization)
 	e.POST("/logout", handleLogout(d.Sessions), singleAuthorization)
-	e.POST("/oauth2/token", handleToken(d.Authorizations), counts.countGrants)
+	e.POST("/oauth2/token", handleToken(d.Sessions, d.Authorizations), counts.countGrants)
 	e.POST("/oauth2/revoke", handleRevoke(d.Sessions))
 
 	// Sign-in for apps: pages for a browser, not JSON (docs/signin.md).
