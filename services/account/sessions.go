@@ -73,6 +73,9 @@ type PasswordLogin struct {
 // and starts a session. Failures: *LoginThrottledError, ErrInvalidCredentials
 // (for every wrong part alike), or an error of the hasher or the database.
 func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, error) {
+	if in.Client != nil && !in.Client.AllowsGrant(GrantPassword) {
+		return token.Set{}, fmt.Errorf("client %q may not use the password grant: %w", in.Client.ID, ErrUnauthorizedClient)
+	}
 	if in.AccountName == "" && in.Client != nil {
 		in.AccountName = in.Client.AccountName
 	}
@@ -202,6 +205,9 @@ func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token
 // detection). Failures: ErrInvalidRefreshToken, or token.ErrKeysUnavailable
 // and database errors.
 func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClient) (token.Set, error) {
+	if client != nil && !client.AllowsGrant(GrantRefreshToken) {
+		return token.Set{}, fmt.Errorf("client %q may not use the refresh_token grant: %w", client.ID, ErrUnauthorizedClient)
+	}
 	claims, sess, err := s.session(ctx, raw, client)
 	if err != nil {
 		return token.Set{}, err
@@ -316,8 +322,8 @@ func (s *Sessions) AuthenticateClient(ctx context.Context, clientID, secret stri
 // a refresh token nor an id token, and no session. A public client gets
 // nothing (ErrUnauthorizedClient): anyone can present its id.
 func (s *Sessions) ClientToken(ctx context.Context, client ServiceClient, scope string) (token.ClientToken, error) {
-	if client.Public {
-		return token.ClientToken{}, fmt.Errorf("client %q is public: %w", client.ID, ErrUnauthorizedClient)
+	if client.Public || !client.AllowsGrant(GrantClientCredentials) {
+		return token.ClientToken{}, fmt.Errorf("client %q may not use client_credentials: %w", client.ID, ErrUnauthorizedClient)
 	}
 	scopes, err := client.GrantScopes(scope)
 	if err != nil {
