@@ -79,31 +79,12 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	if in.AccountName == "" && in.Client != nil {
 		in.AccountName = in.Client.AccountName
 	}
-	attempt, retryAfter, err := s.Throttle.Begin(ctx, in.AccountName, in.Username, in.ClientIP)
+	clientAccount := ""
+	if in.Client != nil {
+		clientAccount = in.Client.AccountID
+	}
+	acc, user, err := s.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.ClientIP, clientAccount)
 	if err != nil {
-		return token.Set{}, err
-	}
-	if retryAfter > 0 {
-		return token.Set{}, &LoginThrottledError{RetryAfter: retryAfter}
-	}
-	acc, user, err := s.Authenticator.Authenticate(ctx, in.AccountName, in.Username, in.Password)
-	if err == nil && in.Client != nil && in.Client.AccountID != acc.ID {
-		// A client acts within its own account only. The password was
-		// checked, so this costs what any failure costs, and counts as one.
-		err = ErrInvalidCredentials
-	}
-	switch {
-	case errors.Is(err, ErrInvalidCredentials):
-		if err := attempt.Failed(ctx); err != nil {
-			return token.Set{}, err
-		}
-		return token.Set{}, ErrInvalidCredentials
-	case err != nil:
-		// The password was not checked: the attempt does not count.
-		attempt.Abandon(ctx)
-		return token.Set{}, err
-	}
-	if err := attempt.Succeeded(ctx); err != nil {
 		return token.Set{}, err
 	}
 	set, err := s.startSession(ctx, acc.Name, user, clientIDOf(in.Client))
@@ -116,13 +97,50 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	return set, nil
 }
 
+// checkPassword is every sign-in's check of a password: the throttle
+// before any password work, then the password, counted as a failure or a
+// success. clientAccount, when not empty, is the account of the client
+// that asks: a user of another account fails like a wrong password.
+// Failures: *LoginThrottledError, ErrInvalidCredentials, or an error of
+// the hasher or the database.
+func (s *Sessions) checkPassword(ctx context.Context, accountName, username, password, clientIP, clientAccount string) (Account, User, error) {
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, accountName, username, clientIP)
+	if err != nil {
+		return Account{}, User{}, err
+	}
+	if retryAfter > 0 {
+		return Account{}, User{}, &LoginThrottledError{RetryAfter: retryAfter}
+	}
+	acc, user, err := s.Authenticator.Authenticate(ctx, accountName, username, password)
+	if err == nil && clientAccount != "" && clientAccount != acc.ID {
+		// A client acts within its own account only. The password was
+		// checked, so this costs what any failure costs, and counts as one.
+		err = ErrInvalidCredentials
+	}
+	switch {
+	case errors.Is(err, ErrInvalidCredentials):
+		if err := attempt.Failed(ctx); err != nil {
+			return Account{}, User{}, err
+		}
+		return Account{}, User{}, ErrInvalidCredentials
+	case err != nil:
+		// The password was not checked: the attempt does not count.
+		attempt.Abandon(ctx)
+		return Account{}, User{}, err
+	}
+	if err := attempt.Succeeded(ctx); err != nil {
+		return Account{}, User{}, err
+	}
+	return acc, user, nil
+}
+
 // startSession mints the token set of a new session of user, bound to
 // client ("" for none), and stores the session.
 func (s *Sessions) startSession(ctx context.Context, accountName string, user User, clientID string) (token.Set, error) {
 	authTime := s.now()
 	set, err := s.Issuer.Mint(ctx, token.Subject{
 		UserID: user.ID, AccountID: user.AccountID, AccountName: accountName, Username: user.Username,
-		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID,
+		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID, AMR: passwordAMR,
 	})
 	if err != nil {
 		return token.Set{}, err
@@ -226,6 +244,7 @@ func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClien
 	subject := token.Subject{
 		UserID: user.ID, AccountID: claims.AccountID, AccountName: claims.AccountName,
 		Username: user.Username, Name: user.Name, Email: user.Email, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
+		AMR: sess.amr(),
 		// The session's client, which session checked is the caller: the
 		// id token keeps naming it in aud and azp.
 		ClientID: sess.ClientID,
