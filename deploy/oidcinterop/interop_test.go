@@ -104,13 +104,12 @@ func startAndSeed(t *testing.T) []string {
 	confidential := pair.Account(t, "", "create-client", "--account", accountName, "--name", "backend",
 		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
 	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public")
-	// The demo app, and an app of fixed redirect URIs that no server
-	// answers (the tests read the redirects' Location, or intercept them
-	// in the browser).
+	// The demo app, and a web app whose redirect URIs land on plain pages
+	// of the demo app's server.
 	demo := pair.Account(t, "", "create-client", "--account", accountName, "--name", "demo-app", "--public",
 		"--redirect-uri", app.origin+"/callback", "--post-logout-redirect-uri", app.origin+"/")
 	web := pair.Account(t, "", "create-client", "--account", accountName, "--name", "web-app", "--public",
-		"--redirect-uri", appRedirectURI, "--post-logout-redirect-uri", appPostLogoutURI)
+		"--redirect-uri", app.origin+appRedirectPath, "--post-logout-redirect-uri", app.origin+appPostLogoutPath)
 	demoID, webID := clientIDPattern.FindStringSubmatch(demo), clientIDPattern.FindStringSubmatch(web)
 	if demoID == nil || webID == nil {
 		t.Fatalf("create-client --public --redirect-uri printed no client_id:\n%s\n%s", demo, web)
@@ -133,8 +132,8 @@ func startAndSeed(t *testing.T) []string {
 		"OIDC_TEST_CLIENT_SECRET=" + secret[1],
 		"OIDC_TEST_PUBLIC_CLIENT_ID=" + publicID[1],
 		"OIDC_TEST_APP_CLIENT_ID=" + webID[1],
-		"OIDC_TEST_APP_REDIRECT_URI=" + appRedirectURI,
-		"OIDC_TEST_APP_POST_LOGOUT_URI=" + appPostLogoutURI,
+		"OIDC_TEST_APP_REDIRECT_URI=" + app.origin + appRedirectPath,
+		"OIDC_TEST_APP_POST_LOGOUT_URI=" + app.origin + appPostLogoutPath,
 		"OIDC_TEST_DEMO_APP_URL=" + app.origin,
 	}
 }

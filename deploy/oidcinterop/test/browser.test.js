@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import axe from 'axe-core';
 import { chromium } from 'playwright-core';
-import { env } from './support.js';
+import { env } from '../testsupport/support.js';
 
 const issuer = new URL(env('OIDC_TEST_ISSUER'));
 const demoURL = env('OIDC_TEST_DEMO_APP_URL');
@@ -36,11 +36,6 @@ before(async () => {
   });
   page = await context.newPage();
   page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
-  // The web app's redirect URIs have no server: the browser's requests to
-  // them are answered here, and the tests read their URLs.
-  await context.route(`${new URL(redirectURI).origin}/**`, (route) =>
-    route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><title>app</title>' }),
-  );
 });
 
 after(async () => {
@@ -170,19 +165,21 @@ test('a second app signs in without the page while the session lasts; prompt=log
 });
 
 test('the sign-in page refuses to be framed by another site', async () => {
-  const framer = 'http://framer.invalid/';
+  // A page of another origin (the test's server) frames the sign-in page:
+  // the service answers, the browser shows nothing of it.
+  const framed = async (src) => {
+    await page.goto(`${demoURL}/framer?src=${encodeURIComponent(src)}`); // waits for the frame's load too
+    const frame = page.frames().find((f) => f.parentFrame() === page.mainFrame());
+    assert.ok(frame, 'the iframe exists');
+    return frame;
+  };
+  // A page without frame-ancestors shows in that frame.
+  assert.equal(await (await framed(redirectURI)).title(), 'web app');
+
   const signIn = (await webAppAuthorization({ prompt: 'login' })).url.href;
-  await page.route(framer, (route) =>
-    route.fulfill({
-      contentType: 'text/html',
-      body: `<!doctype html><title>framer</title><iframe src="${signIn.replaceAll('&', '&amp;')}"></iframe>`,
-    }),
-  );
-  const refused = page.waitForEvent('console', (m) => /frame-ancestors/.test(m.text()));
-  await page.goto(framer);
-  await refused;
-  const frame = page.frames().find((f) => f !== page.mainFrame());
-  assert.ok(frame, 'the iframe exists');
+  const answered = page.waitForResponse((r) => r.url() === signIn);
+  const frame = await framed(signIn);
+  assert.equal((await answered).status(), 200);
   assert.equal(await frame.locator('input[name="password"]').count(), 0, 'the sign-in form was shown in the frame');
 });
 

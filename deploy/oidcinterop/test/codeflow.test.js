@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as oidc from 'openid-client';
 import * as oauth from 'oauth4webapi';
-import { CookieJar, browse, env, leave, signInThroughPage } from './support.js';
+import { CookieJar, browse, env, leave, signInThroughPage } from '../testsupport/support.js';
 
 const issuer = new URL(env('OIDC_TEST_ISSUER'));
 const audience = env('OIDC_TEST_AUDIENCE');
