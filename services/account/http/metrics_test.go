@@ -190,7 +190,7 @@ func TestTokenEndpointGrantsAreCountedAsLoginsAndRefreshes(t *testing.T) {
 		{url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken + "x"}}, http.StatusBadRequest},
 		{url.Values{"grant_type": {"refresh_token"}}, http.StatusBadRequest},
 		{url.Values{"grant_type": {"client_credentials"}}, http.StatusUnauthorized},
-		{url.Values{"grant_type": {"authorization_code"}}, http.StatusBadRequest},
+		{url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:device_code"}}, http.StatusBadRequest},
 	} {
 		if status, body := grant(tc.form); status != tc.want {
 			t.Fatalf("grant %v: %d %s, want %d", tc.form, status, body, tc.want)

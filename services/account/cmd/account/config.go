@@ -99,11 +99,8 @@ func (c config) validate() error {
 	if c.ClientAuthCacheTTL < 0 || c.ClientAuthCacheTTL > maxClientAuthCacheTTL {
 		return fmt.Errorf("configuration: ACCOUNT_CLIENT_AUTH_CACHE_TTL (%v) must be between 0 and %v: a disabled client keeps getting tokens that long", c.ClientAuthCacheTTL, maxClientAuthCacheTTL)
 	}
-	if c.BrowserSessionTTL < time.Minute {
-		return errors.New("configuration: ACCOUNT_BROWSER_SESSION_TTL must be at least 1m")
-	}
-	if c.FirstPartyClientID == "" {
-		return errors.New("configuration: ACCOUNT_FIRST_PARTY_CLIENT_ID must not be empty")
+	if c.BrowserSessionTTL < 0 {
+		return errors.New("configuration: ACCOUNT_BROWSER_SESSION_TTL must not be negative")
 	}
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)
