@@ -101,9 +101,11 @@ func startAndSeed(t *testing.T) []string {
 	password := randomSecret(t)
 	pair.Account(t, "", "create-account", accountName)
 	pair.Account(t, password+"\n", "create-user", "--account", accountName, "--username", username)
+	// The password grant is the operator's choice per client: these two
+	// have it, the apps below do not.
 	confidential := pair.Account(t, "", "create-client", "--account", accountName, "--name", "backend",
-		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
-	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public")
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write", "--allow-password-grant")
+	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public", "--allow-password-grant")
 	// The demo app, and a web app whose redirect URIs land on plain pages
 	// of the demo app's server.
 	demo := pair.Account(t, "", "create-client", "--account", accountName, "--name", "demo-app", "--public",

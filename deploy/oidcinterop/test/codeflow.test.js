@@ -131,3 +131,8 @@ test("oauth4webapi's validateJwtAccessToken accepts a service client's access to
   assert.equal(at.client_id, env('OIDC_TEST_CLIENT_ID'));
   assert.equal(at.iss, issuer.href.replace(/\/$/, ''));
 });
+
+test('the password grant is refused to an app the operator did not enable it for', async () => {
+  const config = await discover(appID, oidc.None(), { token_endpoint_auth_method: 'none' });
+  await assert.rejects(oidc.genericGrantRequest(config, 'password', user), (err) => err.error === 'unauthorized_client' && err.status === 400);
+});

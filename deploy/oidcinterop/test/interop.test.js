@@ -82,7 +82,7 @@ test('discovery names the endpoints and methods the clients use', async () => {
   for (const method of ['client_secret_basic', 'client_secret_post', 'none']) {
     assert.ok(meta.token_endpoint_auth_methods_supported.includes(method), method);
   }
-  assert.deepEqual([...meta.grant_types_supported].sort(), ['client_credentials', 'password', 'refresh_token']);
+  assert.deepEqual([...meta.grant_types_supported].sort(), ['authorization_code', 'client_credentials', 'password', 'refresh_token']);
 });
 
 for (const [name, configure] of Object.entries(clients)) {
