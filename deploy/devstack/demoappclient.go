@@ -58,7 +58,12 @@ func ensureDemoApp(ctx context.Context, dataDir, account, addr string, env []str
 	if id == "" {
 		return "", fmt.Errorf("seed: account create-client --public printed no client_id:\n%s", out)
 	}
-	fmt.Fprintf(stdout, "  created demo app client %s (account %s, public, redirect URI %s)\n", id, demoAccount, redirect)
+	fmt.Fprintf(stdout, "  created demo app client %s (account %s, public):\n", id, demoAccount)
+	for line := range strings.Lines(string(out)) {
+		if !strings.HasPrefix(line, "client_id") {
+			fmt.Fprint(stdout, "    ", line)
+		}
+	}
 	if err := os.WriteFile(path, []byte("CLIENT_ID="+id+"\n"+want), 0o600); err != nil {
 		return "", fmt.Errorf("write demo app client: %w", err)
 	}
