@@ -60,7 +60,7 @@ func ensureDemoApp(ctx context.Context, dataDir, account, addr string, env []str
 	}
 	fmt.Fprintf(stdout, "  created demo app client %s (account %s, public):\n", id, demoAccount)
 	for line := range strings.Lines(string(out)) {
-		if !strings.HasPrefix(line, "client_id") {
+		if !strings.HasPrefix(line, "client_id") && !strings.HasPrefix(line, "created ") {
 			fmt.Fprint(stdout, "    ", line)
 		}
 	}
