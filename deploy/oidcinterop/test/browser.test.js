@@ -11,18 +11,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import axe from 'axe-core';
 import { chromium } from 'playwright-core';
-import { env } from '../testsupport/support.js';
+import { conversationsURL, env, issuer, user } from '../testsupport/support.js';
 
-const issuer = new URL(env('OIDC_TEST_ISSUER'));
 const demoURL = env('OIDC_TEST_DEMO_APP_URL');
-const conversationsURL = env('OIDC_TEST_CONVERSATIONS_URL');
 const appID = env('OIDC_TEST_APP_CLIENT_ID');
 const redirectURI = env('OIDC_TEST_APP_REDIRECT_URI');
-const user = {
-  accountName: env('OIDC_TEST_ACCOUNT_NAME'),
-  username: env('OIDC_TEST_USERNAME'),
-  password: env('OIDC_TEST_PASSWORD'),
-};
+/** The user, as the page and POST /login name the fields. */
+const credentials = { accountName: user.account_name, username: user.username, password: user.password };
 
 let context, page, profile;
 const consoleErrors = [];
@@ -100,7 +95,7 @@ test('the demo app signs in through the page, lists the conversations and follow
   assert.match(headers['cache-control'], /no-store/);
   assert.equal(headers['referrer-policy'], 'no-referrer');
 
-  await page.locator('input[name="accountName"]').fill(user.accountName);
+  await page.locator('input[name="accountName"]').fill(credentials.accountName);
   await page.locator('input[name="username"]').fill(user.username);
   await page.locator('input[name="password"]').fill(user.password);
   await page.locator('input[name="password"]').press('Enter');
@@ -115,7 +110,7 @@ test('the demo app signs in through the page, lists the conversations and follow
   const login = await fetch(`${issuer.origin}/login`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify(user),
+    body: JSON.stringify(credentials),
   });
   assert.equal(login.status, 200);
   const bearer = (await login.json()).tokens.id_token;

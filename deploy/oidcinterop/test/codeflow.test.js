@@ -6,26 +6,23 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as oidc from 'openid-client';
 import * as oauth from 'oauth4webapi';
-import { CookieJar, browse, env, leave, signInThroughPage } from '../testsupport/support.js';
+import {
+  CookieJar,
+  audience,
+  browse,
+  conversationsURL,
+  discover,
+  env,
+  issuer,
+  leave,
+  signInThroughPage,
+  user,
+} from '../testsupport/support.js';
 
-const issuer = new URL(env('OIDC_TEST_ISSUER'));
-const audience = env('OIDC_TEST_AUDIENCE');
-const conversationsURL = env('OIDC_TEST_CONVERSATIONS_URL');
-const user = {
-  username: env('OIDC_TEST_USERNAME'),
-  password: env('OIDC_TEST_PASSWORD'),
-  account_name: env('OIDC_TEST_ACCOUNT_NAME'),
-};
 const appID = env('OIDC_TEST_APP_CLIENT_ID');
 const redirectURI = env('OIDC_TEST_APP_REDIRECT_URI');
 const postLogoutURI = env('OIDC_TEST_APP_POST_LOGOUT_URI');
 const insecure = { [oauth.allowInsecureRequests]: true };
-
-function discover(clientID, clientAuth, metadata = {}) {
-  return oidc.discovery(issuer, clientID, metadata, clientAuth, {
-    execute: [oidc.allowInsecureRequests, oidc.enableNonRepudiationChecks],
-  });
-}
 
 /** An authorization request of the app, with the checks to redeem its code. */
 async function authorization(config, extra = {}) {

@@ -1,7 +1,9 @@
-// What the suites share: the environment go test sets (see doc.go), and a
-// browser's part of the authorization code flow done with fetch: a cookie
-// jar, the sign-in page read and its form submitted as a browser would.
+// What the suites share: the environment go test sets (see doc.go),
+// discovery with openid-client, and a browser's part of the authorization
+// code flow done with fetch: a cookie jar, the sign-in page read and its
+// form submitted as a browser would.
 import assert from 'node:assert/strict';
+import * as oidc from 'openid-client';
 
 export function env(name) {
   const value = process.env[name];
@@ -9,6 +11,24 @@ export function env(name) {
     throw new Error(`${name} is not set: run this suite with go test ./deploy/oidcinterop`);
   }
   return value;
+}
+
+export const issuer = new URL(env('OIDC_TEST_ISSUER'));
+export const audience = env('OIDC_TEST_AUDIENCE');
+export const conversationsURL = env('OIDC_TEST_CONVERSATIONS_URL');
+/** The user, as the password grant names its fields. */
+export const user = {
+  username: env('OIDC_TEST_USERNAME'),
+  password: env('OIDC_TEST_PASSWORD'),
+  account_name: env('OIDC_TEST_ACCOUNT_NAME'),
+};
+
+// discover configures a client by discovery. The services run on plain
+// HTTP on the loopback, which the library refuses unless told.
+export function discover(clientID, clientAuth, metadata = {}) {
+  return oidc.discovery(issuer, clientID, metadata, clientAuth, {
+    execute: [oidc.allowInsecureRequests, oidc.enableNonRepudiationChecks],
+  });
 }
 
 /** The cookies of one browser, for the account service's origin. */
