@@ -23,7 +23,7 @@ import (
 // user signs in on the service's page (or already has a browser session,
 // single sign-on); the browser returns to the app's registered redirect
 // URI with a code, which the app exchanges at the token endpoint with the
-// PKCE verifier. Authorizations is that use case; docs/oauth.md states
+// PKCE verifier. Authorizations is that use case; docs/signin.md states
 // its rules.
 
 // Errors of the authorization endpoint that are answered with an error
@@ -238,7 +238,7 @@ func (a *Authorizations) Authorize(ctx context.Context, req AuthorizationRequest
 	reusable := ok && bs.AccountID == r.client.AccountID && !r.promptLogin &&
 		(r.AccountName == "" || NormalizeName(r.AccountName) == bs.AccountName) &&
 		(r.LoginHint == "" || NormalizeName(r.LoginHint) == bs.Username) &&
-		(!r.hasMaxAge || now.Sub(bs.AuthTime) <= r.maxAge)
+		(!r.hasMaxAge || r.maxAge > 0 && now.Sub(bs.AuthTime) <= r.maxAge)
 	if reusable {
 		user, err := a.Sessions.Authenticator.Users.UserByID(ctx, bs.AccountID, bs.UserID)
 		switch {

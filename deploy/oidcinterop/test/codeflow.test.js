@@ -51,17 +51,6 @@ async function validateAccessToken(token) {
   return oauth.validateJwtAccessToken(as, request, audience, insecure);
 }
 
-test('discovery lists the authorization code flow', async () => {
-  const config = await discover(appID, oidc.None());
-  const md = config.serverMetadata();
-  assert.equal(md.authorization_endpoint, `${issuer.origin}/oauth2/authorize`);
-  assert.equal(md.end_session_endpoint, `${issuer.origin}/oauth2/logout`);
-  assert.deepEqual(md.response_types_supported, ['code']);
-  assert.deepEqual(md.code_challenge_methods_supported, ['S256']);
-  assert.equal(md.authorization_response_iss_parameter_supported, true);
-  assert.ok(md.grant_types_supported.includes('authorization_code'));
-});
-
 test('openid-client: code flow with PKCE through the page, id token, userinfo, refresh, logout', async () => {
   const config = await discover(appID, oidc.None(), { token_endpoint_auth_method: 'none' });
   const jar = new CookieJar();

@@ -60,6 +60,10 @@ test('discovery names the endpoints and methods the clients use', async () => {
     assert.ok(meta.token_endpoint_auth_methods_supported.includes(method), method);
   }
   assert.deepEqual([...meta.grant_types_supported].sort(), ['authorization_code', 'client_credentials', 'password', 'refresh_token']);
+  assert.equal(meta.authorization_endpoint, new URL('/oauth2/authorize', issuer).href);
+  assert.equal(meta.end_session_endpoint, new URL('/oauth2/logout', issuer).href);
+  assert.deepEqual(meta.code_challenge_methods_supported, ['S256']);
+  assert.equal(meta.authorization_response_iss_parameter_supported, true);
 });
 
 for (const [name, configure] of Object.entries(clients)) {

@@ -19,7 +19,7 @@ import (
 	"github.com/acme/platform/services/account"
 )
 
-// Sign-in for apps (docs/oauth.md): GET /oauth2/authorize, the sign-in
+// Sign-in for apps (docs/signin.md): GET /oauth2/authorize, the sign-in
 // page it shows and POST /oauth2/signin that the page submits, GET and
 // POST /oauth2/logout (RP-Initiated Logout). Each handler decodes, calls
 // one use case of account.Authorizations and writes its answer: a

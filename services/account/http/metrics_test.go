@@ -31,14 +31,14 @@ func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 	policy := account.ThrottlePolicy{
 		User: account.ThrottleLimit{MaxFailures: 2, Window: time.Hour, Lockout: time.Hour, MaxLockout: time.Hour},
 	}
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Metrics:     reg,
 		Sessions:    kit.sessions(store, hasher, &account.LoginThrottle{Store: store, Policy: policy}),
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	acc, err := store.CreateAccount(ctx, "acme")
 	if err != nil {

@@ -19,7 +19,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/oauth2/token", handleToken(d.Sessions, d.Authorizations), counts.countGrants)
 	e.POST("/oauth2/revoke", handleRevoke(d.Sessions))
 
-	// Sign-in for apps: pages for a browser, not JSON (docs/oauth.md).
+	// Sign-in for apps: pages for a browser, not JSON (docs/signin.md).
 	signIn := signInDeps{authz: d.Authorizations, cookies: newBrowserCookies(d.IssuerURL), metrics: counts}
 	e.GET(pathAuthorize, signIn.handleAuthorize, singleAuthorization)
 	e.POST(pathSignIn, signIn.handleSignIn, singleAuthorization)

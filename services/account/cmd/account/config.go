@@ -57,7 +57,7 @@ type config struct {
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
 	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
 
-	// Sign-in for apps (see docs/oauth.md).
+	// Sign-in for apps (see docs/signin.md).
 	BrowserSessionTTL  time.Duration `envconfig:"BROWSER_SESSION_TTL" default:"8h" desc:"how long a sign-in on the service's page lasts for single sign-on (ended earlier by logout, a password change, disabling or deleting the user)"`
 	FirstPartyClientID string        `envconfig:"FIRST_PARTY_CLIENT_ID" default:"first-party" desc:"client_id claim of the access tokens of POST /login sessions (RFC 9068)"`
 
