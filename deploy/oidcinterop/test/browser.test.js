@@ -64,6 +64,15 @@ async function webAppAuthorization(extra = {}) {
   return { url, state, verifier };
 }
 
+/** What axe-core finds wrong with the page as the browser shows it. */
+async function axeViolations() {
+  // Evaluated through the DevTools protocol: the page's policy allows no
+  // inline script.
+  await page.evaluate(axe.source);
+  const results = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
+  return results.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target).join(', ')})`);
+}
+
 /** Whether the browser is at the web app's redirect URI. */
 const atRedirectURI = (url) => url.href.startsWith(`${redirectURI}?`);
 
@@ -81,14 +90,8 @@ test('the demo app signs in through the page, lists the conversations and follow
   await page.getByRole('button', { name: 'Sign in' }).click();
   await onSignInPage();
 
-  // The page as a browser shows it passes axe-core (evaluated through
-  // the DevTools protocol: the page's policy allows no inline script).
-  await page.evaluate(axe.source);
-  const results = await page.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
-  assert.deepEqual(
-    results.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target).join(', ')})`),
-    [],
-  );
+  // The page as a browser shows it passes axe-core.
+  assert.deepEqual(await axeViolations(), []);
   const headers = await (await shown).allHeaders();
   assert.match(headers['content-security-policy'], /frame-ancestors 'none'/);
   assert.doesNotMatch(headers['content-security-policy'], /unsafe-inline/);
@@ -157,6 +160,22 @@ test('a second app signs in without the page while the session lasts; prompt=log
   const fresh = await webAppAuthorization({ prompt: 'login' });
   await page.goto(fresh.url.href);
   await onSignInPage();
+
+  // On a phone, a failed sign-in: the page again, with one message, still
+  // without axe-core violations and without scrolling sideways.
+  await page.setViewportSize({ width: 360, height: 640 });
+  try {
+    await page.locator('input[name="accountName"]').fill(credentials.accountName);
+    await page.locator('input[name="username"]').fill(user.username);
+    await page.locator('input[name="password"]').fill(`not ${user.password}`);
+    await page.locator('input[name="password"]').press('Enter');
+    await page.getByRole('alert').waitFor();
+    await onSignInPage();
+    assert.deepEqual(await axeViolations(), []);
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the page scrolls sideways on a phone');
+  } finally {
+    await page.setViewportSize({ width: 1280, height: 720 });
+  }
 });
 
 test('the sign-in page refuses to be framed by another site', async () => {
