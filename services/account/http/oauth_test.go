@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
@@ -30,6 +31,7 @@ import (
 // golang.org/x/oauth2, is validated against the OpenAPI document.
 type oauthAPI struct {
 	*api
+	reg            *prometheus.Registry
 	clock          *clock
 	acme, globex   account.Account
 	discovery      map[string]any
@@ -57,7 +59,9 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	sessions.Now = clk.Now
 	authz := &account.Authorizations{Sessions: sessions, Clients: store, Browser: store, Codes: store,
 		IDTokens: kit.verifier, Issuer: base, Now: clk.Now}
+	reg := prometheus.NewRegistry()
 	srv.Config.Handler = accounthttp.NewHandler(accounthttp.Deps{
+		Metrics:        reg,
 		Sessions:       sessions,
 		Authorizations: authz,
 		Definitions:    store,
@@ -70,6 +74,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 
 	o := &oauthAPI{
 		api:   &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier},
+		reg:   reg,
 		clock: clk,
 	}
 	accounts := map[string]*account.Account{"acme": &o.acme, "globex": &o.globex}

@@ -199,6 +199,7 @@ func TestSignIn(t *testing.T) {
 	doc := openapitest.Load(t, accounthttp.OpenAPI)
 	s := newSignInAPI(t, doc)
 
+	t.Run("Metrics", func(t *testing.T) { testSignInMetrics(t, s) })
 	t.Run("FullFlowAndSingleSignOn", func(t *testing.T) { testFullFlow(t, s) })
 	t.Run("SecurityCases", func(t *testing.T) { testSignInSecurityCases(t, s) })
 	t.Run("CodeReplayRevokesSession", func(t *testing.T) { testCodeReplay(t, s) })
@@ -644,4 +645,60 @@ func (r oauthResponse) tokenSet(t *testing.T) token.Set {
 	var set token.Set
 	r.json(t, &set)
 	return set
+}
+
+// counters reads the sign-in flow's counters, by name and label values.
+func (s *signInAPI) counters(t *testing.T) map[string]float64 {
+	t.Helper()
+	families, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "account_signins") && !strings.HasPrefix(f.GetName(), "account_authorization_codes") &&
+			!strings.HasPrefix(f.GetName(), "account_sso_sessions") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += " " + l.GetName() + "=" + l.GetValue()
+			}
+			out[key] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// Sign-ins count by method and outcome, codes when issued and redeemed,
+// browser sessions when started and ended by logout.
+func testSignInMetrics(t *testing.T, s *signInAPI) {
+	before := s.counters(t)
+	b := s.newBrowser()
+	p := newPKCE()
+	page := b.get("/oauth2/authorize", authorizeParams(s.app, appRedirect, p))
+	page = b.signIn(t, page, "acme", "alice", "wrong password")
+	code := s.redirected(t, b.signIn(t, page, "acme", "alice", "alice-password"), appRedirect).Get("code")
+	set := s.exchange(s.app.ID, code, appRedirect, p.verifier).tokenSet(t)
+	s.exchange(s.app.ID, code, appRedirect, p.verifier) // a replay: rejected
+	s.code(t, b, s.other, "https://second.example/cb", newPKCE())
+	b.get("/oauth2/logout", url.Values{"id_token_hint": {set.IDToken}})
+	s.call("POST", "/login", "", `{"username":"alice","password":"alice-password","accountName":"acme"}`)
+	after := s.counters(t)
+	for key, want := range map[string]float64{
+		"account_signins_total method=page outcome=invalid_credentials": 1,
+		"account_signins_total method=page outcome=success":             1,
+		"account_signins_total method=login outcome=success":            1,
+		"account_signins_total method=password_grant outcome=success":   0,
+		"account_authorization_codes_issued_total":                      2,
+		"account_authorization_codes_redeemed_total outcome=success":    1,
+		"account_authorization_codes_redeemed_total outcome=rejected":   1,
+		"account_sso_sessions_started_total":                            1,
+		"account_sso_sessions_ended_total":                              1,
+	} {
+		if got := after[key] - before[key]; got != want {
+			t.Errorf("%s rose by %v, want %v", key, got, want)
+		}
+	}
 }
