@@ -75,7 +75,7 @@ func ensureDemoApp(ctx context.Context, dataDir, account, addr string, env []str
 func startDemoApp(ctx context.Context, addr, jsClientEntry string, cfg demoapp.Config) error {
 	bundle, err := demoapp.BundleClient(jsClientEntry)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w\n(make run runs from the repository's root; elsewhere pass --js-client with the path of clients/js/src/index.ts)", err)
 	}
 	if _, err := serve(ctx, addr, demoapp.Handler(cfg, bundle)); err != nil {
 		return fmt.Errorf("demo app: %w", err)
