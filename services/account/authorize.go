@@ -122,10 +122,12 @@ type SignInPage struct {
 	FormAction string
 }
 
-// BrowserSessionCookie is a new browser session's cookie value and end.
+// BrowserSessionCookie is a new browser session's cookie value, its end,
+// and how long it lasts from now (the cookie's Max-Age).
 type BrowserSessionCookie struct {
 	Value     string
 	ExpiresAt time.Time
+	MaxAge    time.Duration
 }
 
 // SignInAttempt is the sign-in page submitted.
@@ -296,7 +298,7 @@ func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authoriz
 	if err != nil {
 		return Authorization{}, err
 	}
-	out.BrowserSession = &BrowserSessionCookie{Value: cookie, ExpiresAt: bs.ExpiresAt}
+	out.BrowserSession = &BrowserSessionCookie{Value: cookie, ExpiresAt: bs.ExpiresAt, MaxAge: a.browserSessionTTL()}
 	return out, nil
 }
 

@@ -244,7 +244,7 @@ func (d signInDeps) answer(c *echo.Context, out account.Authorization, redirect 
 	if out.RedirectTo != "" {
 		pageHeaders(c, "")
 		if bs := out.BrowserSession; bs != nil {
-			d.cookies.set(c, d.cookies.sessionName(), bs.Value, int(time.Until(bs.ExpiresAt)/time.Second))
+			d.cookies.set(c, d.cookies.sessionName(), bs.Value, int(bs.MaxAge/time.Second))
 		}
 		return c.Redirect(redirect, out.RedirectTo)
 	}

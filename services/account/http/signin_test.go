@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -203,6 +206,7 @@ func TestSignIn(t *testing.T) {
 	t.Run("FullFlowAndSingleSignOn", func(t *testing.T) { testFullFlow(t, s) })
 	t.Run("SecurityCases", func(t *testing.T) { testSignInSecurityCases(t, s) })
 	t.Run("CodeReplayRevokesSession", func(t *testing.T) { testCodeReplay(t, s) })
+	t.Run("CodeReplayRacingTheExchange", func(t *testing.T) { testCodeReplayRacingTheExchange(t, s) })
 	t.Run("ExpiredCode", func(t *testing.T) { testExpiredCode(t, s) })
 	t.Run("CSRF", func(t *testing.T) { testSignInCSRF(t, s) })
 	t.Run("PromptAndMaxAge", func(t *testing.T) { testPromptAndMaxAge(t, s) })
@@ -428,6 +432,34 @@ func testCodeReplay(t *testing.T, s *signInAPI) {
 	r := s.postForm(s.tokenEndpoint, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken},
 		"client_id": {s.app.ID}}.Encode(), formType, nil)
 	r.oauthError(t, http.StatusBadRequest, "invalid_grant")
+}
+
+// A replay that comes while the first exchange has spent the code but not
+// yet stored its session still ends that session: it is stored revoked.
+func testCodeReplayRacingTheExchange(t *testing.T, s *signInAPI) {
+	ctx := context.Background()
+	b := s.newBrowser()
+	p := newPKCE()
+	code := s.code(t, b, s.app, appRedirect, p)
+	sum := sha256.Sum256([]byte(code))
+	id := hex.EncodeToString(sum[:])
+	if err := s.store.SpendAuthCode(ctx, id); err != nil { // the first exchange, in flight
+		t.Fatal(err)
+	}
+	s.exchange(s.app.ID, code, appRedirect, p.verifier).oauthError(t, http.StatusBadRequest, "invalid_grant")
+	stored, err := s.store.AuthCodeByID(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.store.SessionByID(ctx, s.acme.ID, stored.SessionID)
+	if err != nil || !sess.Revoked {
+		t.Fatalf("the code's session after the replay: %+v, %v; want it stored revoked", sess, err)
+	}
+	// The first exchange, resuming, cannot store it live.
+	err = s.store.CreateSession(ctx, account.Session{ID: stored.SessionID, AccountID: s.acme.ID, UserID: sess.UserID, RefreshID: "r", ExpiresAt: time.Now().Add(time.Hour)})
+	if !errors.Is(err, account.ErrDuplicate) {
+		t.Fatalf("storing the code's session after the replay: %v, want ErrDuplicate", err)
+	}
 }
 
 func testExpiredCode(t *testing.T, s *signInAPI) {
@@ -701,4 +733,78 @@ func testSignInMetrics(t *testing.T, s *signInAPI) {
 			t.Errorf("%s rose by %v, want %v", key, got, want)
 		}
 	}
+}
+
+// Over https (an https issuer URL) the flow's cookies are Secure and
+// __Host- prefixed: bound to this origin, never sent in clear.
+func TestSignInCookiesOverHTTPS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := newStore(t)
+	hasher := cheapHasher(t)
+	const issuer = "https://account.example"
+	kit := newTokenKitFor(t, "ES256", issuer)
+	srv := httptestServer(t, accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
+		Sessions: kit.sessions(store, hasher, nil), Definitions: store, Verifier: kit.verifier, Keys: kit.keys, IssuerURL: issuer,
+	})))
+	acc, err := store.CreateAccount(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addUser(t, store, hasher, acc.ID, "alice", "alice-password")
+	app, _ := account.NewPublicClient(acc, "app")
+	app.RedirectURIs = []string{appRedirect}
+	if app, err = store.CreateClient(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(srv.URL + "/oauth2/authorize?" + authorizeParams(app, appRedirect, newPKCE()).Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := cookieNamed(t, resp.Header, "__Host-account_csrf")
+	fields := url.Values{}
+	for _, f := range inputFields.FindAllSubmatch(body, -1) {
+		fields.Set(string(f[1]), html.UnescapeString(string(f[2])))
+	}
+	fields.Set("accountName", "acme")
+	fields.Set("username", "alice")
+	fields.Set("password", "alice-password")
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/oauth2/signin", strings.NewReader(fields.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(csrf)
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d", resp.StatusCode)
+	}
+	cookieNamed(t, resp.Header, "__Host-account_session")
+}
+
+// cookieNamed returns the cookie name that header sets, checking that it
+// is Secure, HttpOnly, SameSite=Lax, of Path / and of no Domain (what
+// __Host- requires).
+func cookieNamed(t *testing.T, header http.Header, name string) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: header}).Cookies() {
+		if c.Name == name {
+			if !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/" || c.Domain != "" {
+				t.Fatalf("cookie %s = %+v, want Secure, HttpOnly, SameSite=Lax, Path=/, no Domain", name, c)
+			}
+			return c
+		}
+	}
+	t.Fatalf("no cookie %s in %v", name, header.Values("Set-Cookie"))
+	return nil
+}
+
+func httptestServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -38,6 +38,19 @@ func testBrowserSessions(t *testing.T, s account.Store) {
 			t.Fatal(err)
 		}
 	}
+	// A session id is stored once: a replayed code stores its session
+	// revoked first, so that the code's exchange cannot store it live.
+	dup := account.Session{ID: "s-in", AccountID: acc.ID, UserID: "u1", RefreshID: "r9", ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateSession(ctx, dup); !errors.Is(err, account.ErrDuplicate) {
+		t.Fatalf("a second session with one id: %v, want ErrDuplicate", err)
+	}
+	placeholder := account.Session{ID: "s-revoked", AccountID: acc.ID, UserID: "u1", Revoked: true, ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateSession(ctx, placeholder); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.SessionByID(ctx, acc.ID, "s-revoked"); err != nil || !got.Revoked {
+		t.Fatalf("a session stored revoked: %+v, %v", got, err)
+	}
 	if err := s.RevokeBrowserSessionSessions(ctx, acc.ID, "bs-1"); err != nil {
 		t.Fatal(err)
 	}

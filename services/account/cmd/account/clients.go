@@ -199,7 +199,7 @@ func listClients(ctx context.Context, env adminEnv, args []string, _ io.Reader, 
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(out, 1, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLIENT_ID\tNAME\tSCOPES\tSTATE\tCREATED\tPREVIOUS SECRET VALID UNTIL")
+	fmt.Fprintln(tw, "CLIENT_ID\tNAME\tSCOPES\tSTATE\tCREATED\tPREVIOUS SECRET VALID UNTIL\tGRANTS\tREDIRECT URIS")
 	for _, c := range list {
 		state := "enabled"
 		if c.Disabled {
@@ -214,8 +214,13 @@ func listClients(ctx context.Context, env adminEnv, args []string, _ io.Reader, 
 			// A public client has no scopes: its tokens are its users'.
 			scopes = "(public)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Name, scopes, state,
-			c.CreatedAt.UTC().Format(time.RFC3339), previous)
+		reg := c.Registration()
+		redirects := strings.Join(reg.RedirectURIs, " ")
+		if redirects == "" {
+			redirects = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Name, scopes, state,
+			c.CreatedAt.UTC().Format(time.RFC3339), previous, strings.Join(reg.Grants, ","), redirects)
 	}
 	return tw.Flush()
 }

@@ -191,6 +191,9 @@ func TestClientRegistrationCommands(t *testing.T) {
 			t.Errorf("%v = %q, %v; want an error about %q", tc.args, out, err, tc.want)
 		}
 	}
+	if list := mustRun(t, "GRANTS", "list-clients", "--account", "acme"); !regexp.MustCompile(id + `\s+demo\s+\(public\)\s+enabled\s+\S+\s+-\s+authorization_code,refresh_token\s+http://127.0.0.1:8083/callback com.example.app:/cb`).MatchString(list) {
+		t.Fatalf("list-clients does not show the grants and redirect URIs:\n%s", list)
+	}
 	if after, _ := store.ClientByID(ctx, id); len(after.RedirectURIs) != 2 || after.RedirectURIs[0] != c.RedirectURIs[0] {
 		t.Fatalf("refused commands changed the client: %+v", after)
 	}
