@@ -60,6 +60,9 @@ const (
 	CodeWeakPassword           = "weak_password"            // 400: the password policy refuses a new password
 	CodeUsernameTaken          = "username_taken"           // 409: the account has a user of this name
 	CodeInvalidCurrentPassword = "invalid_current_password" // 403: ChangePassword with a wrong current password
+	// CodeInvalidCSRFToken is the sign-in page's 403 for a form without
+	// this browser's CSRF token: a browser sees it, never an API call.
+	CodeInvalidCSRFToken = "invalid_csrf_token"
 )
 
 // Error codes of the OAuth 2.0 token endpoint (RFC 6749 section 5.2), the

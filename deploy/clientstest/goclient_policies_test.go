@@ -223,7 +223,7 @@ func runGoPolicies(t *testing.T, st *stack) {
 			client.CodeInvalidGrant, client.CodeInvalidScope, client.CodeUnauthorizedClient, client.CodeUnsupportedGrantType,
 			client.CodeSlowDown, client.CodeTemporarilyUnavailable, client.CodeServerError,
 			client.CodeMalformedRequest, client.CodeUnsupportedTransferEncoding, client.CodeHeadersTooLarge, client.CodeRequestTimeout,
-			client.CodeWeakPassword, client.CodeUsernameTaken, client.CodeInvalidCurrentPassword,
+			client.CodeWeakPassword, client.CodeUsernameTaken, client.CodeInvalidCurrentPassword, client.CodeInvalidCSRFToken,
 		} {
 			known[c] = true
 		}
