@@ -97,7 +97,7 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 
 // signInFloor returns, per worker (each signs in as its own bench user),
 // bare argon2id verification of the user's password with the parameters
-// and salt stored for it, and the floor of a sign-in under the contract:
+// and salt stored for it, and the floor of a sign-in, the least one does:
 // that verification plus the three signatures of the token set (access,
 // refresh, id) with a key of the service's algorithm.
 func (s *stack) signInFloor(ctx context.Context) (bare []func() error, floor func(context.Context, int) error, params string, err error) {
