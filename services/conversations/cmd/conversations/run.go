@@ -205,7 +205,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			},
 		},
 		Init: func(ctx context.Context) (http.Handler, error) {
-			if err := store.EnsureIndexes(ctx); err != nil {
+			if err := servicecmd.EnsureIndexes(ctx, cfg.MongoDBTimeout, store.EnsureIndexes); err != nil {
 				return nil, err
 			}
 			// The relay and the purge query by the indexes just made.
