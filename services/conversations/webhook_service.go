@@ -1,10 +1,12 @@
 package conversations
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -323,48 +325,94 @@ func (w *Webhooks) RetryDelivery(ctx context.Context, who Caller, endpointID, de
 	return nil
 }
 
-// FanOut takes one enabled endpoint whose events were looked at longest
-// ago (a lease, so that replicas share the work and a crashed one's
-// endpoint is taken over), records a delivery for each new event it
-// subscribes to, and moves its cursor past them. It reports whether it
-// found an endpoint to look at. Deliveries are keyed by (endpoint,
-// event): an event recorded twice (a fan-out that lost its lease after
-// inserting) is stored once.
-func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.Duration) (bool, error) {
+// FanOutAccounts records, for each account, a delivery of each event
+// after an enabled endpoint's cursor that the endpoint subscribes to,
+// and moves the cursors past the events read. The replica whose relay
+// ordered an account's events calls it for that account (no other
+// replica looks for them), and FanOutSweep finds what a replica that
+// died left. It returns the accounts with more events than one read
+// takes. Deliveries are keyed by (endpoint, event) and cursors only move
+// forward, so two replicas fanning out one account at once (a partition
+// changing hands) store each delivery once.
+func (w *Webhooks) FanOutAccounts(ctx context.Context, accountIDs []string) ([]string, error) {
+	if w.Events == nil || len(accountIDs) == 0 {
+		return nil, nil
+	}
+	endpoints, err := w.Store.EndpointsOf(ctx, accountIDs)
+	if err != nil {
+		return nil, err
+	}
+	return w.fanOut(ctx, endpoints)
+}
+
+// FanOutSweep fans out the accounts that holds names (nil: every
+// account) for each enabled endpoint, whether their events were fanned
+// out or not: the recovery of what a replica left when it died between
+// ordering events and fanning them out. It returns the accounts with
+// more events than one read takes.
+func (w *Webhooks) FanOutSweep(ctx context.Context, holds func(accountID string) bool) ([]string, error) {
 	if w.Events == nil {
-		return false, nil
+		return nil, nil
+	}
+	endpoints, err := w.Store.EnabledEndpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if holds != nil {
+		endpoints = slices.DeleteFunc(endpoints, func(e WebhookEndpoint) bool { return !holds(e.AccountID) })
+	}
+	return w.fanOut(ctx, endpoints)
+}
+
+// fanOut reads, for each account of the endpoints, the events after the
+// lowest cursor of its enabled endpoints (one read an account), stores
+// the deliveries of all accounts in one write, and then advances the
+// cursors in one more: a crash between the two costs a repeat that the
+// unique (endpoint, event) index absorbs.
+func (w *Webhooks) fanOut(ctx context.Context, endpoints []WebhookEndpoint) ([]string, error) {
+	byAccount := map[string][]WebhookEndpoint{}
+	for _, e := range endpoints {
+		if e.Enabled {
+			byAccount[e.AccountID] = append(byAccount[e.AccountID], e)
+		}
 	}
 	now := w.now()
-	e, ok, err := w.Store.ClaimFanout(ctx, now, now.Add(lease), claim)
-	if err != nil || !ok {
-		return false, err
-	}
-	events, err := w.Events.EventsAfter(ctx, e.AccountID, e.EventCursor, fanoutBatch)
-	if err != nil {
-		return true, err
-	}
-	cursor := e.EventCursor
 	var ds []WebhookDelivery
-	for _, ev := range events {
-		cursor = max(cursor, ev.Sequence)
-		if e.Subscribed(ev.Type) {
-			ds = append(ds, w.newDelivery(e, ev, now))
+	var more []string
+	cursors := map[string]int64{}
+	for _, account := range slices.Sorted(maps.Keys(byAccount)) {
+		es := byAccount[account]
+		after := slices.MinFunc(es, func(a, b WebhookEndpoint) int { return cmp.Compare(a.EventCursor, b.EventCursor) }).EventCursor
+		events, err := w.Events.EventsAfter(ctx, account, after, fanoutBatch)
+		if err != nil {
+			return more, err
+		}
+		if len(events) == fanoutBatch {
+			more = append(more, account)
+		}
+		for _, e := range es {
+			cursor := e.EventCursor
+			for _, ev := range events {
+				if ev.Sequence <= e.EventCursor {
+					continue
+				}
+				cursor = max(cursor, ev.Sequence)
+				if e.Subscribed(ev.Type) {
+					ds = append(ds, w.newDelivery(e, ev, now))
+				}
+			}
+			if cursor > e.EventCursor {
+				cursors[e.ID] = cursor
+			}
 		}
 	}
 	if len(ds) > 0 {
 		if err := w.Store.InsertDeliveries(ctx, ds); err != nil {
-			return true, err
+			return more, err
 		}
 		w.wake()
 	}
-	next := now.Add(every)
-	if len(events) == fanoutBatch {
-		next = now // more are waiting
-	}
-	if _, err := w.Store.ReleaseFanout(ctx, e.ID, claim, cursor, next); err != nil {
-		return true, err
-	}
-	return true, nil
+	return more, w.Store.AdvanceCursors(ctx, cursors)
 }
 
 // Attempt is one claimed delivery, ready to send.

@@ -473,12 +473,15 @@ type WebhookStore interface {
 	// started before t.
 	DeleteQuotas(ctx context.Context, before time.Time) (int64, error)
 
-	// ClaimFanout claims the enabled endpoint whose events were looked at
-	// longest ago (not after now) until leaseUntil.
-	ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (WebhookEndpoint, bool, error)
-	// ReleaseFanout stores the endpoint's new cursor and when it is looked
-	// at next, only while claim holds it.
-	ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error)
+	// EndpointsOf reads the endpoints of the accounts, enabled or not
+	// (the fan-out of what their relay just ordered).
+	EndpointsOf(ctx context.Context, accountIDs []string) ([]WebhookEndpoint, error)
+	// EnabledEndpoints reads the enabled endpoints of every account (the
+	// fan-out's recovery sweep).
+	EnabledEndpoints(ctx context.Context) ([]WebhookEndpoint, error)
+	// AdvanceCursors moves each endpoint's event cursor forward to the
+	// sequence given, never back (an enable that moved it further wins).
+	AdvanceCursors(ctx context.Context, cursors map[string]int64) error
 	// MarkEndpointFailing sets failing_since to at unless it is set and
 	// returns the endpoint after; MarkEndpointHealthy clears it.
 	MarkEndpointFailing(ctx context.Context, id string, at time.Time) (WebhookEndpoint, error)

@@ -18,15 +18,17 @@ import (
 //
 // webhooks: {_id, account_id, url, events[], description, enabled,
 // disabled_reason, secrets[{sealed, not_after}], event_cursor,
-// failing_since, fanout_at, fanout_claim, created_at, updated_at, version}
+// failing_since, created_at, updated_at, version} (documents written
+// before the fan-out followed the relay also hold fanout_at and
+// fanout_claim, no longer read)
 //
 //	by_account        {account_id:1, created_at:-1, _id:-1}
 //	    the account's endpoints newest first, keyset-paged; the count
-//	    against the limit of 20 (equality on account_id).
-//	by_fanout         {enabled:1, fanout_at:1}
-//	    the enabled endpoint whose events were looked at longest ago:
-//	    equality on enabled, the oldest fanout_at first (a lease: a
-//	    claimed endpoint's fanout_at is its lease's end).
+//	    against the limit of 20; the endpoints of the accounts whose
+//	    events a relay just ordered (equality on account_id).
+//	by_enabled        {enabled:1}
+//	    the enabled endpoints of every account: the fan-out's recovery
+//	    sweep.
 //
 // webhook_deliveries: {_id, account_id, endpoint_id, event_id, event_type,
 // event_time, payload, state, attempts, response_status, duration_ms,
@@ -63,8 +65,6 @@ type webhookDoc struct {
 	Secrets        []sealedDoc `bson:"secrets"`
 	EventCursor    int64       `bson:"event_cursor"`
 	FailingSince   *time.Time  `bson:"failing_since"`
-	FanoutAt       time.Time   `bson:"fanout_at"`
-	FanoutClaim    string      `bson:"fanout_claim"`
 	CreatedAt      time.Time   `bson:"created_at"`
 	UpdatedAt      time.Time   `bson:"updated_at"`
 	Version        int64       `bson:"version"`
@@ -152,8 +152,8 @@ func (s *Store) webhookIndexes() []struct {
 			Options: options.Index().SetName("by_account"),
 		}},
 		{s.webhooks, mongo.IndexModel{
-			Keys:    bson.D{{Key: "enabled", Value: 1}, {Key: "fanout_at", Value: 1}},
-			Options: options.Index().SetName("by_fanout"),
+			Keys:    bson.D{{Key: "enabled", Value: 1}},
+			Options: options.Index().SetName("by_enabled"),
 		}},
 		{s.deliveries, mongo.IndexModel{
 			Keys:    bson.D{{Key: "endpoint_id", Value: 1}, {Key: "event_id", Value: 1}},
@@ -185,9 +185,7 @@ func endpointFilter(accountID, id string) bson.D {
 
 // InsertEndpoint implements conversations.WebhookStore.
 func (s *Store) InsertEndpoint(ctx context.Context, e conversations.WebhookEndpoint) error {
-	d := toWebhookDoc(e)
-	d.FanoutAt = e.CreatedAt.UTC()
-	_, err := s.webhooks.InsertOne(ctx, d)
+	_, err := s.webhooks.InsertOne(ctx, toWebhookDoc(e))
 	return mongoconn.Wrap(err, "insert webhook endpoint")
 }
 
@@ -234,8 +232,8 @@ func (s *Store) ListEndpoints(ctx context.Context, accountID string, limit int, 
 }
 
 // SaveEndpoint implements conversations.WebhookStore: one update
-// conditional on the version read. The fan-out's fields (its lease) are
-// not the caller's and stay; a cursor moved by an enable is stored.
+// conditional on the version read; a cursor moved by an enable is
+// stored.
 func (s *Store) SaveEndpoint(ctx context.Context, e conversations.WebhookEndpoint, fromVersion int64) (bool, error) {
 	d := toWebhookDoc(e)
 	filter := append(endpointFilter(e.AccountID, e.ID), bson.E{Key: "version", Value: fromVersion})
@@ -530,35 +528,36 @@ func (s *Store) DeleteQuotas(ctx context.Context, before time.Time) (int64, erro
 	return res.DeletedCount, nil
 }
 
-// ClaimFanout implements conversations.WebhookStore.
-func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (conversations.WebhookEndpoint, bool, error) {
-	var d webhookDoc
-	err := s.webhooks.FindOneAndUpdate(ctx,
-		bson.D{{Key: "enabled", Value: true}, {Key: "fanout_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "fanout_claim", Value: claim}, {Key: "fanout_at", Value: leaseUntil.UTC()}}}},
-		options.FindOneAndUpdate().SetSort(bson.D{{Key: "fanout_at", Value: 1}}).SetHint("by_fanout").
-			SetReturnDocument(options.After),
-	).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return conversations.WebhookEndpoint{}, false, nil
+// EndpointsOf implements conversations.WebhookStore: one read of
+// by_account's equality range per account.
+func (s *Store) EndpointsOf(ctx context.Context, accountIDs []string) ([]conversations.WebhookEndpoint, error) {
+	if len(accountIDs) == 0 {
+		return nil, nil
 	}
-	if err != nil {
-		return conversations.WebhookEndpoint{}, false, mongoconn.Wrap(err, "claim webhook fan-out")
-	}
-	return d.domain(), true, nil
+	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "account_id", Value: bson.D{{Key: "$in", Value: accountIDs}}}},
+		options.Find().SetHint("by_account"), webhookDoc.domain)
+	return out, mongoconn.Wrap(err, "find webhook endpoints of accounts")
 }
 
-// ReleaseFanout implements conversations.WebhookStore. The cursor only
-// moves forward; a PATCH that re-enabled the endpoint meanwhile (and
-// moved the cursor to the newest event) wins.
-func (s *Store) ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error) {
-	res, err := s.webhooks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "fanout_claim", Value: claim}, {Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "event_cursor", Value: cursor}, {Key: "fanout_at", Value: next.UTC()}, {Key: "fanout_claim", Value: ""}}}})
-	if err != nil {
-		return false, mongoconn.Wrap(err, "release webhook fan-out")
+// EnabledEndpoints implements conversations.WebhookStore (by_enabled).
+func (s *Store) EnabledEndpoints(ctx context.Context) ([]conversations.WebhookEndpoint, error) {
+	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "enabled", Value: true}}, options.Find().SetHint("by_enabled"), webhookDoc.domain)
+	return out, mongoconn.Wrap(err, "find enabled webhook endpoints")
+}
+
+// AdvanceCursors implements conversations.WebhookStore: a $max by _id
+// for each endpoint, sent together.
+func (s *Store) AdvanceCursors(ctx context.Context, cursors map[string]int64) error {
+	if len(cursors) == 0 {
+		return nil
 	}
-	return res.MatchedCount == 1, nil
+	models := make([]mongo.WriteModel, 0, len(cursors))
+	for id, c := range cursors {
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).
+			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "event_cursor", Value: c}}}}))
+	}
+	_, err := s.webhooks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	return mongoconn.Wrap(err, "advance webhook cursors")
 }
 
 // MarkEndpointFailing implements conversations.WebhookStore.

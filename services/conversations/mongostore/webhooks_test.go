@@ -79,11 +79,13 @@ func TestWebhookRules(t *testing.T) {
 	if _, err := relay.RelayOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // a second fan-out finds nothing new
-		if _, err := wh.FanOut(ctx, "fanout-1", time.Second, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(time.Second)
+	// Fanned out as the relay's replica does; then a sweep finds
+	// nothing new.
+	if _, err := wh.FanOutAccounts(ctx, []string{client.AccountID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wh.FanOutSweep(ctx, nil); err != nil {
+		t.Fatal(err)
 	}
 	page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
 	if err != nil || len(page.Deliveries) != 1 || page.Deliveries[0].EventType != "message.created" {
@@ -183,7 +185,7 @@ func TestWebhookRules(t *testing.T) {
 	if _, err := wh.UpdateEndpoint(ctx, client, e.ID, conversations.WebhookPatch{Enabled: &enable}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wh.FanOut(ctx, "fanout-2", time.Second, time.Minute); err != nil {
+	if _, err := wh.FanOutAccounts(ctx, []string{client.AccountID}); err != nil {
 		t.Fatal(err)
 	}
 	page, _ = wh.ListDeliveries(ctx, client, e.ID, 10, nil)
@@ -200,6 +202,85 @@ func TestWebhookRules(t *testing.T) {
 
 // claimOne claims at most one due delivery for 30 s, as an engine with
 // one free slot does.
+// TestWebhookFanOutSweep: the sweep fans out only the accounts its
+// replica holds, and fan-outs repeated by two replicas (a partition
+// changing hands) store each delivery once and never move a cursor back.
+func TestWebhookFanOutSweep(t *testing.T) {
+	ctx := context.Background()
+	store := newStore(t)
+	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(store), Box: box}
+	svc := &conversations.Service{Store: store}
+	relay := &conversations.Relay{Store: store}
+	url := "https://hooks.example.com/in"
+	accounts := []string{"acc_sweep_a", "acc_sweep_b"}
+	endpoints := map[string]string{}
+	for _, account := range accounts {
+		client := conversations.Caller{AccountID: account, ID: "cli_sweep", Client: true}
+		e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoints[account] = e.ID
+		user := conversations.Caller{AccountID: account, ID: "usr_9f86d081884c7d659a2feaa0"}
+		for range 3 {
+			if _, err := svc.CreateConversation(ctx, user, conversations.Conversation{Participants: []string{user.ID}, Status: conversations.StatusOpen}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := relay.RelayOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func(account string) int {
+		t.Helper()
+		page, err := wh.ListDeliveries(ctx, conversations.Caller{AccountID: account, ID: "cli_sweep", Client: true}, endpoints[account], 100, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Deliveries)
+	}
+	if _, err := wh.FanOutSweep(ctx, func(account string) bool { return account == accounts[0] }); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := count(accounts[0]), count(accounts[1]); a != 3 || b != 0 {
+		t.Fatalf("a sweep holding only %s: deliveries %d and %d, want 3 and 0", accounts[0], a, b)
+	}
+	// Two replicas fanning out both accounts at once, as a partition
+	// changes hands.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if _, err := wh.FanOutAccounts(ctx, accounts); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if a, b := count(accounts[0]), count(accounts[1]); a != 3 || b != 3 {
+		t.Fatalf("after fan-outs repeated: deliveries %d and %d, want 3 each", a, b)
+	}
+	// A cursor only moves forward.
+	if err := store.AdvanceCursors(ctx, map[string]int64{endpoints[accounts[0]]: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wh.FanOutSweep(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a := count(accounts[0]); a != 3 {
+		t.Fatalf("a cursor moved back: %d deliveries, want 3", a)
+	}
+	for _, account := range accounts {
+		e, err := store.FindEndpoint(ctx, account, endpoints[account])
+		if err != nil || e.EventCursor != 3 {
+			t.Fatalf("%s: cursor %d %v, want 3", account, e.EventCursor, err)
+		}
+	}
+}
+
 func claimOne(t *testing.T, wh *conversations.Webhooks, claim string) (conversations.Attempt, bool, error) {
 	t.Helper()
 	as, _, err := wh.ClaimAttempts(context.Background(), claim, 30*time.Second, conversations.Slots{Free: 1, PerEndpoint: 4})

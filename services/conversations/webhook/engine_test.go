@@ -273,3 +273,93 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 		t.Logf("retry %s after the first attempt", gap.Round(time.Millisecond))
 	}
 }
+
+// TestFanOutFollowsTheRelay: with polls an hour apart, the events a
+// replica's relay orders reach its endpoints because the relay tells the
+// engine (Ordered); events ordered by a replica that died before its
+// fan-out reach them through the sweep of the replica that takes its
+// partitions over (SweepSoon), the sweep looking only at the accounts
+// this replica holds.
+func TestFanOutFollowsTheRelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store, wh := newWebhooks(t)
+	wh.Events = conversations.EventLogOf(store)
+	var mu sync.Mutex
+	got := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get("webhook-id")] = true
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	const account = "acc_fanout"
+	var holds sync.Map // accounts this replica's relay orders
+	engine := &webhook.Engine{
+		Webhooks: wh,
+		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), 5*time.Second, 0),
+		Poll:     time.Hour,
+		Holds:    func(a string) bool { _, ok := holds.Load(a); return ok },
+	}
+	wh.Wake = engine.Wake
+	client := conversations.Caller{AccountID: account, ID: "cli_fanout", Client: true}
+	u := srv.URL + "/hook"
+	e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		engine.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	svc := &conversations.Service{Store: store}
+	user := conversations.Caller{AccountID: account, ID: "usr_9f86d081884c7d659a2feaa0"}
+	order := func(relay *conversations.Relay) {
+		t.Helper()
+		if _, err := svc.CreateConversation(ctx, user, conversations.Conversation{Participants: []string{user.ID}, Status: conversations.StatusOpen}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := relay.RelayOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute) // far below the poll
+		for {
+			page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, d := range page.Deliveries {
+				mu.Lock()
+				if d.State == conversations.DeliverySucceeded && got[d.EventID] {
+					n++
+				}
+				mu.Unlock()
+			}
+			if n == want && len(page.Deliveries) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d deliveries succeeded within a minute (%d recorded)", what, n, want, len(page.Deliveries))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	order(&conversations.Relay{Store: store, Ordered: engine.Ordered})
+	delivered(1, "ordered by this replica's relay")
+	// Another replica's relay ordered this event and died before fanning
+	// it out; this replica then takes the account's partition.
+	order(&conversations.Relay{Store: store})
+	holds.Store(account, true)
+	engine.SweepSoon()
+	delivered(2, "left by a replica that died")
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,11 +152,20 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		default:
 		}
 	}
+	// The webhook engine, once Init has made it, fans out what this
+	// replica's relay orders, and sweeps the accounts of partitions it
+	// takes over; its first sweep covers what was ordered before.
+	var engine atomic.Pointer[webhook.Engine]
 	// One relay at a time orders an account: the one of the replica
 	// leasing its partition.
 	partitions := &conversations.RelayPartitions{
 		Store: store, Holder: holder, Count: cfg.RelayPartitions, Lease: cfg.RelayLease, Logger: logger,
-		Gained: wake,
+		Gained: func() {
+			wake()
+			if e := engine.Load(); e != nil {
+				e.SweepSoon()
+			}
+		},
 	}
 	recorded := func(accountID string, n int) {
 		events.recorded.Add(float64(n))
@@ -169,6 +179,11 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		Copied: func(n int) {
 			events.ordered.Add(float64(n))
 			hub.Wake()
+		},
+		Ordered: func(accounts []string) {
+			if e := engine.Load(); e != nil {
+				e.Ordered(accounts)
+			}
 		},
 	}
 	relayPartitions(registry, cfg.RelayPartitions, func() int { return len(partitions.Held()) })
@@ -228,7 +243,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions.Holds, &engine)
 			if err != nil {
 				return nil, err
 			}
@@ -265,10 +280,13 @@ func newCursorSecret() (string, error) {
 }
 
 // startWebhooks builds the webhooks' use cases and starts this replica's
-// delivery engine and the leased purge of deliveries, which end with ctx
-// (background waits for them); holder names this replica in the lease.
+// delivery engine (stored in started) and the leased purge of
+// deliveries, which end with ctx (background waits for them); holder
+// names this replica in the lease, and holds reports whether its relay
+// orders an account (the engine's fan-out sweep looks at those).
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
+	holds func(accountID string) bool, started *atomic.Pointer[webhook.Engine],
 ) (*conversations.Webhooks, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -295,7 +313,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	dialer := webhook.NewDialer(allowed, nil)
 	sender := webhook.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &webhook.Engine{
-		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
+		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Holds: holds,
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
 	}
 	webhooks := &conversations.Webhooks{
@@ -304,6 +322,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
 	engine.Webhooks = webhooks
+	started.Store(engine)
 	background.Go(func() { engine.Run(ctx) })
 	purge := func(ctx context.Context, now time.Time) (int64, error) {
 		// One replica at a time, as the events' purge.
