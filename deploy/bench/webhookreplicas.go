@@ -143,12 +143,10 @@ func (s *stack) webhookRun(ctx context.Context, sink *hookSink, n int) (webhookR
 	if err != nil {
 		return out, err
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	if err := sink.waitCount(waitCtx, received0+caused*replicaEndpoints); err != nil {
+	if err := sink.waitCount(ctx, received0+caused*replicaEndpoints); err != nil {
 		return out, err
 	}
-	if err := s.waitRecorded(waitCtx); err != nil {
+	if err := s.waitRecorded(ctx); err != nil {
 		return out, err
 	}
 	out.took = time.Since(began)
@@ -161,9 +159,11 @@ func (s *stack) webhookRun(ctx context.Context, sink *hookSink, n int) (webhookR
 }
 
 // waitRecorded waits until no delivery of the measure's database is
-// pending: every outcome is recorded.
+// pending: every outcome is recorded. It gives up when the count has not
+// fallen for stallAfter.
 func (s *stack) waitRecorded(ctx context.Context) error {
 	deliveries := s.client.Database(s.convDB).Collection("webhook_deliveries")
+	last, moved := int64(-1), time.Now()
 	for {
 		n, err := deliveries.CountDocuments(ctx, bson.D{{Key: "state", Value: "pending"}})
 		if err != nil {
@@ -171,6 +171,11 @@ func (s *stack) waitRecorded(ctx context.Context) error {
 		}
 		if n == 0 {
 			return nil
+		}
+		if n != last {
+			last, moved = n, time.Now()
+		} else if time.Since(moved) > stallAfter {
+			return fmt.Errorf("%d deliveries still pending, none recorded in the last %v", n, stallAfter)
 		}
 		select {
 		case <-ctx.Done():
