@@ -88,7 +88,10 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
 	s.driverCmds = &commandCounter{}
-	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, s.driverCmds.monitor())
+	// The harness's own client waits as long as the services do: its
+	// heartbeats time out after this too, and a store busy with three
+	// replicas and other builds beside them once took longer than 5 s.
+	s.client, err = mongoconn.Connect(s.uri, 30*time.Second, s.driverCmds.monitor())
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -58,12 +59,10 @@ func webhookReplicaRows(ctx context.Context, s *stack) ([]row, error) {
 			return nil, fmt.Errorf("webhooks with %d replicas: %w", n, err)
 		}
 		runs = append(runs, r)
+		fmt.Fprintln(os.Stderr, "  "+describeWebhookRun(r)) // kept should the next run fail
 	}
 	one, three := runs[0], runs[1]
-	describe := func(r webhookRun) string {
-		return fmt.Sprintf("%.2f per delivery with %d replica(s) (%.0f in %s for %.0f deliveries: %s; idle before the load %.1f a second)",
-			r.commandsPerDeliver, r.replicas, r.commands, r.took.Round(100*time.Millisecond), r.deliveries, r.byName, r.idlePerSecond)
-	}
+	describe := describeWebhookRun
 	cost := three.commandsPerDeliver / max(one.commandsPerDeliver, 1e-9)
 	return []row{{
 		measure: fmt.Sprintf("Webhooks: database commands of all replicas per delivery (fan-out, claims, outcomes, and the posts and relay that cause them), 3 replicas vs 1, %d endpoints, %d writers × %d messages, one every %v each, spread over the replicas",
@@ -72,6 +71,11 @@ func webhookReplicaRows(ctx context.Context, s *stack) ([]row, error) {
 		ratio: spread{median: cost, min: cost, max: cost, n: 1}, unit: "× 1 replica",
 		target: "≤ 1.10", hasGoal: true, met: cost <= 1.1, id: "webhook-replicas",
 	}}, nil
+}
+
+func describeWebhookRun(r webhookRun) string {
+	return fmt.Sprintf("%.2f per delivery with %d replica(s) (%.0f in %s for %.0f deliveries: %s; idle before the load %.1f a second)",
+		r.commandsPerDeliver, r.replicas, r.commands, r.took.Round(100*time.Millisecond), r.deliveries, r.byName, r.idlePerSecond)
 }
 
 // webhookRun starts n-1 replicas beside s.conv, subscribes the
