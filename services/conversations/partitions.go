@@ -96,6 +96,16 @@ func (rp *RelayPartitions) Held() []int {
 	return slices.Sorted(maps.Keys(rp.held))
 }
 
+// Slots returns the account slots (PendingSlot) of the partitions held
+// whose fence has not passed, in increasing order.
+func (rp *RelayPartitions) Slots() []int {
+	slots, _ := rp.slots()
+	if slots == nil {
+		return []int{}
+	}
+	return slots
+}
+
 // slots returns the slots of the partitions held whose fence has not
 // passed; false when there are none.
 func (rp *RelayPartitions) slots() ([]int, bool) {

@@ -345,21 +345,21 @@ func (w *Webhooks) FanOutAccounts(ctx context.Context, accountIDs []string) ([]s
 	return w.fanOut(ctx, endpoints)
 }
 
-// FanOutSweep fans out the accounts that holds names (nil: every
-// account) for each enabled endpoint, whether their events were fanned
-// out or not: the recovery of what a replica left when it died between
-// ordering events and fanning them out. It returns the accounts with
-// more events than one read takes.
-func (w *Webhooks) FanOutSweep(ctx context.Context, holds func(accountID string) bool) ([]string, error) {
-	if w.Events == nil {
+// FanOutSweep fans out the accounts of slots (PendingSlot; nil: every
+// account) that have an enabled endpoint, whether their events were
+// fanned out or not: the recovery of what a replica left when it died
+// between ordering events and fanning them out. It returns the accounts
+// with more events than one read takes.
+func (w *Webhooks) FanOutSweep(ctx context.Context, slots []int) ([]string, error) {
+	if w.Events == nil || slots != nil && len(slots) == 0 {
 		return nil, nil
 	}
-	endpoints, err := w.Store.EnabledEndpoints(ctx)
+	endpoints, err := w.Store.EnabledEndpoints(ctx, slots)
 	if err != nil {
 		return nil, err
 	}
-	if holds != nil {
-		endpoints = slices.DeleteFunc(endpoints, func(e WebhookEndpoint) bool { return !holds(e.AccountID) })
+	if slots != nil {
+		endpoints = slices.DeleteFunc(endpoints, func(e WebhookEndpoint) bool { return !slices.Contains(slots, PendingSlot(e.AccountID)) })
 	}
 	return w.fanOut(ctx, endpoints)
 }

@@ -476,9 +476,10 @@ type WebhookStore interface {
 	// EndpointsOf reads the endpoints of the accounts, enabled or not
 	// (the fan-out of what their relay just ordered).
 	EndpointsOf(ctx context.Context, accountIDs []string) ([]WebhookEndpoint, error)
-	// EnabledEndpoints reads the enabled endpoints of every account (the
+	// EnabledEndpoints reads the enabled endpoints of the accounts of
+	// slots (nil: of every account), and may return others' (the
 	// fan-out's recovery sweep).
-	EnabledEndpoints(ctx context.Context) ([]WebhookEndpoint, error)
+	EnabledEndpoints(ctx context.Context, slots []int) ([]WebhookEndpoint, error)
 	// AdvanceCursors moves each endpoint's event cursor forward to the
 	// sequence given, never back (an enable that moved it further wins).
 	AdvanceCursors(ctx context.Context, cursors map[string]int64) error

@@ -18,17 +18,19 @@ import (
 //
 // webhooks: {_id, account_id, url, events[], description, enabled,
 // disabled_reason, secrets[{sealed, not_after}], event_cursor,
-// failing_since, created_at, updated_at, version} (documents written
-// before the fan-out followed the relay also hold fanout_at and
-// fanout_claim, no longer read)
+// failing_since, slot, created_at, updated_at, version}: slot is the
+// account's (conversations.PendingSlot), so that a replica's fan-out
+// sweep reads the endpoints of its relay's partitions only. Documents
+// written before it have no slot (and may hold fanout_at and
+// fanout_claim, no longer read).
 //
 //	by_account        {account_id:1, created_at:-1, _id:-1}
 //	    the account's endpoints newest first, keyset-paged; the count
 //	    against the limit of 20; the endpoints of the accounts whose
 //	    events a relay just ordered (equality on account_id).
-//	by_enabled        {enabled:1}
-//	    the enabled endpoints of every account: the fan-out's recovery
-//	    sweep.
+//	by_sweep          {enabled:1, slot:1}
+//	    the enabled endpoints of the accounts of some slots (and of no
+//	    slot): the fan-out's recovery sweep.
 //
 // webhook_deliveries: {_id, account_id, endpoint_id, event_id, event_type,
 // event_time, payload, state, attempts, response_status, duration_ms,
@@ -65,6 +67,7 @@ type webhookDoc struct {
 	Secrets        []sealedDoc `bson:"secrets"`
 	EventCursor    int64       `bson:"event_cursor"`
 	FailingSince   *time.Time  `bson:"failing_since"`
+	Slot           *int        `bson:"slot,omitempty"`
 	CreatedAt      time.Time   `bson:"created_at"`
 	UpdatedAt      time.Time   `bson:"updated_at"`
 	Version        int64       `bson:"version"`
@@ -81,6 +84,8 @@ func toWebhookDoc(e conversations.WebhookEndpoint) webhookDoc {
 		Enabled: e.Enabled, DisabledReason: e.DisabledReason, EventCursor: e.EventCursor,
 		FailingSince: utcPtr(e.FailingSince), CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(), Version: e.Version,
 	}
+	slot := conversations.PendingSlot(e.AccountID)
+	d.Slot = &slot
 	for _, s := range e.Secrets {
 		d.Secrets = append(d.Secrets, sealedDoc{Sealed: s.Sealed, NotAfter: utcPtr(s.NotAfter)})
 	}
@@ -152,8 +157,8 @@ func (s *Store) webhookIndexes() []struct {
 			Options: options.Index().SetName("by_account"),
 		}},
 		{s.webhooks, mongo.IndexModel{
-			Keys:    bson.D{{Key: "enabled", Value: 1}},
-			Options: options.Index().SetName("by_enabled"),
+			Keys:    bson.D{{Key: "enabled", Value: 1}, {Key: "slot", Value: 1}},
+			Options: options.Index().SetName("by_sweep"),
 		}},
 		{s.deliveries, mongo.IndexModel{
 			Keys:    bson.D{{Key: "endpoint_id", Value: 1}, {Key: "event_id", Value: 1}},
@@ -539,9 +544,18 @@ func (s *Store) EndpointsOf(ctx context.Context, accountIDs []string) ([]convers
 	return out, mongoconn.Wrap(err, "find webhook endpoints of accounts")
 }
 
-// EnabledEndpoints implements conversations.WebhookStore (by_enabled).
-func (s *Store) EnabledEndpoints(ctx context.Context) ([]conversations.WebhookEndpoint, error) {
-	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "enabled", Value: true}}, options.Find().SetHint("by_enabled"), webhookDoc.domain)
+// EnabledEndpoints implements conversations.WebhookStore (by_sweep: one
+// equality range per slot, and one for the endpoints stored without).
+func (s *Store) EnabledEndpoints(ctx context.Context, slots []int) ([]conversations.WebhookEndpoint, error) {
+	filter := bson.D{{Key: "enabled", Value: true}}
+	if slots != nil {
+		in := bson.A{nil}
+		for _, slot := range slots {
+			in = append(in, slot)
+		}
+		filter = append(filter, bson.E{Key: "slot", Value: bson.D{{Key: "$in", Value: in}}})
+	}
+	out, err := findAll(ctx, s.webhooks, filter, options.Find().SetHint("by_sweep"), webhookDoc.domain)
 	return out, mongoconn.Wrap(err, "find enabled webhook endpoints")
 }
 

@@ -202,12 +202,12 @@ func TestWebhookRules(t *testing.T) {
 
 // claimOne claims at most one due delivery for 30 s, as an engine with
 // one free slot does.
-// TestWebhookFanOutSweep: the sweep fans out only the accounts its
-// replica holds, and fan-outs repeated by two replicas (a partition
+// TestWebhookFanOutSweep: the sweep fans out only the accounts of the
+// slots its replica holds (an endpoint stored without its slot too), and fan-outs repeated by two replicas (a partition
 // changing hands) store each delivery once and never move a cursor back.
 func TestWebhookFanOutSweep(t *testing.T) {
 	ctx := context.Background()
-	store := newStore(t)
+	db, store := newStoreOn(t)
 	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +243,13 @@ func TestWebhookFanOutSweep(t *testing.T) {
 		}
 		return len(page.Deliveries)
 	}
-	if _, err := wh.FanOutSweep(ctx, func(account string) bool { return account == accounts[0] }); err != nil {
+	// The first endpoint as stored before endpoints carried their
+	// account's slot: the sweep of its slot finds it still.
+	if _, err := db.Collection("webhooks").UpdateOne(ctx, bson.D{{Key: "_id", Value: endpoints[accounts[0]]}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "slot", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wh.FanOutSweep(ctx, []int{conversations.PendingSlot(accounts[0])}); err != nil {
 		t.Fatal(err)
 	}
 	if a, b := count(accounts[0]), count(accounts[1]); a != 3 || b != 0 {

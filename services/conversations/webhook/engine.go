@@ -38,12 +38,13 @@ type Engine struct {
 	// this replica recorded falling due); polls that find nothing space
 	// out up to idlePolls intervals.
 	Poll time.Duration
-	// Sweep is how often the fan-out sweeps the accounts Holds names for
+	// Sweep is how often the fan-out sweeps the accounts of Slots for
 	// events not fanned out (0: every sweepPolls × Poll).
 	Sweep time.Duration
-	// Holds reports whether this replica's relay orders the account
-	// (nil: every account, one replica); the sweep looks at those only.
-	Holds func(accountID string) bool
+	// Slots returns the account slots (conversations.PendingSlot) whose
+	// events this replica's relay orders (nil: every account, one
+	// replica); the sweep looks at those only.
+	Slots func() []int
 	// Lease is how long a claim holds: longer than an attempt's timeout.
 	Lease time.Duration
 	// Workers bounds the requests in flight on this replica, PerEndpoint
@@ -69,8 +70,11 @@ type Engine struct {
 const idlePolls = 16
 
 // sweepPolls is the fan-out's sweep interval in poll intervals, when
-// Sweep is not set.
-const sweepPolls = 10
+// Sweep is not set. The sweep finds what no pass fanned out: a
+// replica's partitions taken over (SweepSoon) aside, only the events
+// ordered while an endpoint created on another replica was being
+// stored, with none of its account's after them.
+const sweepPolls = 60
 
 // fanoutSpacing is the least time between two fan-out passes: the events
 // ordered meanwhile are fanned out together (one read of the log an
@@ -242,9 +246,13 @@ func (e *Engine) fanOutLoop(ctx context.Context) {
 			// endpoints, when this replica holds them, and the rest have
 			// none to fan out to, but a partition may have moved since
 			// the relay ordered them: those are fanned out as well.
-			more, err = e.Webhooks.FanOutSweep(ctx, e.Holds)
-			if err == nil && e.Holds != nil {
-				accounts = slices.DeleteFunc(accounts, e.Holds)
+			var slots []int
+			if e.Slots != nil {
+				slots = e.Slots()
+			}
+			more, err = e.Webhooks.FanOutSweep(ctx, slots)
+			if err == nil && slots != nil {
+				accounts = slices.DeleteFunc(accounts, func(a string) bool { return slices.Contains(slots, conversations.PendingSlot(a)) })
 			} else if err == nil {
 				accounts = nil
 			}

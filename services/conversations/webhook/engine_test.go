@@ -295,12 +295,16 @@ func TestFanOutFollowsTheRelay(t *testing.T) {
 	}))
 	defer srv.Close()
 	const account = "acc_fanout"
-	var holds sync.Map // accounts this replica's relay orders
+	var held sync.Map // the account slots this replica's relay orders
 	engine := &webhook.Engine{
 		Webhooks: wh,
 		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), 5*time.Second, 0),
 		Poll:     time.Hour,
-		Holds:    func(a string) bool { _, ok := holds.Load(a); return ok },
+		Slots: func() []int {
+			slots := []int{}
+			held.Range(func(k, _ any) bool { slots = append(slots, k.(int)); return true })
+			return slots
+		},
 	}
 	wh.Wake = engine.Wake
 	client := conversations.Caller{AccountID: account, ID: "cli_fanout", Client: true}
@@ -359,7 +363,7 @@ func TestFanOutFollowsTheRelay(t *testing.T) {
 	// Another replica's relay ordered this event and died before fanning
 	// it out; this replica then takes the account's partition.
 	order(&conversations.Relay{Store: store})
-	holds.Store(account, true)
+	held.Store(conversations.PendingSlot(account), true)
 	engine.SweepSoon()
 	delivered(2, "left by a replica that died")
 }

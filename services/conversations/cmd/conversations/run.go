@@ -243,7 +243,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions.Holds, &engine)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions.Slots, &engine)
 			if err != nil {
 				return nil, err
 			}
@@ -282,11 +282,11 @@ func newCursorSecret() (string, error) {
 // startWebhooks builds the webhooks' use cases and starts this replica's
 // delivery engine (stored in started) and the leased purge of
 // deliveries, which end with ctx (background waits for them); holder
-// names this replica in the lease, and holds reports whether its relay
-// orders an account (the engine's fan-out sweep looks at those).
+// names this replica in the lease, and slots returns the account slots
+// its relay orders (the engine's fan-out sweep looks at those).
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
-	holds func(accountID string) bool, started *atomic.Pointer[webhook.Engine],
+	slots func() []int, started *atomic.Pointer[webhook.Engine],
 ) (*conversations.Webhooks, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -313,7 +313,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	dialer := webhook.NewDialer(allowed, nil)
 	sender := webhook.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &webhook.Engine{
-		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Holds: holds,
+		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Slots: slots,
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
 	}
 	webhooks := &conversations.Webhooks{
