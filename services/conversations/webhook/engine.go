@@ -278,7 +278,7 @@ func (e *Engine) fanOutLoop(ctx context.Context) {
 		}
 		wait := fanoutSpacing - time.Since(began)
 		if err != nil {
-			wait = max(wait, e.Poll)
+			wait = max(wait, min(e.Poll, time.Second)) // the store is failing
 		}
 		if wait > 0 {
 			t := time.NewTimer(wait)
