@@ -1,12 +1,11 @@
-// Package webhook sends webhook deliveries over HTTP (contract section
+// Package delivery sends webhook deliveries over HTTP (contract section
 // 11.3): the dialler that refuses every address the IANA special-purpose
 // registries do not mark globally reachable, checked when dialling, after
 // DNS, on every address (Dialer); one signed POST per attempt (Sender);
 // and the engine that claims fan-out and delivery work from MongoDB with
 // leases and runs it with a bounded number of requests per endpoint
-// (Engine). The rules of what an outcome means are
-// conversations.Webhooks'.
-package webhook
+// (Engine). The rules of what an outcome means are webhook.Service's.
+package delivery
 
 import (
 	"bytes"
@@ -20,7 +19,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // MaxResponseBody is how much of a response body is read (and dropped).
@@ -76,12 +75,12 @@ func NewSender(d *Dialer, timeout time.Duration, inFlight int) *Sender {
 
 // Send POSTs the attempt's payload to its URL, signed with its secrets at
 // the current time, and reports the outcome.
-func (s *Sender) Send(ctx context.Context, a conversations.Attempt) conversations.AttemptResult {
+func (s *Sender) Send(ctx context.Context, a webhook.Attempt) webhook.AttemptResult {
 	start := time.Now()
-	result := func(status int, msg string, retryAfter time.Duration) conversations.AttemptResult {
-		return conversations.AttemptResult{Status: status, Duration: time.Since(start), Error: msg, RetryAfter: retryAfter}
+	result := func(status int, msg string, retryAfter time.Duration) webhook.AttemptResult {
+		return webhook.AttemptResult{Status: status, Duration: time.Since(start), Error: msg, RetryAfter: retryAfter}
 	}
-	sig, err := conversations.SignWebhook(a.Secrets, a.Delivery.EventID, start, a.Delivery.Payload)
+	sig, err := webhook.Sign(a.Secrets, a.Delivery.EventID, start, a.Delivery.Payload)
 	if err != nil {
 		return result(0, "cannot sign: "+err.Error(), 0)
 	}
@@ -128,10 +127,10 @@ func retryAfter(v string, now time.Time) time.Duration {
 		if n <= 0 {
 			return 0
 		}
-		return time.Duration(min(n, int64(conversations.MaxRetryAfter/time.Second))) * time.Second
+		return time.Duration(min(n, int64(webhook.MaxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), conversations.MaxRetryAfter)
+		return min(t.Sub(now), webhook.MaxRetryAfter)
 	}
 	return 0
 }
