@@ -219,15 +219,7 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 		Poll:     poll,
 	}
 	wh.Wake = engine.Wake
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		engine.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runEngine(t, ctx, cancel, engine)
 	if _, err := wh.SendTest(ctx, client, e.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -314,15 +306,7 @@ func TestFanOutFollowsTheRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		engine.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runEngine(t, ctx, cancel, engine)
 	svc := &conversations.Service{Store: store}
 	user := conversations.Caller{AccountID: account, ID: "usr_9f86d081884c7d659a2feaa0"}
 	order := func(relay *conversations.Relay) {
@@ -367,4 +351,18 @@ func TestFanOutFollowsTheRelay(t *testing.T) {
 	held.Store(conversations.PendingSlot(account), true)
 	engine.SweepSoon()
 	delivered(2, "left by a replica that died")
+}
+
+// runEngine runs engine until the test ends, then stops it and waits for
+// it (cancel ends ctx).
+func runEngine(t *testing.T, ctx context.Context, cancel context.CancelFunc, engine *delivery.Engine) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		engine.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
