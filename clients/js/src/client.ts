@@ -21,6 +21,7 @@ import type {
   NewUser,
   User,
   UserInfo,
+  TotpEnrollment,
   UserPatch,
 } from "./types.js";
 
@@ -30,7 +31,11 @@ export interface ClientOptions {
   accountUrl: string;
   /** Base URL of the conversations service, e.g. `http://localhost:8081`. */
   conversationsUrl: string;
-  /** A user's `{ accountName, username, password }`, or a service client's `{ clientId, clientSecret, scope? }`. */
+  /**
+   * A user's `{ accountName, username, password }`, a service client's
+   * `{ clientId, clientSecret, scope? }`, or an app's `{ accessToken }`: a
+   * function returning the access token of its user's sign-in.
+   */
   credentials: Credentials;
   /** The fetch to use; default the global one (Node 20+, browsers). */
   fetch?: typeof globalThis.fetch | undefined;
@@ -165,6 +170,16 @@ export class PlatformClient {
    */
   login(): Promise<void> {
     return this.#session.login();
+  }
+
+  /**
+   * Logs in with a code of the user's second factor (a current TOTP code
+   * or an unused recovery code), after a call failed with a
+   * {@link MfaRequiredError}. A code is accepted once; a wrong one is an
+   * {@link ApiError} `invalid_credentials`, as a wrong password is.
+   */
+  loginWithOtp(otp: string, options: CallOptions = {}): Promise<void> {
+    return this.#session.loginWithOtp(otp, options.signal);
   }
 
   /** Revokes the session's refresh token and forgets the tokens. */
@@ -422,7 +437,7 @@ export class PlatformClient {
 
   /** Who the client's user is (OpenID Connect UserInfo, `GET /userinfo`). */
   async userInfo(options: CallOptions = {}): Promise<UserInfo> {
-    if (this.#session.kind !== "password") throw new TypeError("userInfo: a service client has no user");
+    if (this.#session.kind === "client_credentials") throw new TypeError("userInfo: a service client has no user");
     const res = await this.#call("GET", this.accountUrl + "/userinfo", options);
     return res.json();
   }
@@ -434,14 +449,59 @@ export class PlatformClient {
    * later logins). A wrong current password is an {@link ApiError} 403
    * `invalid_current_password`; repeated ones are throttled like logins.
    */
-  async changePassword(currentPassword: string, newPassword: string, options: CallOptions = {}): Promise<void> {
-    if (this.#session.kind !== "password") throw new TypeError("changePassword: a service client has no password");
+  async changePassword(currentPassword: string, newPassword: string, options: CallOptions & { otp?: string } = {}): Promise<void> {
+    if (this.#session.kind !== "password") throw new TypeError("changePassword: only a client given the user's password can change it");
     const start = Date.now();
     const res = await this.#call("POST", this.accountUrl + "/password", options, {
-      body: JSON.stringify({ currentPassword, newPassword }),
+      body: JSON.stringify(options.otp ? { currentPassword, newPassword, otp: options.otp } : { currentPassword, newPassword }),
       contentType: "application/json",
     });
     this.#session.adopt(start, await res.json(), newPassword);
+  }
+
+  /**
+   * Begins enrolling a TOTP second factor for the client's user: a new
+   * secret and its `otpauth://` URI (show it as a QR code), pending until
+   * {@link verifyTotp}. 409 `mfa_enrolled` while one is active.
+   */
+  async enrollTotp(options: CallOptions = {}): Promise<TotpEnrollment> {
+    if (this.#session.kind !== "password") throw new TypeError("enrollTotp: a service client has no second factor");
+    const res = await this.#call("POST", this.accountUrl + "/mfa/totp", options);
+    return res.json();
+  }
+
+  /**
+   * Activates the pending secret with a current code and returns the 10
+   * recovery codes, shown only now. A wrong code is an {@link ApiError}
+   * 403 `invalid_otp`.
+   */
+  async verifyTotp(code: string, options: CallOptions = {}): Promise<string[]> {
+    if (this.#session.kind !== "password") throw new TypeError("verifyTotp: a service client has no second factor");
+    const res = await this.#call("POST", this.accountUrl + "/mfa/totp/verify", options, {
+      body: JSON.stringify({ code }),
+      contentType: "application/json",
+    });
+    return ((await res.json()) as { recoveryCodes: string[] }).recoveryCodes;
+  }
+
+  /**
+   * Removes the user's second factor, with a code (current or recovery)
+   * or the password. 403 `invalid_otp` or `invalid_current_password` when
+   * wrong; throttled like logins.
+   */
+  async removeTotp(proof: { code: string } | { password: string }, options: CallOptions = {}): Promise<void> {
+    if (this.#session.kind !== "password") throw new TypeError("removeTotp: a service client has no second factor");
+    const res = await this.#call("DELETE", this.accountUrl + "/mfa/totp", options, {
+      body: JSON.stringify(proof),
+      contentType: "application/json",
+    });
+    await res.body?.cancel();
+  }
+
+  /** Removes a user's second factor (`users:write`); every session of the user ends. */
+  async resetUserMfa(id: string, options: CallOptions = {}): Promise<void> {
+    const res = await this.#call("DELETE", this.#userUrl(id) + "/mfa", options);
+    await res.body?.cancel();
   }
 
   /**
@@ -709,7 +769,9 @@ function baseUrl(url: string, name: string): string {
 }
 
 function checkCredentials(c: Credentials): Credentials {
-  if (c && "clientId" in c) {
+  if (c && "accessToken" in c) {
+    if (typeof c.accessToken !== "function") throw new TypeError("credentials: accessToken must be a function returning the access token");
+  } else if (c && "clientId" in c) {
     if (!c.clientId || !c.clientSecret) throw new TypeError("credentials: clientId and clientSecret are required");
   } else if (!c || !c.accountName || !c.username || !c.password) {
     throw new TypeError("credentials: accountName, username and password are required");
