@@ -36,7 +36,6 @@ type Store struct {
 	webhooks      *mongo.Collection
 	deliveries    *mongo.Collection
 	quotas        *mongo.Collection
-	members       *mongo.Collection
 }
 
 var (
@@ -62,7 +61,6 @@ func New(db *mongo.Database) *Store {
 		webhooks:    db.Collection("webhooks"),
 		deliveries:  db.Collection("webhook_deliveries"),
 		quotas:      db.Collection("webhook_quotas"),
-		members:     db.Collection("relay_members"),
 	}
 }
 
