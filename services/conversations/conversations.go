@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/acme/platform/pkg/validation"
@@ -202,3 +203,111 @@ func NewConversationID() string { return newID("cnv_") }
 func NewMessageID() string { return newID("msg_") }
 
 func newID(prefix string) string { return validation.NewRandomID(prefix) }
+
+// The rules below change a conversation in memory; stores write the
+// result with one compare-and-set on the version they read.
+
+// nextUpdatedAt is the updatedAt of a change made at now: later than the
+// previous one by at least a millisecond (the stored precision), so every
+// change moves updatedAt forward, even within one millisecond or when the
+// clock of this replica is behind the one that made the previous change.
+func (c Conversation) nextUpdatedAt(now time.Time) time.Time {
+	return later(now.UTC().Truncate(time.Millisecond), c.UpdatedAt.Add(time.Millisecond))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Apply changes c as p says at now and reports whether anything changed;
+// a patch that sets the values c already has changes nothing.
+func (p Patch) Apply(c *Conversation, now time.Time) bool {
+	changed := false
+	if p.Subject != nil && *p.Subject != c.Subject {
+		c.Subject, changed = *p.Subject, true
+	}
+	if p.Status != nil && *p.Status != c.Status {
+		c.Status, changed = *p.Status, true
+	}
+	if changed {
+		c.UpdatedAt = c.nextUpdatedAt(now)
+	}
+	return changed
+}
+
+// AddParticipant adds userID to c at now; false when already there,
+// ErrTooManyParticipants when c is full.
+func (c *Conversation) AddParticipant(userID string, now time.Time) (bool, error) {
+	if slices.Contains(c.Participants, userID) {
+		return false, nil
+	}
+	if len(c.Participants) >= MaxParticipants {
+		return false, ErrTooManyParticipants
+	}
+	c.Participants = append(slices.Clip(c.Participants), userID)
+	c.UpdatedAt = c.nextUpdatedAt(now)
+	return true, nil
+}
+
+// RemoveParticipant removes userID from c at now; false when not there,
+// ErrLastParticipant when userID is the only one.
+func (c *Conversation) RemoveParticipant(userID string, now time.Time) (bool, error) {
+	i := slices.Index(c.Participants, userID)
+	if i < 0 {
+		return false, nil
+	}
+	if len(c.Participants) == 1 {
+		return false, ErrLastParticipant
+	}
+	c.Participants = slices.Delete(slices.Clone(c.Participants), i, i+1)
+	c.UpdatedAt = c.nextUpdatedAt(now)
+	return true, nil
+}
+
+// eventsOfChange are the events a change of a conversation records
+// (besides message.created, which the message records): a changed subject
+// or status is conversation.updated with the previous values, each added
+// or removed participant its own event. Moving lastMessageAt or updatedAt
+// alone records nothing.
+func eventsOfChange(from, to Conversation) []Event {
+	var events []Event
+	add := func(t EventType, audience []string, data EventData) {
+		data.Conversation = to
+		events = append(events, Event{
+			ID: NewEventID(), AccountID: to.AccountID, Type: t, Timestamp: to.UpdatedAt,
+			ConversationID: to.ID, Audience: audience, Data: data,
+		})
+	}
+	changes := map[string]any{}
+	if from.Subject != to.Subject {
+		changes["subject"] = from.Subject
+	}
+	if from.Status != to.Status {
+		changes["status"] = from.Status
+	}
+	if len(changes) > 0 {
+		add(EventConversationUpdated, to.Participants, EventData{Changes: changes})
+	}
+	for _, u := range to.Participants {
+		if !slices.Contains(from.Participants, u) {
+			add(EventParticipantAdded, to.Participants, EventData{UserID: u})
+		}
+	}
+	for _, u := range from.Participants {
+		if !slices.Contains(to.Participants, u) {
+			add(EventParticipantRemoved, append(slices.Clone(to.Participants), u), EventData{UserID: u})
+		}
+	}
+	return events
+}
+
+// createdEvent is the event of a conversation's creation.
+func createdEvent(c Conversation) Event {
+	return Event{
+		ID: NewEventID(), AccountID: c.AccountID, Type: EventConversationCreated, Timestamp: c.CreatedAt,
+		ConversationID: c.ID, Audience: c.Participants, Data: EventData{Conversation: c},
+	}
+}

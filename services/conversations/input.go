@@ -98,46 +98,6 @@ func parseLastMessageAt(raw json.RawMessage, now time.Time) (*time.Time, error) 
 	return &t, nil
 }
 
-// NewMessage is the body of POST /v1/conversations/{id}/messages.
-type NewMessage struct {
-	Body     string          `json:"body"`
-	Metadata json.RawMessage `json:"metadata"`
-}
-
-// Message validates the input and returns the message the caller posts to
-// conversationID: body 1..MaxMessageBodyLen characters, metadata a JSON
-// object of at most MaxMetadataLen bytes once compacted, nesting at most
-// validation.MaxJSONDepth levels ({} when absent or null). The error is a *validation.Error listing every offending field.
-func (in NewMessage) Message(who Caller, conversationID string) (Message, error) {
-	var invalid validation.Collector
-	if n := utf8.RuneCountInString(in.Body); n < 1 || n > MaxMessageBodyLen {
-		invalid.Add("body", fmt.Sprintf("must be 1 to %d characters", MaxMessageBodyLen))
-	}
-	metadata := json.RawMessage(`{}`)
-	if raw := bytes.TrimSpace(in.Metadata); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
-		var compact bytes.Buffer
-		switch {
-		case raw[0] != '{':
-			invalid.Add("metadata", "must be a JSON object")
-		case json.Compact(&compact, raw) != nil:
-			invalid.Add("metadata", "must be a JSON object")
-		case compact.Len() > MaxMetadataLen:
-			invalid.Add("metadata", fmt.Sprintf("must be at most %d bytes of JSON", MaxMetadataLen))
-		case validation.JSONDepth(compact.Bytes()) > validation.MaxJSONDepth:
-			invalid.Add("metadata", fmt.Sprintf("must nest objects and arrays at most %d levels deep", validation.MaxJSONDepth))
-		default:
-			metadata = compact.Bytes()
-		}
-	}
-	if err := invalid.Err(); err != nil {
-		return Message{}, err
-	}
-	return Message{
-		AccountID: who.AccountID, ConversationID: conversationID, Author: who.Author(),
-		Body: in.Body, Metadata: metadata,
-	}, nil
-}
-
 // Patch is a validated JSON merge patch (RFC 7396) of a conversation: the
 // members it sets; nil leaves a member as it is.
 type Patch struct {

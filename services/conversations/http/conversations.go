@@ -9,7 +9,6 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
@@ -18,16 +17,6 @@ import (
 
 // mergePatchType is the media type of PATCH bodies (RFC 7396).
 const mergePatchType = "application/merge-patch+json"
-
-// caller is who makes the request: the verified token's subject (a user,
-// or a service client) in the token's account. The bearer middleware
-// guarantees the claims, and the route's scope middleware that a service
-// client holds the scope of the route (routes.go). What the caller may see
-// is decided by conversations.Caller, not here.
-func caller(c *echo.Context) conversations.Caller {
-	claims, _ := token.ClaimsFromContext(c.Request().Context())
-	return conversations.Caller{AccountID: claims.AccountID, ID: claims.Subject, Client: claims.IsClient()}
-}
 
 // listParams are the validated query parameters of a list request.
 type listParams struct {
