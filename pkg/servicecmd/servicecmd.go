@@ -25,6 +25,7 @@ import (
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/tracing"
 	"github.com/acme/platform/pkg/web"
 )
 
@@ -113,8 +114,21 @@ type Service struct {
 }
 
 // Run serves until ctx is cancelled (SIGTERM), then drains and returns nil,
-// or returns the first listener or permanent initialisation error.
+// or returns the first listener or permanent initialisation error. It sets
+// up tracing from the OTEL_* variables first (see pkg/tracing: off without
+// an exporter), and flushes the spans left when it returns.
 func (s Service) Run(ctx context.Context) error {
+	stopTracing, err := tracing.Setup(ctx, s.Name, s.Version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			s.Logger.Warn("flush traces", "error", err.Error())
+		}
+	}()
 	apiListener, err := web.Listen(s.APIAddr)
 	if err != nil {
 		return err
@@ -197,10 +211,12 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // ConnectMongo returns a client for uri (see mongoconn.Connect) whose
-// commands are counted in metrics (mongodb_commands_total), and a function
+// commands are counted in metrics (mongodb_commands_total) and traced
+// (mongoconn.CommandSpans, when tracing is on), and a function
 // that disconnects it, waiting at most 5 s for in-use connections.
 func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration, metrics prometheus.Registerer) (*mongo.Client, func(), error) {
-	client, err := mongoconn.Connect(uri, selectTimeout, mongoconn.NewCommandCounter(metrics).Monitor())
+	client, err := mongoconn.Connect(uri, selectTimeout,
+		mongoconn.Monitors(mongoconn.NewCommandCounter(metrics).Monitor(), mongoconn.CommandSpans()))
 	if err != nil {
 		return nil, nil, err
 	}

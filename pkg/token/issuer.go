@@ -11,6 +11,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // Default lifetimes (CONTRACT.md section 2).
@@ -146,7 +148,16 @@ type Set struct {
 
 // Mint signs an id token, an access token and a refresh token for s with
 // the active key of the current keyring.
+//
+// A traced request shows the signing as a span of its own.
 func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
+	ctx, span := tracing.Start(ctx, "token sign")
+	set, err := i.mint(ctx, s)
+	tracing.End(span, err)
+	return set, err
+}
+
+func (i *Issuer) mint(ctx context.Context, s Subject) (Set, error) {
 	if err := ctx.Err(); err != nil {
 		return Set{}, fmt.Errorf("mint: %w", err)
 	}
@@ -232,6 +243,13 @@ type ClientToken struct {
 // service client: sub and client_id are the client id, scope the granted
 // scopes; there is no user claim and no sid.
 func (i *Issuer) MintClient(ctx context.Context, c Client) (ClientToken, error) {
+	ctx, span := tracing.Start(ctx, "token sign")
+	t, err := i.mintClient(ctx, c)
+	tracing.End(span, err)
+	return t, err
+}
+
+func (i *Issuer) mintClient(ctx context.Context, c Client) (ClientToken, error) {
 	if err := ctx.Err(); err != nil {
 		return ClientToken{}, fmt.Errorf("mint client token: %w", err)
 	}
