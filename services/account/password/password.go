@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/argon2"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // ErrBusy means every hashing slot stayed taken for the whole queue wait.
@@ -92,8 +94,11 @@ func New(opts Options) (*Hasher, error) {
 	return h, nil
 }
 
-// Hash returns the PHC string of password with a fresh random salt.
-func (h *Hasher) Hash(ctx context.Context, password string) (string, error) {
+// Hash returns the PHC string of password with a fresh random salt. A
+// traced request shows it (the wait for a slot included) as a span.
+func (h *Hasher) Hash(ctx context.Context, password string) (encoded string, err error) {
+	ctx, span := tracing.Start(ctx, "password hash")
+	defer func() { tracing.End(span, err) }()
 	release, err := h.acquire(ctx)
 	if err != nil {
 		return "", err
@@ -103,8 +108,10 @@ func (h *Hasher) Hash(ctx context.Context, password string) (string, error) {
 }
 
 // Verify reports whether password matches the PHC string encoded, using the
-// parameters stored in it.
-func (h *Hasher) Verify(ctx context.Context, encoded, password string) (bool, error) {
+// parameters stored in it. A traced request shows it as a span.
+func (h *Hasher) Verify(ctx context.Context, encoded, password string) (ok bool, err error) {
+	ctx, span := tracing.Start(ctx, "password verify")
+	defer func() { tracing.End(span, err) }()
 	p, salt, want, err := decode(encoded)
 	if err != nil {
 		return false, err
