@@ -25,7 +25,7 @@ func (l storeEventLog) EventsAfter(ctx context.Context, accountID string, after 
 		if err != nil {
 			return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 		}
-		out = append(out, WebhookEvent{ID: e.ID, Type: string(e.Type), Sequence: e.Sequence, Time: e.Timestamp, Payload: payload})
+		out = append(out, WebhookEvent{ID: e.ID, Type: string(e.Type), Sequence: e.Sequence, Time: e.Timestamp, Payload: payload, Trace: e.Trace})
 	}
 	return out, nil
 }

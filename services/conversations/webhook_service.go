@@ -9,6 +9,11 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // Webhooks is the one place of the rules of contract section 11.3: who
@@ -290,7 +295,7 @@ func (w *Webhooks) newDelivery(e WebhookEndpoint, ev WebhookEvent, now time.Time
 	due := now
 	return WebhookDelivery{
 		ID: NewDeliveryID(), AccountID: e.AccountID, EndpointID: e.ID,
-		EventID: ev.ID, EventType: ev.Type, EventTime: ev.Time.UTC(), Payload: ev.Payload,
+		EventID: ev.ID, EventType: ev.Type, EventTime: ev.Time.UTC(), Payload: ev.Payload, Trace: ev.Trace,
 		State: DeliveryPending, NextAttemptAt: &due, CreatedAt: now, UpdatedAt: now,
 	}
 }
@@ -342,6 +347,17 @@ func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.D
 	events, err := w.Events.EventsAfter(ctx, e.AccountID, e.EventCursor, fanoutBatch)
 	if err != nil {
 		return true, err
+	}
+	if len(events) > 0 && tracing.On() {
+		// A span linked to the requests whose changes it fans out.
+		parents := make([]string, len(events))
+		for i, ev := range events {
+			parents[i] = ev.Trace
+		}
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "webhook fan-out", trace.WithLinks(tracing.Links(parents...)...),
+			trace.WithAttributes(attribute.String("acme.webhook.endpoint_id", e.ID), attribute.Int("acme.events", len(events))))
+		defer span.End()
 	}
 	cursor := e.EventCursor
 	var ds []WebhookDelivery

@@ -359,6 +359,9 @@ type WebhookDelivery struct {
 	UpdatedAt     time.Time  `json:"updatedAt"`
 	// Claim is the token of the replica attempting it ("" when none).
 	Claim string `json:"-"`
+	// Trace is the traceparent of the request that made the change: each
+	// attempt's span continues that trace.
+	Trace string `json:"-"`
 }
 
 // MarshalJSON writes times with millisecond precision.
@@ -386,6 +389,8 @@ type WebhookEvent struct {
 	// Payload is the event's JSON, as the feed serves it: id, type,
 	// sequence, timestamp, data.
 	Payload []byte
+	// Trace is the traceparent of the request that made the change.
+	Trace string
 }
 
 // EventLog is the account's event log as webhooks read it (section 11.1).

@@ -39,7 +39,7 @@ func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, even
 		Body: m.Body, Metadata: metadata, CreatedAt: m.CreatedAt.UTC().Truncate(time.Millisecond),
 	}
 	var err error
-	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(ctx, events); err != nil {
 		return err
 	}
 	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)

@@ -127,6 +127,8 @@ type deliveryDoc struct {
 	Claim          string     `bson:"claim"`
 	CreatedAt      time.Time  `bson:"created_at"`
 	UpdatedAt      time.Time  `bson:"updated_at"`
+	// Trace is the traceparent of the request whose change the event is.
+	Trace string `bson:"trace,omitempty"`
 }
 
 func (d deliveryDoc) domain() conversations.WebhookDelivery {
@@ -135,6 +137,7 @@ func (d deliveryDoc) domain() conversations.WebhookDelivery {
 		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: conversations.DeliveryState(d.State),
 		Attempts: d.Attempts, ResponseStatus: d.ResponseStatus, DurationMs: d.DurationMs, Error: d.Error,
 		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Claim: d.Claim,
+		Trace: d.Trace,
 	}
 }
 
@@ -323,6 +326,7 @@ func (s *Store) InsertDeliveries(ctx context.Context, ds []conversations.Webhook
 			ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
 			EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
 			NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
+			Trace: d.Trace,
 		})
 	}
 	_, err := s.deliveries.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
