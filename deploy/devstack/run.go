@@ -31,6 +31,10 @@ type stackConfig struct {
 	convOps     string
 	// webhookAddr is where the local webhook receiver listens.
 	webhookAddr string
+	// traces: the services export their spans to a receiver at
+	// tracesAddr, which prints each trace.
+	traces     bool
+	tracesAddr string
 	// provisionFile is the demo data, shared with docker compose.
 	provisionFile string
 }
@@ -56,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.convAddr, "conversations-addr", "127.0.0.1:8081", "listen address of the conversations service")
 	fs.StringVar(&cfg.convOps, "conversations-ops-addr", "127.0.0.1:9091", "operations address of the conversations service")
 	fs.StringVar(&cfg.webhookAddr, "webhook-addr", "127.0.0.1:8082", "listen address of the local webhook receiver that prints each verified delivery")
+	fs.BoolVar(&cfg.traces, "traces", false, "print each trace of both services here (they export OTLP/HTTP to --traces-addr)")
+	fs.StringVar(&cfg.tracesAddr, "traces-addr", "127.0.0.1:4318", "listen address of the local OTLP/HTTP trace receiver (with --traces)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,6 +114,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"CONVERSATIONS_JWKS_URL=http://" + cfg.accountAddr + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=http://" + cfg.accountAddr,
 		"CONVERSATIONS_LOG_LEVEL=info",
+	}
+
+	if cfg.traces {
+		if err := startTraceReceiver(ctx.Done(), cfg.tracesAddr, stdout); err != nil {
+			return fmt.Errorf("%w\n%s", err, portsHint)
+		}
+		accountEnv = append(accountEnv, traceEnv(cfg.tracesAddr)...)
+		conversationsEnv = append(conversationsEnv, traceEnv(cfg.tracesAddr)...)
 	}
 
 	if err := seedOnce(ctx, cfg.dataDir, account, cfg.provisionFile, accountEnv, stdout); err != nil {
@@ -173,6 +187,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
   curl -s -X POST http://%s/v1/webhooks/%s/test -H "Authorization: Bearer $ACCESS"
 
 `, receiverURL, hook.ID, demoAccount, filepath.Join(cfg.dataDir, demoWebhookFile), cfg.convAddr, hook.ID)
+	if cfg.traces {
+		fmt.Fprintf(stdout, "local trace receiver    http://%s/v1/traces: each trace of both services is printed here\n\n", cfg.tracesAddr)
+	}
 
 	select {
 	case <-ctx.Done():
