@@ -55,13 +55,13 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	sessions := kit.sessions(store, hasher, throttle)
 	sessions.ReuseGrace = grace
 	sessions.Now = clk.Now
-	srv.Config.Handler = accounthttp.NewHandler(accounthttp.Deps{
+	srv.Config.Handler = spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
 		Sessions:    sessions,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   base,
-	})
+	}))
 	srv.Start()
 	t.Cleanup(srv.Close)
 

@@ -47,14 +47,14 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	}}
 	sessions := kit.sessions(store, hasher, throttle)
 	users := userManagement(t, store, hasher, sessions)
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
 		Sessions:    sessions,
 		Users:       users,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	u := &usersAPI{api: &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier}, kit: kit}
 	for name, acc := range map[string]*account.Account{"acme": &u.acme, "globex": &u.globex} {
