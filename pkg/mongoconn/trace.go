@@ -2,6 +2,7 @@ package mongoconn
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -17,8 +18,12 @@ import (
 // named "find conversations", with the database, the command's name and
 // its collection, never the command's values or the server's reply.
 // Commands outside any trace (the background polls that find nothing) make
-// none, and with tracing off the monitor returns at once.
+// none. Nil when tracing is neither configured (tracing.Configured) nor on:
+// no cost per command then.
 func CommandSpans() *event.CommandMonitor {
+	if !tracing.Configured() && !tracing.On() {
+		return nil
+	}
 	var inFlight sync.Map // commandKey → trace.Span
 	finish := func(e event.CommandFinishedEvent, failed bool) {
 		v, ok := inFlight.LoadAndDelete(commandKey{e.ConnectionID, e.RequestID})
@@ -81,6 +86,13 @@ func commandCollection(e *event.CommandStartedEvent) string {
 // Monitors is one command monitor that calls each of monitors (nil ones
 // skipped) in order: the command counter and the spans on one client.
 func Monitors(monitors ...*event.CommandMonitor) *event.CommandMonitor {
+	monitors = slices.DeleteFunc(monitors, func(m *event.CommandMonitor) bool { return m == nil })
+	switch len(monitors) {
+	case 0:
+		return nil
+	case 1:
+		return monitors[0]
+	}
 	var started []func(context.Context, *event.CommandStartedEvent)
 	var succeeded []func(context.Context, *event.CommandSucceededEvent)
 	var failed []func(context.Context, *event.CommandFailedEvent)

@@ -33,14 +33,14 @@ var on atomic.Bool
 
 // On reports whether spans are recorded: false until Setup found an
 // exporter configured (or Use installed a provider).
-func On() bool { return on.Load() }
+func On() bool { return compiled && on.Load() }
 
 // Configured reports whether the environment asks for traces: an OTLP
 // endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or its _TRACES_ form) or an
 // exporter named in OTEL_TRACES_EXPORTER other than "none", and
 // OTEL_SDK_DISABLED not "true".
 func Configured() bool {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+	if !compiled || strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
 		return false
 	}
 	switch exp := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")); exp {
@@ -95,7 +95,7 @@ func Use(tp trace.TracerProvider) {
 // Start starts a span of the services' scope, a child of ctx's, when
 // tracing is on; off, it returns ctx and a no-op span at once.
 func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !on.Load() {
+	if !On() {
 		return ctx, noop.Span{}
 	}
 	return otel.Tracer(Scope).Start(ctx, name, opts...)
@@ -115,7 +115,7 @@ func End(span trace.Span, err error) {
 // with the work it leaves for later (a pending event), so that the spans
 // of that work can name the request that caused it.
 func Parent(ctx context.Context) string {
-	if !on.Load() {
+	if !On() {
 		return ""
 	}
 	sc := trace.SpanContextFromContext(ctx)
@@ -157,7 +157,7 @@ func Links(parents ...string) []trace.Link {
 // Inject writes ctx's trace context (traceparent, and baggage) into
 // header, for an outgoing request.
 func Inject(ctx context.Context, header http.Header) {
-	if on.Load() {
+	if On() {
 		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(header))
 	}
 }
