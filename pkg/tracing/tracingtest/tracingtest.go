@@ -174,7 +174,7 @@ func (s *Secrets) Leaks(spans []sdktrace.ReadOnlySpan) []string {
 	}
 	attrs := func(span, where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			check(span, where+" attribute "+string(kv.Key), kv.Value.Emit())
+			check(span, where+" attribute "+string(kv.Key), kv.Value.String())
 		}
 	}
 	for _, sp := range spans {
