@@ -19,8 +19,10 @@ import (
 // receiver prints deliveries.
 
 // traceQuiet is how long a trace waits for more spans before it prints:
-// the services' exporters send every half second here.
-const traceQuiet = 2 * time.Second
+// the services' exporters send every half second here, and a webhook
+// attempt, a span of its request's trace, follows the relay and the
+// delivery engine's polls (1 s each by default).
+const traceQuiet = 5 * time.Second
 
 // traceEnv is what points a service at the local receiver.
 func traceEnv(addr string) []string {
@@ -104,7 +106,9 @@ func formatTrace(id string, spans []otlprecv.Span) string {
 			fmt.Fprintf(&b, "  (child of %s)", short(s.ParentID))
 		}
 		for _, l := range s.Links {
-			fmt.Fprintf(&b, "  (link to trace %s)", short(l.TraceID))
+			if l.TraceID != id {
+				fmt.Fprintf(&b, "  (link to trace %s)", short(l.TraceID))
+			}
 		}
 		if s.Failed {
 			b.WriteString("  ERROR")
