@@ -81,11 +81,12 @@
 //
 // Every change of a conversation is an [Event] (its Type one of the
 // Event… constants), ordered per account by Sequence. [Client.Events]
-// iterates over the events after a stored sequence (or [FromOldest]) until
-// it has caught up; store the Sequence of each event handled and start
-// there next time to get every later event exactly once.
-// [Client.ListEventsPage] returns one page and the position to continue
-// from, which moves past events the caller may not see. [Client.FollowEvents]
+// returns the feed from a stored position (or [FromOldest]); ranging over
+// [EventFeed.All] reads it until it has caught up, and
+// [EventFeed.Position] is where to continue next time, to get every later
+// event exactly once. [Client.ListEventsPage] returns one page and the
+// position to continue from, which moves past events the caller may not
+// see. [Client.FollowEvents]
 // follows the live stream (Server-Sent Events) and reconnects with
 // Last-Event-ID and a fresh token whenever the stream ends, so no event is
 // skipped or repeated; a token the service refuses when it reconnects is
@@ -151,4 +152,9 @@
 // method, the path and the service's answer, whose texts stay as the
 // service wrote them), and [Credentials] and [ClientCredentials] print with
 // the password and the secret redacted. Response bodies are read up to [MaxBodyBytes].
+//
+// # Webhooks
+//
+// [VerifyWebhook] checks a delivery to a webhook endpoint and returns its
+// event, the same [Event] the feed gives. README.md shows a receiver.
 package client

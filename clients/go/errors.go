@@ -10,27 +10,26 @@ import (
 	"strings"
 	"time"
 	"unicode"
-
-	"github.com/acme/platform/pkg/problem"
 )
 
 // Stable error codes of the services (the code member of their problem
 // bodies). New codes may be added; an answer that carries no code has the
-// code "http_<status>", e.g. "http_502".
-// They are the codes of pkg/problem, which the services answer with.
+// code "http_<status>", e.g. "http_502". They are written out here, not
+// imported from the services' packages, so that the client is a module of
+// its own (docs/errors.md lists them; a test checks the two agree).
 const (
-	CodeMalformedJSON        = problem.CodeMalformedJSON
-	CodeValidationFailed     = problem.CodeValidationFailed
-	CodeInvalidCredentials   = problem.CodeInvalidCredentials
-	CodeInvalidToken         = problem.CodeInvalidToken
-	CodeNotFound             = problem.CodeNotFound
-	CodeMethodNotAllowed     = problem.CodeMethodNotAllowed
-	CodeBodyTooLarge         = problem.CodeBodyTooLarge
-	CodeUnsupportedMediaType = problem.CodeUnsupportedMediaType
-	CodeTooManyRequests      = problem.CodeTooManyRequests
-	CodeUnavailable          = problem.CodeUnavailable
-	CodeInternal             = problem.CodeInternal
-	CodeConflict             = problem.CodeConflict
+	CodeMalformedJSON        = "malformed_json"
+	CodeValidationFailed     = "validation_failed"
+	CodeInvalidCredentials   = "invalid_credentials"
+	CodeInvalidToken         = "invalid_token"
+	CodeNotFound             = "not_found"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeBodyTooLarge         = "body_too_large"
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	CodeTooManyRequests      = "too_many_requests"
+	CodeUnavailable          = "service_unavailable"
+	CodeInternal             = "internal_error"
+	CodeConflict             = "conflict"
 	// CodeServiceUnavailable is CodeUnavailable under the name of its code.
 	CodeServiceUnavailable = CodeUnavailable
 	// CodeOverloaded is the 503 of a replica that sheds requests it cannot
@@ -38,12 +37,12 @@ const (
 	CodeOverloaded = "overloaded"
 	// Codes of what a service's HTTP server refuses before routing: the
 	// request is not HTTP it can read, or it was too slow to arrive.
-	CodeMalformedRequest            = problem.CodeMalformedRequest    // 400: e.g. a bad Content-Length or %zz in the path
-	CodeUnsupportedTransferEncoding = problem.CodeUnsupportedEncoding // a Transfer-Encoding other than chunked
-	CodeHeadersTooLarge             = problem.CodeHeadersTooLarge     // 431: headers over the server's limit
-	CodeRequestTimeout              = problem.CodeRequestTimeout      // 408: the body did not arrive in time
+	CodeMalformedRequest            = "malformed_request"             // 400: e.g. a bad Content-Length or %zz in the path
+	CodeUnsupportedTransferEncoding = "unsupported_transfer_encoding" // a Transfer-Encoding other than chunked
+	CodeHeadersTooLarge             = "headers_too_large"             // 431: headers over the server's limit
+	CodeRequestTimeout              = "request_timeout"               // 408: the body did not arrive in time
 
-	// Codes of the conversation lifecycle (CONTRACT section 8).
+	// Codes of the conversation lifecycle.
 	CodePreconditionFailed   = "precondition_failed"    // 412: the If-Match tag is stale
 	CodeConversationClosed   = "conversation_closed"    // 409: a message to a closed conversation
 	CodeTooManyParticipants  = "too_many_participants"  // 409: a 101st participant

@@ -15,13 +15,16 @@ import (
 	"time"
 )
 
-// The event types (contract 11.1).
+// The event types of the feed, the stream and webhooks.
 const (
 	EventConversationCreated            = "conversation.created"
 	EventConversationUpdated            = "conversation.updated"
 	EventConversationParticipantAdded   = "conversation.participant_added"
 	EventConversationParticipantRemoved = "conversation.participant_removed"
 	EventMessageCreated                 = "message.created"
+	// EventWebhookTest is a test delivery to one webhook endpoint
+	// (Client.TestWebhook), never in the feed: Sequence 0, Data.EndpointID.
+	EventWebhookTest = "webhook.test"
 )
 
 // Event is one change of a conversation of the caller's account. Sequence
@@ -49,6 +52,8 @@ type EventData struct {
 	UserID string `json:"userId,omitempty"`
 	// Message of message.created.
 	Message *Message `json:"message,omitempty"`
+	// EndpointID of webhook.test: the endpoint tested.
+	EndpointID string `json:"endpointId,omitempty"`
 }
 
 // FromOldest, as a position, reads from the oldest event the service still
@@ -63,14 +68,14 @@ type EventOptions struct {
 	Limit int
 }
 
-// EventPage is one page of the feed. Next is the position to continue
-// from: the highest sequence the service examined for the caller, which
-// may be beyond the last event of the page (events the caller may not see
-// or did not ask for). Full says a full page came: more are ready now.
+// EventPage is one page of the feed. Position is where to continue from:
+// the highest sequence the service examined for the caller, which may be
+// beyond the last event of the page (events the caller may not see or did
+// not ask for). Full says a full page came: more are ready now.
 type EventPage struct {
-	Events []Event
-	Next   int64
-	Full   bool
+	Events   []Event
+	Position int64
+	Full     bool
 }
 
 // ListEventsPage reads the events after the position after (FromOldest:
@@ -98,7 +103,7 @@ func (c *Client) ListEventsPage(ctx context.Context, after int64, opts EventOpti
 	}
 	nu, err := url.Parse(next)
 	if err == nil {
-		page.Next, err = strconv.ParseInt(nu.Query().Get("after"), 10, 64)
+		page.Position, err = strconv.ParseInt(nu.Query().Get("after"), 10, 64)
 	}
 	if err != nil {
 		return EventPage{}, fmt.Errorf("client: GET %s: Link %q names no position", u.Path, next)
@@ -125,36 +130,61 @@ func eventQuery(after int64, types []string) url.Values {
 	return q
 }
 
-// Events iterates over the events after the position after (a stored
-// Sequence, or FromOldest), oldest first, page after page, until it has
-// caught up with the feed: the events ready now, each once. Iterate again
-// from the last Sequence handled to get the ones that came since (or use
-// FollowEvents). A failure is yielded once and ends the iteration.
+// EventFeed is the caller's event feed from a position. Each range over
+// All reads the events after Position, oldest first, page after page,
+// until it has caught up with the feed, and moves Position on as it goes:
+// store it after the loop and give it to Events next time (or range over
+// the same feed again later) to get every later event exactly once.
+// An EventFeed is for one goroutine at a time.
+type EventFeed struct {
+	c        *Client
+	opts     EventOptions
+	position int64
+}
+
+// Events returns the feed of the events after the position after (a
+// stored position or Sequence, or FromOldest).
 //
-//	for e, err := range c.Events(ctx, stored, client.EventOptions{}) {
+//	feed := c.Events(stored, client.EventOptions{})
+//	for e, err := range feed.All(ctx) {
 //		if err != nil {
 //			return err
 //		}
 //		handle(e)
-//		stored = e.Sequence
 //	}
-func (c *Client) Events(ctx context.Context, after int64, opts EventOptions) iter.Seq2[Event, error] {
+//	stored = feed.Position()
+func (c *Client) Events(after int64, opts EventOptions) *EventFeed {
+	return &EventFeed{c: c, opts: opts, position: after}
+}
+
+// Position is where the feed continues from: the Sequence of the last event
+// the loop received or, once a page is done, the position of its Link
+// header, which moves past events the caller may not see or Types left
+// out. It is the after given to Events until something was read.
+func (f *EventFeed) Position() int64 { return f.position }
+
+// All iterates over the events after Position until the feed has caught
+// up: the events ready now, each once. A failure is yielded once and ends
+// the iteration.
+func (f *EventFeed) All(ctx context.Context) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		for {
-			page, err := c.ListEventsPage(ctx, after, opts)
+			before := f.position
+			page, err := f.c.ListEventsPage(ctx, f.position, f.opts)
 			if err != nil {
 				yield(Event{}, err)
 				return
 			}
 			for _, e := range page.Events {
+				f.position = e.Sequence
 				if !yield(e, nil) {
 					return
 				}
 			}
-			if !page.Full || page.Next <= after {
+			f.position = max(f.position, page.Position)
+			if !page.Full || page.Position <= before {
 				return
 			}
-			after = page.Next
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	client "github.com/acme/platform/clients/go"
-	"github.com/acme/platform/pkg/problem"
 )
 
 // Log in, read the account's integration definitions, create conversations
@@ -247,7 +246,8 @@ func startServices() (account, conversations *httptest.Server) {
 	authed := func(next http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if h := r.Header.Get("Authorization"); h != "Bearer "+token && h != "Bearer "+clientToken {
-				_ = problem.Write(w, problem.InvalidToken("The bearer token is expired."))
+				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+				writeProblem(w, http.StatusUnauthorized, client.CodeInvalidToken, "The bearer token is expired.")
 				return
 			}
 			next(w, r)
@@ -273,8 +273,8 @@ func startServices() (account, conversations *httptest.Server) {
 	acc.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		var in struct{ Username, Password, AccountName string }
 		if json.NewDecoder(r.Body).Decode(&in) != nil || in.Password != "correct horse" {
-			_ = problem.Write(w, problem.New(http.StatusUnauthorized, problem.CodeInvalidCredentials,
-				"The username, password or account name is wrong."))
+			writeProblem(w, http.StatusUnauthorized, client.CodeInvalidCredentials,
+				"The username, password or account name is wrong.")
 			return
 		}
 		reply(w, http.StatusOK, map[string]any{"tokens": map[string]any{
@@ -327,7 +327,7 @@ func startServices() (account, conversations *httptest.Server) {
 		defer mu.Unlock()
 		c := find(r.PathValue("id"))
 		if c == nil {
-			_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
+			writeProblem(w, http.StatusNotFound, client.CodeNotFound, "No conversation with this id among yours.")
 			return
 		}
 		w.Header().Set("ETag", etag(c["id"].(string)))
@@ -341,12 +341,12 @@ func startServices() (account, conversations *httptest.Server) {
 		c := find(r.PathValue("id"))
 		id := r.PathValue("id")
 		if c == nil {
-			_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
+			writeProblem(w, http.StatusNotFound, client.CodeNotFound, "No conversation with this id among yours.")
 			return
 		}
 		if r.Header.Get("If-Match") != etag(id) {
-			_ = problem.Write(w, problem.New(http.StatusPreconditionFailed, client.CodePreconditionFailed,
-				"The conversation changed since the ETag given in If-Match: read it again."))
+			writeProblem(w, http.StatusPreconditionFailed, client.CodePreconditionFailed,
+				"The conversation changed since the ETag given in If-Match: read it again.")
 			return
 		}
 		c["status"], c["updatedAt"] = in.Status, tick()
@@ -363,10 +363,10 @@ func startServices() (account, conversations *httptest.Server) {
 		c := find(id)
 		switch {
 		case c == nil:
-			_ = problem.Write(w, problem.NotFound("No conversation with this id among yours."))
+			writeProblem(w, http.StatusNotFound, client.CodeNotFound, "No conversation with this id among yours.")
 			return
 		case c["status"] == "closed":
-			_ = problem.Write(w, problem.New(http.StatusConflict, client.CodeConversationClosed, "The conversation is closed."))
+			writeProblem(w, http.StatusConflict, client.CodeConversationClosed, "The conversation is closed.")
 			return
 		}
 		key := r.Header.Get("Idempotency-Key")
@@ -402,4 +402,12 @@ func startServices() (account, conversations *httptest.Server) {
 		reply(w, http.StatusOK, all[offset:end])
 	}))
 	return httptest.NewServer(acc), httptest.NewServer(conv)
+}
+
+// writeProblem answers as the services do: an RFC 9457 problem with its code.
+func writeProblem(w http.ResponseWriter, status int, code, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "urn:problem-type:" + code,
+		"title": http.StatusText(status), "status": status, "detail": detail, "code": code})
 }

@@ -9,9 +9,11 @@ import (
 )
 
 // TestImportingTheClientPullsNoTestInfrastructure builds a tiny program
-// that imports only the client, as another backend would, and checks that
-// none of our test infrastructure, nor the deployment libraries, reaches
-// its build, its go.mod or its go.sum.
+// outside the workspace that imports only the client, as another backend
+// would, with the one replace that stands for go get of the unpublished
+// module, and checks that no other module of this repository, none of our
+// test infrastructure, nor the deployment libraries, reaches its build,
+// its go.mod or its go.sum.
 func TestImportingTheClientPullsNoTestInfrastructure(t *testing.T) {
 	// go test runs a package's tests in its folder (and make test builds
 	// with -trimpath, so the source paths the binary records are not real).
@@ -19,7 +21,6 @@ func TestImportingTheClientPullsNoTestInfrastructure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkgDir := filepath.Join(clientDir, "..", "..", "pkg")
 
 	dir := t.TempDir()
 	write := func(name, content string) {
@@ -33,10 +34,7 @@ go 1.26.0
 
 require github.com/acme/platform/clients/go v0.0.0
 
-replace (
-	github.com/acme/platform/clients/go => `+clientDir+`
-	github.com/acme/platform/pkg => `+pkgDir+`
-)
+replace github.com/acme/platform/clients/go => `+clientDir+`
 `)
 	write("main.go", `package main
 
@@ -74,7 +72,7 @@ func main() {
 	for _, forbidden := range []string{
 		"github.com/FerretDB", "modernc.org/sqlite", "github.com/ory/dockertest", "github.com/getkin/kin-openapi",
 		"github.com/acme/platform/pkg/testkit", "sigs.k8s.io/kustomize", "k8s.io/api", "k8s.io/apimachinery",
-		"github.com/prometheus/prometheus",
+		"github.com/prometheus/prometheus", "github.com/acme/platform/pkg", "github.com/acme/platform/services",
 	} {
 		for what, text := range map[string]string{"build": deps, "module graph": graph, "go.mod": string(modFile), "go.sum": string(sumFile)} {
 			if strings.Contains(text, forbidden) {

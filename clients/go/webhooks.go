@@ -229,35 +229,6 @@ func (c *Client) WebhookDeliveries(ctx context.Context, id string) iter.Seq2[Web
 	})
 }
 
-// WebhookEvent is a verified delivery's event.
-type WebhookEvent struct {
-	// ID is the event id, also the webhook-id header: the same on every
-	// attempt, so a receiver drops the repeats of one it handled.
-	ID   string `json:"id"`
-	Type string `json:"type"`
-	// Sequence orders the events of the account (nil for webhook.test).
-	// Deliveries may arrive out of order: order by it.
-	Sequence  *int64           `json:"sequence"`
-	Timestamp time.Time        `json:"timestamp"`
-	Data      WebhookEventData `json:"data"`
-}
-
-// WebhookEventData is an event's data; which members are set depends on
-// its type (CONTRACT section 11.1).
-type WebhookEventData struct {
-	// Conversation after the change (every conversation and message event).
-	Conversation *Conversation `json:"conversation,omitempty"`
-	// Changes (conversation.updated) names each changed field with its
-	// previous value.
-	Changes map[string]any `json:"changes,omitempty"`
-	// UserID (conversation.participant_added, _removed).
-	UserID string `json:"userId,omitempty"`
-	// Message (message.created).
-	Message *Message `json:"message,omitempty"`
-	// EndpointID (webhook.test): the endpoint tested.
-	EndpointID string `json:"endpointId,omitempty"`
-}
-
 // WebhookTolerance is how far a delivery's webhook-timestamp may be from
 // the receiver's clock.
 const WebhookTolerance = 5 * time.Minute
@@ -292,30 +263,34 @@ func (e *WebhookError) Unwrap() error { return e.Reason }
 // of secrets (several while a secret is rotated), compared in constant
 // time, and the timestamp within 5 minutes of now. It returns the event,
 // or a *WebhookError. Pass the body exactly as received, before any JSON
-// parsing.
-func VerifyWebhook(secrets []string, header http.Header, body []byte) (WebhookEvent, error) {
+// parsing. The event is the feed's [Event]: the types of the feed, and
+// EventWebhookTest (Sequence 0, Data.EndpointID set) for a test delivery.
+// Its ID is the webhook-id, the same on every attempt: a receiver drops
+// the repeats of one it handled. Deliveries may arrive out of order: order
+// by Sequence.
+func VerifyWebhook(secrets []string, header http.Header, body []byte) (Event, error) {
 	return VerifyWebhookAt(secrets, header, body, time.Now())
 }
 
 // VerifyWebhookAt is VerifyWebhook with the receiver's clock at now (a
 // replay of a stored delivery, or a test).
-func VerifyWebhookAt(secrets []string, header http.Header, body []byte, now time.Time) (WebhookEvent, error) {
+func VerifyWebhookAt(secrets []string, header http.Header, body []byte, now time.Time) (Event, error) {
 	id, ts, sigs := header.Get("webhook-id"), header.Get("webhook-timestamp"), header.Get("webhook-signature")
 	if id == "" || ts == "" || sigs == "" {
-		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookHeaders}
+		return Event{}, &WebhookError{Reason: ErrWebhookHeaders}
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookHeaders, Detail: "webhook-timestamp is not Unix seconds"}
+		return Event{}, &WebhookError{Reason: ErrWebhookHeaders, Detail: "webhook-timestamp is not Unix seconds"}
 	}
 	if at := time.Unix(sec, 0); at.Before(now.Add(-WebhookTolerance)) || at.After(now.Add(WebhookTolerance)) {
-		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookTimestamp}
+		return Event{}, &WebhookError{Reason: ErrWebhookTimestamp}
 	}
 	var expected [][]byte
 	for _, s := range secrets {
 		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "whsec_"))
 		if err != nil || len(key) == 0 {
-			return WebhookEvent{}, &WebhookError{Reason: ErrWebhookSecret}
+			return Event{}, &WebhookError{Reason: ErrWebhookSecret}
 		}
 		mac := hmac.New(sha256.New, key)
 		mac.Write([]byte(id + "." + ts + "."))
@@ -340,14 +315,14 @@ func VerifyWebhookAt(secrets []string, header http.Header, body []byte, now time
 		}
 	}
 	if !matched {
-		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookSignature}
+		return Event{}, &WebhookError{Reason: ErrWebhookSignature}
 	}
-	var ev WebhookEvent
+	var ev Event
 	if err := json.Unmarshal(body, &ev); err != nil || ev.ID == "" || ev.Type == "" {
-		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookPayload}
+		return Event{}, &WebhookError{Reason: ErrWebhookPayload}
 	}
 	if ev.ID != id {
-		return WebhookEvent{}, &WebhookError{Reason: ErrWebhookPayload, Detail: fmt.Sprintf("the body's id %q is not the webhook-id", ev.ID)}
+		return Event{}, &WebhookError{Reason: ErrWebhookPayload, Detail: fmt.Sprintf("the body's id %q is not the webhook-id", ev.ID)}
 	}
 	return ev, nil
 }

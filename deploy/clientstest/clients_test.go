@@ -92,9 +92,13 @@ var suites = []suite{
 		},
 	},
 	{
-		name:  "python",
-		dir:   "clients/python",
-		tools: []tool{{"python3", "apt-get install python3 (Python 3.9 or later)"}},
+		name: "python",
+		dir:  "clients/python",
+		tools: []tool{
+			{"python3", "apt-get install python3 (Python 3.9 or later)"},
+			// tests/test_readme.py type-checks the README's snippets.
+			{"mypy", "apt-get install mypy"},
+		},
 		prepare: [][]string{
 			{"python3", "-c", `import sys; sys.exit(sys.version_info < (3, 9) and "python3 is " + sys.version.split()[0] + ": the client needs Python 3.9 or later")`},
 			// The README's install line, which the suite runs

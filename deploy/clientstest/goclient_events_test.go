@@ -32,7 +32,7 @@ func feedPosition(t *testing.T, c *client.Client) int64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pos = page.Next
+		pos = page.Position
 		if !page.Full {
 			return pos
 		}
@@ -44,17 +44,22 @@ func feedPosition(t *testing.T, c *client.Client) int64 {
 func feedAfter(t *testing.T, c *client.Client, after int64, n int) []client.Event {
 	t.Helper()
 	var got []client.Event
+	// One feed ranged over again and again, as a reader polls it: each
+	// range continues from its Position.
+	feed := c.Events(after, client.EventOptions{Limit: 2})
 	for len(got) < n {
-		for e, err := range c.Events(t.Context(), after, client.EventOptions{Limit: 2}) {
+		for e, err := range feed.All(t.Context()) {
 			if err != nil {
 				t.Fatal(err)
 			}
 			got = append(got, e)
-			after = e.Sequence
 		}
 		if len(got) < n {
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+	if last := got[len(got)-1].Sequence; feed.Position() < last {
+		t.Fatalf("the feed's position %d is before its last event %d", feed.Position(), last)
 	}
 	return got
 }

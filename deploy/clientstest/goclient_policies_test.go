@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	client "github.com/acme/platform/clients/go"
+	"github.com/acme/platform/pkg/problem"
 )
 
 // runGoPolicies proves, against both real binaries (the Go suite's: see
@@ -233,6 +234,26 @@ func runGoPolicies(t *testing.T, st *stack) {
 		for _, m := range codes {
 			if !known[m[1]] {
 				t.Errorf("the Go client has no constant for %s", m[1])
+			}
+		}
+	})
+
+	t.Run("the client's codes are the services' codes", func(t *testing.T) {
+		// The client writes them out, so that it requires no module of
+		// this repository; the services answer with pkg/problem's.
+		for mine, theirs := range map[string]string{
+			client.CodeMalformedJSON: problem.CodeMalformedJSON, client.CodeValidationFailed: problem.CodeValidationFailed,
+			client.CodeInvalidCredentials: problem.CodeInvalidCredentials, client.CodeInvalidToken: problem.CodeInvalidToken,
+			client.CodeNotFound: problem.CodeNotFound, client.CodeMethodNotAllowed: problem.CodeMethodNotAllowed,
+			client.CodeBodyTooLarge: problem.CodeBodyTooLarge, client.CodeUnsupportedMediaType: problem.CodeUnsupportedMediaType,
+			client.CodeTooManyRequests: problem.CodeTooManyRequests, client.CodeUnavailable: problem.CodeUnavailable,
+			client.CodeInternal: problem.CodeInternal, client.CodeConflict: problem.CodeConflict,
+			client.CodeOverloaded: problem.CodeOverloaded, client.CodeMalformedRequest: problem.CodeMalformedRequest,
+			client.CodeUnsupportedTransferEncoding: problem.CodeUnsupportedEncoding,
+			client.CodeHeadersTooLarge:             problem.CodeHeadersTooLarge, client.CodeRequestTimeout: problem.CodeRequestTimeout,
+		} {
+			if mine != theirs {
+				t.Errorf("the client's code %q is %q in pkg/problem", mine, theirs)
 			}
 		}
 	})

@@ -92,7 +92,7 @@ func (g *goSuite) testWebhooks(t *testing.T) {
 	}
 	in := next(t, got)
 	ev, err := client.VerifyWebhook([]string{w.Secret}, in.header, in.body)
-	if err != nil || ev.ID != d.EventID || ev.Type != "webhook.test" || ev.Sequence != nil || ev.Data.EndpointID != w.ID {
+	if err != nil || ev.ID != d.EventID || ev.Type != client.EventWebhookTest || ev.Sequence != 0 || ev.Data.EndpointID != w.ID {
 		t.Fatalf("verify: %+v %v", ev, err)
 	}
 	if _, err := client.VerifyWebhook([]string{client.NewIdempotencyKey()}, in.header, in.body); !errors.Is(err, client.ErrWebhookSecret) {
@@ -111,7 +111,7 @@ func (g *goSuite) testWebhooks(t *testing.T) {
 	}
 	in = next(t, got)
 	ev, err = client.VerifyWebhook([]string{w.Secret}, in.header, in.body)
-	if err != nil || ev.Type != "conversation.created" || ev.Sequence == nil || ev.Data.Conversation == nil || ev.Data.Conversation.ID != conv.ID {
+	if err != nil || ev.Type != client.EventConversationCreated || ev.Sequence <= 0 || ev.Data.Conversation.ID != conv.ID {
 		t.Fatalf("conversation.created: %+v %v", ev, err)
 	}
 

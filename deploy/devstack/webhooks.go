@@ -129,8 +129,8 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seq := "-"
-	if ev.Sequence != nil {
-		seq = fmt.Sprint(*ev.Sequence)
+	if ev.Type != client.EventWebhookTest {
+		seq = fmt.Sprint(ev.Sequence)
 	}
 	var data bytes.Buffer
 	if raw, ok := rawData(body); ok && json.Compact(&data, raw) == nil && data.Len() > 300 {

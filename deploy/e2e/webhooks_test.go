@@ -22,6 +22,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	client "github.com/acme/platform/clients/go"
 	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
@@ -158,22 +159,12 @@ func (h hooksAPI) do(method, path, body string, into any) int {
 	return resp.StatusCode
 }
 
-type hookEndpoint struct {
-	ID             string  `json:"id"`
-	Secret         string  `json:"secret"`
-	Enabled        bool    `json:"enabled"`
-	DisabledReason *string `json:"disabledReason"`
-}
-
-type hookDelivery struct {
-	ID             string  `json:"id"`
-	EventID        string  `json:"eventId"`
-	EventType      string  `json:"eventType"`
-	State          string  `json:"state"`
-	Attempts       int     `json:"attempts"`
-	ResponseStatus *int    `json:"responseStatus"`
-	Error          *string `json:"error"`
-}
+// The endpoint and delivery as the API answers them: the Go client's wire
+// types, the one definition on the callers' side.
+type (
+	hookEndpoint = client.Webhook
+	hookDelivery = client.WebhookDelivery
+)
 
 func (h hooksAPI) create(url string) hookEndpoint {
 	h.t.Helper()

@@ -251,7 +251,7 @@ func TestNotRootWithoutSudoFailsNamingTheCommand(t *testing.T) {
 // what PATH lacks, and installs nothing.
 func TestMacOSNamesHomebrewPackages(t *testing.T) {
 	pick(t, readmePackages(t, testSection), "chromium", "wrk")
-	res := run(t, system{uname: "Darwin", programs: []string{"python3", "php", "phpunit", "composer"}}, testSection)
+	res := run(t, system{uname: "Darwin", programs: []string{"python3", "mypy", "php", "phpunit", "composer"}}, testSection)
 	if res.err == nil {
 		t.Fatalf("exit 0; want a failure (stdout %q)", res.stdout)
 	}

@@ -33,26 +33,26 @@ export interface ClientOptions {
   /** A user's `{ accountName, username, password }`, or a service client's `{ clientId, clientSecret, scope? }`. */
   credentials: Credentials;
   /** The fetch to use; default the global one (Node 20+, browsers). */
-  fetch?: typeof globalThis.fetch;
+  fetch?: typeof globalThis.fetch | undefined;
   /** Called after every login and renewal, with how it was done (for metrics). */
-  onRenew?: (kind: RenewalKind) => void;
+  onRenew?: ((kind: RenewalKind) => void) | undefined;
   /**
    * How many times a read, or a creation with its `Idempotency-Key`, is
    * sent again after a network failure, a 502, 503 or 504, or a 429
    * (default 2; 0 turns retries off). See "Retries" in the top-level README.
    */
-  maxRetries?: number;
+  maxRetries?: number | undefined;
   /**
    * The longest wait, in seconds, before a retry (default 10): an answer
    * whose `Retry-After` asks for longer is thrown at once.
    */
-  maxRetryWait?: number;
+  maxRetryWait?: number | undefined;
 }
 
 /** Per-call options. */
 export interface CallOptions {
   /** Aborts the call. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 /** Options of a creating call. */
@@ -62,60 +62,60 @@ export interface CreateOptions extends CallOptions {
    * hours returns the first response and creates nothing. Default: a new
    * random key per call.
    */
-  idempotencyKey?: string;
+  idempotencyKey?: string | undefined;
 }
 
 /** Options of {@link PlatformClient.updateConversation}. */
 export interface UpdateOptions extends CallOptions {
   /** The `If-Match` to send; default the last ETag this client saw of the conversation. */
-  ifMatch?: string;
+  ifMatch?: string | undefined;
 }
 
 /** Filters and page size of the conversation listing. */
 export interface ListConversationsOptions extends CallOptions {
   /** Page size, 1..100 (the service's default is 10). */
-  limit?: number;
-  status?: ConversationStatus;
+  limit?: number | undefined;
+  status?: ConversationStatus | undefined;
   /** Only conversations changed after this instant. */
-  updatedAfter?: Date | string;
+  updatedAfter?: Date | string | undefined;
 }
 
 /** Page size and filter of the user listing (a service client with `users:read`). */
 export interface ListUsersOptions extends CallOptions {
   /** Page size, 1..100 (the service's default is 10). */
-  limit?: number;
+  limit?: number | undefined;
   /** Only the user of this username (an exact, case-insensitive match). */
-  username?: string;
+  username?: string | undefined;
 }
 
 /** Page size of the message listing. */
 export interface ListMessagesOptions extends CallOptions {
-  limit?: number;
+  limit?: number | undefined;
 }
 
 /** Where the event feed starts, what it returns, and how much per page. */
 export interface EventsOptions extends CallOptions {
   /** Only events with a greater `sequence` (a stored position); default: from the oldest kept. */
-  after?: number;
+  after?: number | undefined;
   /** Page size, 1..1000 (the service's default is 100). */
-  limit?: number;
+  limit?: number | undefined;
   /** Only events of these types. */
-  types?: EventType[];
+  types?: EventType[] | undefined;
 }
 
 /** Where the live stream starts and what it sends. */
 export interface StreamEventsOptions extends CallOptions {
   /** Only events with a greater `sequence` (a stored position); default: the service's. */
-  after?: number;
+  after?: number | undefined;
   /** Only events of these types. */
-  types?: EventType[];
+  types?: EventType[] | undefined;
 }
 
 /** One page of a listing and the link to the next, if any. */
 /** Options of {@link PlatformClient.rotateWebhookSecret}. */
 export interface RotateOptions extends CallOptions {
   /** Seconds the previous secret keeps signing (0..604800); the service's default (24 h) when left out. */
-  overlapSeconds?: number;
+  overlapSeconds?: number | undefined;
 }
 
 export interface Page<T> {
@@ -179,7 +179,7 @@ export class PlatformClient {
   }
 
   /** One page of conversations; `next` is the URL of the following one. */
-  async listConversationsPage(options: ListConversationsOptions & { page?: string } = {}): Promise<Page<Conversation>> {
+  async listConversationsPage(options: ListConversationsOptions & { page?: string | undefined } = {}): Promise<Page<Conversation>> {
     return this.#listPage(() => this.#listUrl(options), options);
   }
 
@@ -289,7 +289,7 @@ export class PlatformClient {
   }
 
   /** One page of a conversation's messages, newest first. */
-  async listMessagesPage(conversationId: string, options: ListMessagesOptions & { page?: string } = {}): Promise<Page<Message>> {
+  async listMessagesPage(conversationId: string, options: ListMessagesOptions & { page?: string | undefined } = {}): Promise<Page<Message>> {
     return this.#listPage(() => this.#messagesUrl(conversationId, options), options);
   }
 
@@ -309,7 +309,7 @@ export class PlatformClient {
    * position }`, `position` being where to continue from (see
    * {@link EventPage}).
    */
-  async eventsPage(options: EventsOptions & { page?: string } = {}): Promise<EventPage> {
+  async eventsPage(options: EventsOptions & { page?: string | undefined } = {}): Promise<EventPage> {
     const page = await this.#listPage<PlatformEvent>(() => this.#eventsUrl("/v1/events", options.after, options), options);
     return { ...page, position: positionOf(page.next) };
   }
@@ -357,7 +357,7 @@ export class PlatformClient {
     );
   }
 
-  #eventsUrl(path: string, after: number | string | undefined, options: { limit?: number; types?: EventType[] }): string {
+  #eventsUrl(path: string, after: number | string | undefined, options: { limit?: number | undefined; types?: EventType[] | undefined }): string {
     const q = new URLSearchParams();
     if (after !== undefined) q.set("after", String(after));
     if (options.limit !== undefined && path === "/v1/events") q.set("limit", String(options.limit));
@@ -383,7 +383,7 @@ export class PlatformClient {
   }
 
   /** One page of the account's users, oldest first (`users:read`). */
-  async listUsersPage(options: ListUsersOptions & { page?: string } = {}): Promise<Page<User>> {
+  async listUsersPage(options: ListUsersOptions & { page?: string | undefined } = {}): Promise<Page<User>> {
     return this.#listPage(() => this.#usersUrl(options), options, this.accountUrl);
   }
 
@@ -459,12 +459,12 @@ export class PlatformClient {
   }
 
   /** One page of the account's endpoints, newest first. */
-  async listWebhooksPage(options: CallOptions & { limit?: number; page?: string } = {}): Promise<Page<Webhook>> {
+  async listWebhooksPage(options: CallOptions & { limit?: number | undefined; page?: string | undefined } = {}): Promise<Page<Webhook>> {
     return this.#listPage(() => this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit), options);
   }
 
   /** Every endpoint of the account, following `Link`. */
-  async *webhooks(options: CallOptions & { limit?: number } = {}): AsyncGenerator<Webhook, void, undefined> {
+  async *webhooks(options: CallOptions & { limit?: number | undefined } = {}): AsyncGenerator<Webhook, void, undefined> {
     yield* this.#everyItem(this.#limited(this.conversationsUrl + "/v1/webhooks", options.limit), (page) => this.listWebhooksPage({ ...options, page }));
   }
 
@@ -507,12 +507,12 @@ export class PlatformClient {
   }
 
   /** One page of the endpoint's deliveries, newest first. */
-  async listWebhookDeliveriesPage(id: string, options: CallOptions & { limit?: number; page?: string } = {}): Promise<Page<WebhookDelivery>> {
+  async listWebhookDeliveriesPage(id: string, options: CallOptions & { limit?: number | undefined; page?: string | undefined } = {}): Promise<Page<WebhookDelivery>> {
     return this.#listPage(() => this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit), options);
   }
 
   /** Every delivery of the endpoint, newest first, following `Link`. */
-  async *webhookDeliveries(id: string, options: CallOptions & { limit?: number } = {}): AsyncGenerator<WebhookDelivery, void, undefined> {
+  async *webhookDeliveries(id: string, options: CallOptions & { limit?: number | undefined } = {}): AsyncGenerator<WebhookDelivery, void, undefined> {
     yield* this.#everyItem(this.#limited(this.#webhookUrl(id) + "/deliveries", options.limit), (page) => this.listWebhookDeliveriesPage(id, { ...options, page }));
   }
 
@@ -643,7 +643,7 @@ export class PlatformClient {
    * One page of a listing of the service at base: the page at options.page
    * (a previous page's `next`) when given, else the first, first().
    */
-  async #listPage<T>(first: () => string, options: CallOptions & { page?: string }, base: string = this.conversationsUrl): Promise<Page<T>> {
+  async #listPage<T>(first: () => string, options: CallOptions & { page?: string | undefined }, base: string = this.conversationsUrl): Promise<Page<T>> {
     const url = options.page !== undefined ? this.#sameOrigin(options.page, base) : first();
     const res = await this.#call("GET", url, options);
     return { items: await res.json(), next: this.#next(res, base) };

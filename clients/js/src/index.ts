@@ -20,7 +20,7 @@ export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind }
 export type * from "./types.js";
 export { nextLink } from "./link.js";
 export { verifyWebhook, WebhookVerificationError, webhookToleranceSeconds } from "./webhooks.js";
-export type { WebhookEvent, WebhookEventData, WebhookErrorReason, WebhookHeaders, VerifyOptions } from "./webhooks.js";
+export type { WebhookEvent, WebhookTestEvent, WebhookErrorReason, WebhookHeaders, VerifyOptions } from "./webhooks.js";
 
 export { EventFeed, EventStream } from "./events.js";
 export type { EventPage } from "./events.js";

@@ -15,7 +15,7 @@ export interface PasswordCredentials {
 export interface ClientCredentials {
   clientId: string;
   clientSecret: string;
-  scope?: string;
+  scope?: string | undefined;
 }
 
 export type Credentials = PasswordCredentials | ClientCredentials;

@@ -1,7 +1,7 @@
-// Verifying webhook deliveries (Standard Webhooks v1, contract 11.3 and
-// 11.4) with WebCrypto: the same code in Node.js 20+ and browsers (a
-// receiver usually runs in Node; a browser test may replay one).
-import type { Conversation, Message } from "./types.js";
+// Verifying webhook deliveries (Standard Webhooks v1) with WebCrypto: the
+// same code in Node.js 20+ and browsers (a receiver usually runs in Node;
+// a browser test may replay one).
+import type { PlatformEvent } from "./types.js";
 
 /** How far a delivery's `webhook-timestamp` may be from the receiver's clock. */
 export const webhookToleranceSeconds = 5 * 60;
@@ -19,36 +19,32 @@ export class WebhookVerificationError extends Error {
   }
 }
 
-/** What an event's `data` holds; which members are set depends on its type. */
-export interface WebhookEventData {
-  conversation?: Conversation;
-  /** `conversation.updated`: each changed field with its previous value. */
-  changes?: Record<string, unknown>;
-  /** `conversation.participant_added` / `_removed`. */
-  userId?: string;
-  /** `message.created`. */
-  message?: Message;
-  /** `webhook.test`: the endpoint tested. */
-  endpointId?: string;
+/**
+ * A test delivery (`POST /v1/webhooks/{id}/test`): never in the feed, so
+ * no `sequence`; `data.endpointId` is the endpoint tested.
+ */
+export interface WebhookTestEvent {
+  id: string;
+  type: "webhook.test";
+  sequence: null;
+  timestamp: string;
+  data: { endpointId: string };
 }
 
-/** A verified delivery's event. */
-export interface WebhookEvent {
-  /** The event id, also `webhook-id`: the same on every attempt, so repeats can be dropped. */
-  id: string;
-  type: string;
-  /** Orders the account's events (null for `webhook.test`); deliveries may arrive out of order. */
-  sequence: number | null;
-  timestamp: string;
-  data: WebhookEventData;
-}
+/**
+ * A verified delivery's event: an event of the feed ({@link PlatformEvent},
+ * narrowed by `type`), or a test delivery. Its `id` is also `webhook-id`,
+ * the same on every attempt, so repeats can be dropped; deliveries may
+ * arrive out of order: order by `sequence`.
+ */
+export type WebhookEvent = PlatformEvent | WebhookTestEvent;
 
 /** Header fields as fetch's Headers, or a Node.js `IncomingHttpHeaders`-like record. */
 export type WebhookHeaders = Headers | Record<string, string | string[] | undefined>;
 
 export interface VerifyOptions {
-  /** The receiver's clock in milliseconds since the epoch (default `Date.now()`). */
-  now?: number;
+  /** The receiver's clock (default: now), for a replay or a test. */
+  now?: Date | undefined;
 }
 
 function header(headers: WebhookHeaders, name: string): string | undefined {
@@ -100,7 +96,10 @@ export async function verifyWebhook(
     throw new WebhookVerificationError("headers", "missing webhook-id, webhook-timestamp or webhook-signature");
   }
   if (!/^[0-9]+$/.test(ts)) throw new WebhookVerificationError("headers", "webhook-timestamp is not Unix seconds");
-  const now = Math.floor((options.now ?? Date.now()) / 1000);
+  if (options.now !== undefined && !(options.now instanceof Date)) {
+    throw new TypeError("verifyWebhook: options.now is a Date");
+  }
+  const now = Math.floor((options.now ?? new Date()).getTime() / 1000);
   if (Math.abs(now - Number(ts)) > webhookToleranceSeconds) {
     throw new WebhookVerificationError("timestamp", "webhook-timestamp is more than 5 minutes from now");
   }
@@ -127,7 +126,7 @@ export async function verifyWebhook(
     }
   }
   if (!matched) throw new WebhookVerificationError("signature", "no signature matches any of the secrets");
-  let event: WebhookEvent;
+  let event: { id?: unknown; type?: unknown } | null;
   try {
     event = JSON.parse(new TextDecoder().decode(body));
   } catch {
@@ -137,5 +136,5 @@ export async function verifyWebhook(
     throw new WebhookVerificationError("payload", "the body is not an event");
   }
   if (event.id !== id) throw new WebhookVerificationError("payload", "the body's id is not the webhook-id");
-  return event;
+  return event as WebhookEvent;
 }

@@ -1,10 +1,13 @@
 // The README as a newcomer meets it: its install line into a fresh app
-// folder, then its JavaScript snippets, read from README.md at test time and
-// run as printed (only the endpoints and credentials swapped for the
-// suite's) against the real services, as example.mjs of that app.
+// folder, then its TypeScript snippets, read from README.md at test time,
+// type-checked as example.mts of that app under the strictest settings
+// (strict, exactOptionalPropertyTypes) and run as printed (only the
+// endpoints, credentials and the receiver's port swapped for the suite's)
+// against the real services.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { createServer } from "node:net";
 import { mkdtemp, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -38,25 +41,53 @@ test("the README's install line and snippets work as printed", async () => {
   assert.equal(lines[0], "cd clients/js && npm ci && npm run build");
   assert.match(lines[1], /^cd your-app && npm install \/path\/to\/platform\/clients\/js$/);
 
-  // The Users snippet uses accountUrl, conversationsUrl, clientId and
-  // clientSecret, which its reader has: defined first, as the suite's.
-  const usersPrelude = `const accountUrl = ${JSON.stringify(env.accountUrl)}, conversationsUrl = ${JSON.stringify(env.conversationsUrl)};
+  // The Webhooks and Users snippets use accountUrl, conversationsUrl,
+  // clientId and clientSecret, which their reader has: defined first, as
+  // the suite's.
+  const prelude = `const accountUrl = ${JSON.stringify(env.accountUrl)}, conversationsUrl = ${JSON.stringify(env.conversationsUrl)};
 const clientId = ${JSON.stringify(env.clientId)}, clientSecret = ${JSON.stringify(env.clientSecret)};
 `;
+  const webhooks = blocks(await section("Webhooks"), "ts");
+  assert.equal(webhooks.length, 1, "the Webhooks section has one receiver");
+  // After the receiver listens: a message on a conversation the service
+  // client sees, whose delivery the receiver verifies and prints; the
+  // delivery log says when the receiver answered.
+  const webhooksTrailer = `
+const hooked = await hooks.createConversation({ subject: "Hooked", participants: [${JSON.stringify(env.userId)}] });
+await hooks.postMessage(hooked.id, { body: "Delivered and verified" });
+const answered = async () => { for await (const d of hooks.webhookDeliveries(endpoint.id)) if (d.state !== "pending") return true; return false; };
+for (let i = 0; i < 600 && !(await answered()); i++) await new Promise((r) => setTimeout(r, 50));
+receiver.close();
+await hooks.deleteWebhook(endpoint.id);
+`;
   const snippets = [
-    ...blocks(await section("Example"), "js"),
-    ...blocks(await section("Events"), "js"),
-    usersPrelude + blocks(await section("Users"), "js").join("\n"),
-    ...blocks(await section("Errors"), "js"),
+    ...blocks(await section("Example"), "ts"),
+    ...blocks(await section("Events"), "ts"),
+    ...blocks(await section("Errors"), "ts"),
+    prelude + blocks(await section("Users"), "ts").join("\n"),
+    webhooks[0] + webhooksTrailer,
   ];
-  assert.equal(snippets.length, 4, "the example, the events, users and the errors");
-  let script = snippets.join("\n");
+  assert.equal(snippets.length, 5, "the example, the events, the errors, users and webhooks");
+  // The imports of every snippet go first, merged per module, as in one
+  // module that a reader pasted them into.
+  const scriptLines = snippets.join("\n").split("\n");
+  const imported = new Map();
+  for (const l of scriptLines.filter((l) => l.startsWith("import "))) {
+    const m = l.match(/^import \{ (.*) \} from (".*");$/);
+    assert.ok(m, `an import of named bindings: ${l}`);
+    imported.set(m[2], new Set([...(imported.get(m[2]) ?? []), ...m[1].split(", ")]));
+  }
+  const imports = [...imported].map(([from, names]) => `import { ${[...names].join(", ")} } from ${from};`);
+  let script = [...imports, ...scriptLines.filter((l) => !l.startsWith("import "))].join("\n");
+  const receiverPort = await freePort();
   const swaps = {
     '"http://localhost:8080"': JSON.stringify(env.accountUrl),
     '"http://localhost:8081"': JSON.stringify(env.conversationsUrl),
     'accountName: "demo"': `accountName: ${JSON.stringify(env.accountName)}`,
     'username: "demo"': `username: ${JSON.stringify(env.username)}`,
     'password: "plum-orbit-canvas-ladder"': `password: ${JSON.stringify(env.password)}`,
+    "127.0.0.1:9000/webhooks": `127.0.0.1:${receiverPort}/webhooks`,
+    'listen(9000, "127.0.0.1")': `listen(${receiverPort}, "127.0.0.1")`,
   };
   for (const [printed, actual] of Object.entries(swaps)) {
     assert.ok(script.includes(printed), `the README's snippets no longer contain ${printed}`);
@@ -68,7 +99,13 @@ const clientId = ${JSON.stringify(env.clientId)}, clientSecret = ${JSON.stringif
     await mkdir(path.join(tmp, "your-app"));
     const npmEnv = { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false" };
     await run("sh", ["-ex", "-c", lines[1].replace("/path/to/platform", repoRoot)], { cwd: tmp, env: npmEnv });
-    await writeFile(path.join(tmp, "your-app", "example.mjs"), script);
+    await writeFile(path.join(tmp, "your-app", "example.mts"), script);
+    // The build tools of this package (npm ci) check the app's module.
+    const tsc = path.join(packageDir, "node_modules", "typescript", "bin", "tsc");
+    await run(process.execPath, [tsc, "--strict", "--exactOptionalPropertyTypes", "--noUncheckedIndexedAccess",
+      "--target", "ES2022", "--module", "nodenext", "--moduleResolution", "nodenext", "--skipLibCheck",
+      "--typeRoots", path.join(packageDir, "node_modules", "@types"), "--types", "node", "example.mts"],
+      { cwd: path.join(tmp, "your-app") }).catch((err) => assert.fail(`tsc: ${err.stdout}${err.stderr}`));
     const { stdout } = await run(process.execPath, ["example.mjs"], { cwd: path.join(tmp, "your-app") });
     assert.ok(stdout.includes(env.definitionName), stdout); // listDefinitions, printed
     assert.ok(stdout.includes("Renewal"), stdout); // the listing
@@ -80,7 +117,17 @@ const clientId = ${JSON.stringify(env.clientId)}, clientSecret = ${JSON.stringif
     assert.match(stdout, /live: Seen live\n/); // the stream
     assert.match(stdout, / jane\n/); // the users listing
     assert.match(stdout, /email_verified: false/); // jane's userinfo
+    assert.match(stdout, /webhook message: Delivered and verified\n/); // the receiver
   } finally {
     await rm(tmp, { recursive: true, force: true });
   }
 });
+
+/** A TCP port free on loopback now, for the README's receiver. */
+async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}

@@ -16,7 +16,7 @@ const vectors = JSON.parse(await readFile(new URL("../../testdata/webhook-vector
 test("every vector signed by the official Go library has its outcome", async () => {
   assert.ok(vectors.length >= 10);
   for (const v of vectors) {
-    const run = verifyWebhook(v.secrets, v.headers, v.body, { now: v.now * 1000 });
+    const run = verifyWebhook(v.secrets, v.headers, v.body, { now: new Date(v.now * 1000) });
     if (v.expect === "ok") {
       const ev = await run;
       assert.equal(ev.id, v.headers["webhook-id"], v.name);
@@ -44,7 +44,10 @@ test("signatures of the npm package standardwebhooks verify, as bytes or text, w
   // Another secret, an altered body, and a stale timestamp are refused.
   await assert.rejects(verifyWebhook("whsec_" + btoa("x".repeat(32)), record, body), (e) => e.reason === "signature");
   await assert.rejects(verifyWebhook(secret, record, body.replace("héllo", "hallo")), (e) => e.reason === "signature");
-  await assert.rejects(verifyWebhook(secret, record, body, { now: now.getTime() + 301_000 }), (e) => e.reason === "timestamp");
+  await assert.rejects(verifyWebhook(secret, record, body, { now: new Date(now.getTime() + 301_000) }), (e) => e.reason === "timestamp");
+  // The clock is a Date, as in every client's own time type or seconds:
+  // milliseconds, the unit of an earlier version, are refused, not misread.
+  await assert.rejects(verifyWebhook(secret, record, body, { now: now.getTime() }), TypeError);
 });
 
 test("endpoint management and a live delivery, under both secrets while a rotation overlaps", async () => {

@@ -4,15 +4,18 @@ declare(strict_types=1);
 
 namespace Acme\Platform;
 
+use Acme\Platform\Events\Event;
+use Acme\Platform\Events\WebhookTest;
+
 /**
- * Verifies webhook deliveries (Standard Webhooks v1, contract 11.3, 11.4).
+ * Verifies webhook deliveries (Standard Webhooks v1).
  *
  *     $event = Webhook::verify([$secret], getallheaders(), file_get_contents('php://input'));
  *
- * The event is an array: 'id' (also webhook-id: drop repeats of one you
- * handled), 'type', 'sequence' (null for webhook.test; order by it),
- * 'timestamp' and 'data' ('conversation', 'changes', 'userId', 'message'
- * or 'endpointId', by type).
+ * The event is the feed's: an Event of the class of its type
+ * (MessageCreated, ...), or a WebhookTest for a test delivery. Its id is
+ * also the webhook-id, the same on every attempt: drop repeats of one you
+ * handled. Deliveries may arrive out of order: order by sequence.
  */
 final class Webhook
 {
@@ -22,12 +25,12 @@ final class Webhook
     /**
      * Checks the signature over webhook-id, webhook-timestamp and the raw
      * body under any of $secrets (several while a secret is rotated), in
-     * constant time, and the timestamp within 5 minutes of $now (default:
-     * the clock). Pass the body exactly as received.
+     * constant time, and the timestamp within 5 minutes of $now, in
+     * seconds since the epoch (default: the clock). Pass the body exactly
+     * as received.
      *
      * @param string|list<string> $secrets
      * @param array<string, string|list<string>> $headers
-     * @return array<string, mixed> the event
      * @throws WebhookVerificationError
      */
     public static function verify(
@@ -35,7 +38,7 @@ final class Webhook
         array $headers,
         string $rawBody,
         ?int $now = null,
-    ): array {
+    ): Event|WebhookTest {
         $id = self::header($headers, 'webhook-id');
         $ts = self::header($headers, 'webhook-timestamp');
         $signatures = self::header($headers, 'webhook-signature');
@@ -87,7 +90,18 @@ final class Webhook
         if ($event['id'] !== $id) {
             throw new WebhookVerificationError('payload', "the body's id is not the webhook-id");
         }
-        return $event;
+        if ($event['type'] === WebhookTest::TYPE) {
+            $data = $event['data'] ?? null;
+            if (!is_array($data) || !is_string($data['endpointId'] ?? null) || !is_string($event['timestamp'] ?? null)) {
+                throw new WebhookVerificationError('payload', 'the body is not a webhook.test event');
+            }
+            return new WebhookTest($event['id'], $event['timestamp'], $data['endpointId'], $data);
+        }
+        try {
+            return Event::fromArray($event);
+        } catch (ClientException $e) {
+            throw new WebhookVerificationError('payload', $e->getMessage());
+        }
     }
 
     /** @param array<string, string|list<string>> $headers */

@@ -116,6 +116,7 @@ final class ReadmeTest extends ServiceTestCase
             file_put_contents("$tmp/app/example.php", $script);
             [$code, $output] = self::runCommand([PHP_BINARY, 'example.php'], "$tmp/app", $env);
             $this->assertSame(0, $code, $output);
+            $receiverLog = $this->runWebhookReceiver("$tmp/app", $env);
         } finally {
             exec('rm -rf ' . escapeshellarg($tmp));
         }
@@ -129,6 +130,58 @@ final class ReadmeTest extends ServiceTestCase
         $this->assertStringContainsString("live: Seen live\n", $output);          // the stream
         $this->assertStringContainsString(" jane\n", $output);                    // the users listing
         $this->assertStringContainsString('[email_verified] => ', $output);       // jane's userinfo
+        $this->assertStringContainsString('webhook message: Delivered and verified', $receiverLog); // the receiver
         $this->assertSame($before, self::filesUnder($checkout), 'the install wrote into the checkout');
+    }
+
+    /**
+     * The Webhooks section's webhook.php, served by PHP's own server as the
+     * README says, receiving a real delivery of an endpoint the suite's
+     * service client creates for it; returns the server's log.
+     *
+     * @param array<string, string> $env
+     */
+    private function runWebhookReceiver(string $app, array $env): string
+    {
+        $receiver = self::blocks(self::section('Webhooks'), 'php');
+        $this->assertCount(1, $receiver, 'the Webhooks section has one receiver');
+        file_put_contents("$app/webhook.php", $receiver[0]);
+        $this->assertStringContainsString('php -S 127.0.0.1:9000 webhook.php', self::section('Webhooks'));
+        $probe = stream_socket_server('tcp://127.0.0.1:0');
+        self::assertNotFalse($probe);
+        $address = (string) stream_socket_get_name($probe, false);
+        fclose($probe);
+
+        $hooks = Env::serviceClient($this->logger);
+        $endpoint = $hooks->createWebhook("http://$address/webhook", events: ['message.created']);
+        $log = "$app/receiver.log";
+        $server = proc_open(
+            [PHP_BINARY, '-S', $address, 'webhook.php'],
+            [0 => ['file', '/dev/null', 'r'], 1 => ['file', $log, 'w'], 2 => ['redirect', 1]],
+            $pipes,
+            $app,
+            $env + ['ACME_WEBHOOK_SECRET' => $endpoint['secret']],
+        );
+        self::assertIsResource($server);
+        try {
+            $conversation = $hooks->createConversation(subject: 'Hooked', participants: [Env::get('USER_ID')]);
+            $hooks->postMessage($conversation['id'], 'Delivered and verified');
+            // The delivery log says when the receiver answered; only a hang
+            // reaches this bound.
+            for ($i = 0; $i < 600; $i++) {
+                foreach ($hooks->webhookDeliveries($endpoint['id']) as $delivery) {
+                    if ($delivery['state'] !== 'pending') {
+                        $this->assertSame('succeeded', $delivery['state'], (string) file_get_contents($log));
+                        break 2;
+                    }
+                }
+                usleep(50_000);
+            }
+        } finally {
+            proc_terminate($server);
+            proc_close($server);
+            $hooks->deleteWebhook($endpoint['id']);
+        }
+        return (string) file_get_contents($log);
     }
 }

@@ -5,6 +5,8 @@ declare(strict_types=1);
 namespace Acme\Platform\Tests;
 
 use Acme\Platform\ApiError;
+use Acme\Platform\Events\MessageCreated;
+use Acme\Platform\Events\WebhookTest;
 use Acme\Platform\Tests\Support\Env;
 use Acme\Platform\Tests\Support\ServiceTestCase;
 use Acme\Platform\Webhook;
@@ -32,14 +34,17 @@ final class WebhooksTest extends ServiceTestCase
             try {
                 $event = Webhook::verify($v['secrets'], $v['headers'], $v['body'], $v['now']);
                 $this->assertSame('ok', $v['expect'], $v['name']);
-                $this->assertSame($v['headers']['webhook-id'], $event['id'], $v['name']);
+                $this->assertSame($v['headers']['webhook-id'], $event->id, $v['name']);
             } catch (WebhookVerificationError $e) {
                 $this->assertSame($v['expect'], $e->reason, $v['name'] . ': ' . $e->getMessage());
             }
         }
         $v = $vectors[0];
         $event = Webhook::verify($v['secrets'][0], array_change_key_case($v['headers'], CASE_UPPER), $v['body'], $v['now']);
-        $this->assertSame('héllo', $event['data']['message']['body']);
+        // The feed's typed events: the class of its type.
+        $this->assertInstanceOf(MessageCreated::class, $event);
+        $this->assertSame('héllo', $event->message()['body']);
+        $this->assertSame(7, $event->sequence);
     }
 
     /**
@@ -93,7 +98,8 @@ final class WebhooksTest extends ServiceTestCase
         $this->assertSame('pending', $delivery['state']);
         [$headers, $body] = self::receive($server);
         $event = Webhook::verify([$created['secret']], $headers, $body);
-        $this->assertSame(['webhook.test', null, $created['id']], [$event['type'], $event['sequence'], $event['data']['endpointId']]);
+        $this->assertInstanceOf(WebhookTest::class, $event);
+        $this->assertSame(['webhook.test', $created['id']], [$event->type(), $event->endpointId]);
 
         $rotated = $client->rotateWebhookSecret($created['id'], 3600);
         $this->extraSecrets[] = $rotated;

@@ -1,12 +1,14 @@
 """The README as a newcomer meets it: its install lines and its Python
-snippets, read from README.md at test time and run as printed (only the
-endpoints and credentials swapped for the suite's) against the real
-services."""
+snippets, read from README.md at test time, type-checked with mypy --strict
+and run as printed (only the endpoints, credentials and the webhook
+receiver's port swapped for the suite's) against the real services."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -65,27 +67,81 @@ def with_suite_endpoints(code: str) -> str:
     return code
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now, for the README's receiver."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def type_check(test: LoggedTestCase, script: str) -> None:
+    """Fails test unless mypy --strict passes the script, with the client
+    from its source folder."""
+    mypy = shutil.which("mypy")
+    if mypy is None:
+        test.fail("mypy not found: apt-get install mypy (the README's snippets are type-checked)")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "readme_snippets.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(script)
+        done = subprocess.run(
+            [mypy, "--strict", "--python-version", "3.9", "--no-incremental", path],
+            env={**os.environ, "MYPYPATH": str(PACKAGE_DIR / "src")},
+            capture_output=True,
+            text=True,
+        )
+    test.assertEqual(done.returncode, 0, "mypy --strict: " + done.stdout + done.stderr)
+
+
 class ReadmeTest(LoggedTestCase):
     def test_install_then_every_snippet_as_printed(self) -> None:
         install = blocks(section("Install"), "sh")
         self.assertEqual(len(install), 1, "the Install section has one sh block")
-        # The Users snippet uses url, client_id and client_secret, which
-        # its reader has: defined first, as the suite's.
+        # The Users and Webhooks snippets use url, conversations_url,
+        # client_id and client_secret, which their reader has: defined
+        # first, as the suite's.
         users_prelude = (
             f"url = {env('ACCOUNT_URL')!r}\n"
+            f"conversations_url = {env('CONVERSATIONS_URL')!r}\n"
             f"client_id = {env('CLIENT_ID')!r}\n"
             f"client_secret = {env('CLIENT_SECRET')!r}\n"
         )
+        webhooks = blocks(section("Webhooks"), "python")
+        self.assertEqual(len(webhooks), 1, "the Webhooks section has one receiver")
+        # After the receiver listens: a message on a conversation the
+        # service client sees, whose delivery the receiver verifies and
+        # prints; the delivery log says when the receiver answered.
+        webhooks_trailer = f"""
+import time as _time
+hooked = hooks.create_conversation(subject="Hooked", participants=[{env('USER_ID')!r}])
+hooks.post_message(hooked["id"], "Delivered and verified")
+for _ in range(600):
+    if any(d["state"] != "pending" for d in hooks.webhook_deliveries(endpoint["id"])):
+        break
+    _time.sleep(0.05)
+server.shutdown()
+hooks.delete_webhook(endpoint["id"])
+"""
         snippets = (
             blocks(section("Example"), "python")
             + blocks(section("Events"), "python")
             + [users_prelude + "\n".join(blocks(section("Users"), "python"))]
             + blocks(section("Errors"), "python")
+            + [webhooks[0] + webhooks_trailer]
         )
         self.assertEqual(
-            len(snippets), 5, "the example, the service client, events, users, the errors"
+            len(snippets), 6, "the example, the service client, events, users, errors, webhooks"
         )
         script = with_suite_endpoints("\n".join(snippets))
+        port = free_port()
+        for printed, actual in {
+            '"http://127.0.0.1:9000/webhooks"': f'"http://127.0.0.1:{port}/webhooks"',
+            'make_server("127.0.0.1", 9000,': f'make_server("127.0.0.1", {port},',
+        }.items():
+            self.assertIn(printed, script)
+            script = script.replace(printed, actual)
+        type_check(self, script)
 
         before = files_under(PACKAGE_DIR)
         with tempfile.TemporaryDirectory() as tmp:
@@ -136,6 +192,7 @@ class ReadmeTest(LoggedTestCase):
         self.assertIn("live: Seen live\n", done.stdout)  # the stream
         self.assertIn(" jane\n", done.stdout)  # the users listing
         self.assertIn("'email_verified': False", done.stdout)  # jane's userinfo
+        self.assertIn("webhook message: Delivered and verified\n", done.stdout)  # the receiver
         self.assertEqual(files_under(PACKAGE_DIR), before, "the install wrote into the checkout")
 
     def test_the_no_install_way(self) -> None:

@@ -14,7 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from acme_platform import ApiError, WebhookVerificationError, verify_webhook
+from acme_platform import (
+    EVENT_MESSAGE_CREATED,
+    EVENT_WEBHOOK_TEST,
+    ApiError,
+    WebhookVerificationError,
+    verify_webhook,
+)
 
 from support import service_client
 
@@ -42,6 +48,8 @@ class VectorsTest(unittest.TestCase):
         v = VECTORS[0]
         headers = {k.title(): val for k, val in v["headers"].items()}
         event = verify_webhook(v["secrets"][0], headers, v["body"], now=v["now"])
+        # The feed's typed events: narrowed by type.
+        assert event["type"] == EVENT_MESSAGE_CREATED
         self.assertEqual(event["data"]["message"]["body"], "héllo")
         with self.assertRaises(WebhookVerificationError) as caught:
             verify_webhook(
@@ -87,6 +95,7 @@ class LiveDeliveryTest(unittest.TestCase):
         headers, body = got.get()  # the suite's deadline bounds the wait
         event = verify_webhook([created["secret"]], headers, body)
         self.assertEqual((event["type"], event["sequence"]), ("webhook.test", None))
+        assert event["type"] == EVENT_WEBHOOK_TEST
         self.assertEqual(event["data"]["endpointId"], created["id"])
 
         rotated = client.rotate_webhook_secret(created["id"], overlap_seconds=3600)

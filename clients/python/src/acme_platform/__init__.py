@@ -77,6 +77,9 @@ from ._events import (
 )
 from ._secret import Secret
 from ._webhooks import (
+    EVENT_WEBHOOK_TEST,
+    WebhookTestData,
+    WebhookTestEvent,
     WEBHOOK_TOLERANCE_SECONDS,
     WebhookEvent,
     WebhookVerificationError,
@@ -173,5 +176,8 @@ __all__ = [
     "verify_webhook",
     "WEBHOOK_TOLERANCE_SECONDS",
     "WebhookEvent",
+    "WebhookTestEvent",
+    "WebhookTestData",
+    "EVENT_WEBHOOK_TEST",
     "WebhookVerificationError",
 ]

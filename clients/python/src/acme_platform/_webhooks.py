@@ -1,4 +1,4 @@
-"""Verifying webhook deliveries (Standard Webhooks v1, contract 11.3, 11.4)."""
+"""Verifying webhook deliveries (Standard Webhooks v1)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,38 @@ import hashlib
 import hmac
 import json
 import time
-from typing import Any, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Literal, Mapping, Optional, TypedDict, Union, cast
+
+from ._events import Event
 
 #: How far a delivery's ``webhook-timestamp`` may be from the receiver's clock.
 WEBHOOK_TOLERANCE_SECONDS = 5 * 60
 
-WebhookEvent = Dict[str, Any]
-"""A verified event: ``id`` (also ``webhook-id``: drop repeats of one you
-handled), ``type``, ``sequence`` (None for ``webhook.test``; order by it),
-``timestamp`` and ``data`` (``conversation``, ``changes``, ``userId``,
-``message`` or ``endpointId``, by type)."""
+EVENT_WEBHOOK_TEST: Literal["webhook.test"] = "webhook.test"
+
+
+class WebhookTestData(TypedDict):
+    """The data of ``webhook.test``: the endpoint tested."""
+
+    endpointId: str
+
+
+class WebhookTestEvent(TypedDict):
+    """A test delivery (``test_webhook``): never in the feed, so its
+    ``sequence`` is None."""
+
+    id: str
+    type: Literal["webhook.test"]
+    sequence: None
+    timestamp: str
+    data: WebhookTestData
+
+
+WebhookEvent = Union[Event, WebhookTestEvent]
+"""A verified event: an event of the feed (``Event``, narrowed by
+``event["type"]`` as the feed's), or a test delivery. Its ``id`` is also
+``webhook-id``, the same on every attempt: drop repeats of one you handled.
+Deliveries may arrive out of order: order by ``sequence``."""
 
 
 class WebhookVerificationError(Exception):
@@ -55,9 +77,9 @@ def verify_webhook(
     """Verifies a delivery: the signature over ``webhook-id``,
     ``webhook-timestamp`` and the raw body under any of ``secrets``
     (several while a secret is rotated), compared in constant time, and the
-    timestamp within 5 minutes of ``now`` (default: the clock). Pass the
-    body exactly as received. Returns the event; raises
-    WebhookVerificationError."""
+    timestamp within 5 minutes of ``now``, in seconds since the epoch
+    (default: the clock). Pass the body exactly as received. Returns the
+    event; raises WebhookVerificationError."""
     msg_id = _header(headers, "webhook-id")
     ts = _header(headers, "webhook-timestamp")
     signatures = _header(headers, "webhook-signature")
@@ -105,4 +127,4 @@ def verify_webhook(
         raise WebhookVerificationError("payload", "the body is not an event")
     if event["id"] != msg_id:
         raise WebhookVerificationError("payload", "the body's id is not the webhook-id")
-    return event
+    return cast(WebhookEvent, event)
