@@ -18,20 +18,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/acme/platform/services/account"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
-
-// eventDoc mirrors an event of the log, as a Go client reading the
-// collection would decode it.
-type eventDoc struct {
-	ID             string    `bson:"_id"`
-	AccountID      string    `bson:"account_id"`
-	Sequence       int64     `bson:"sequence"`
-	Type           string    `bson:"type"`
-	Timestamp      time.Time `bson:"timestamp"`
-	ConversationID string    `bson:"conversation_id"`
-	Audience       []string  `bson:"audience"`
-	Data           string    `bson:"data"`
-}
 
 type feedEvent struct {
 	ID       string `json:"id"`
@@ -115,7 +103,7 @@ func eventsRows(ctx context.Context, s *stack) ([]row, error) {
 		if err != nil {
 			return err
 		}
-		var docs []eventDoc
+		var docs []mongostore.EventDocument
 		if err := cur.All(ctx, &docs); err != nil {
 			return err
 		}

@@ -14,21 +14,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-)
 
-// conversationDoc mirrors the stored document, as a Go client reading the
-// collection would decode it.
-type conversationDoc struct {
-	ID            string     `bson:"_id"`
-	AccountID     string     `bson:"account_id"`
-	Subject       string     `bson:"subject"`
-	Status        string     `bson:"status"`
-	Participants  []string   `bson:"participants"`
-	CreatedAt     time.Time  `bson:"created_at"`
-	UpdatedAt     time.Time  `bson:"updated_at"`
-	LastMessageAt *time.Time `bson:"last_message_at"`
-	Version       int64      `bson:"version"`
-}
+	"github.com/acme/platform/services/conversations/mongostore"
+)
 
 // listingRows measures GET /v1/conversations (first page of 10) against
 // the same find through the driver, and the 50th page against the first,
@@ -70,7 +58,7 @@ func listingRows(ctx context.Context, s *stack) ([]row, error) {
 		SetLimit(11).
 		SetHint("by_participant")
 	driverFind := func(ctx context.Context, _ int) error {
-		_, err := findPage[conversationDoc](ctx, coll, filter, findOpts)
+		_, err := findPage[mongostore.ConversationDocument](ctx, coll, filter, findOpts)
 		return err
 	}
 

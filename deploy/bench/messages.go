@@ -17,31 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
-
-// messageDoc mirrors a stored message, as a Go client reading the
-// collection would decode it.
-type messageDoc struct {
-	ID             string    `bson:"_id"`
-	AccountID      string    `bson:"account_id"`
-	ConversationID string    `bson:"conversation_id"`
-	Author         string    `bson:"author"`
-	Body           string    `bson:"body"`
-	Metadata       string    `bson:"metadata"`
-	CreatedAt      time.Time `bson:"created_at"`
-	// The message.created event a post records with the message.
-	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
-	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
-}
-
-// pendingEventDoc mirrors an event recorded on its document.
-type pendingEventDoc struct {
-	ID        string    `bson:"id"`
-	Type      string    `bson:"type"`
-	Timestamp time.Time `bson:"timestamp"`
-	Audience  []string  `bson:"audience"`
-	Data      string    `bson:"data"`
-}
 
 // benchMessageBody is the body of every message the bench posts.
 const benchMessageBody = "Bench message: a short line of chat, as most messages are."
@@ -116,7 +93,7 @@ func messagesRows(ctx context.Context, s *stack) ([]row, error) {
 		if err != nil {
 			return err
 		}
-		docs, err := findPage[messageDoc](ctx, msgs, msgFilter, msgOpts)
+		docs, err := findPage[mongostore.MessageDocument](ctx, msgs, msgFilter, msgOpts)
 		if err != nil {
 			return err
 		}
@@ -209,28 +186,26 @@ func postThroughDriver(ctx context.Context, convs, msgs *mongo.Collection, who c
 	if conv.Status == conversations.StatusClosed {
 		return fmt.Errorf("conversation %s is closed", conversationID)
 	}
-	m := messageDoc{
+	m := conversations.Message{
 		ID: conversations.NewMessageID(), AccountID: who.AccountID, ConversationID: conversationID, Author: who.Author(),
-		Body: benchMessageBody, Metadata: "{}", CreatedAt: conv.MessageTime(time.Now()),
+		Body: benchMessageBody, Metadata: json.RawMessage("{}"), CreatedAt: conv.MessageTime(time.Now()),
 	}
 	next := conv
 	if !next.RecordMessage(m.CreatedAt) {
 		return errors.New("the message did not change its conversation")
 	}
 	// The message carries its event, as the service's insert does: the
-	// conversation after the post and the message, encoded as the
-	// service encodes them.
+	// conversation after the post and the message, in the store's own
+	// document.
 	next.Version++
-	data, err := json.Marshal(conversations.EventData{Conversation: next, Message: &conversations.Message{
-		ID: m.ID, ConversationID: m.ConversationID, Author: m.Author, Body: m.Body, Metadata: json.RawMessage(m.Metadata), CreatedAt: m.CreatedAt,
-	}})
+	doc, err := mongostore.NewMessageDocument(m, conversations.Event{
+		ID: conversations.NewEventID(), AccountID: m.AccountID, Type: conversations.EventMessageCreated, Timestamp: m.CreatedAt,
+		ConversationID: conv.ID, Audience: conv.Participants, Data: conversations.EventData{Conversation: next, Message: &m},
+	})
 	if err != nil {
 		return err
 	}
-	m.PendingEvents = []pendingEventDoc{{ID: conversations.NewEventID(), Type: string(conversations.EventMessageCreated),
-		Timestamp: m.CreatedAt, Audience: conv.Participants, Data: string(data)}}
-	m.PendingSince = &m.CreatedAt
-	if _, err := msgs.InsertOne(ctx, m); err != nil {
+	if _, err := msgs.InsertOne(ctx, doc); err != nil {
 		return err
 	}
 	res, err := convs.UpdateOne(ctx,
@@ -255,26 +230,14 @@ func postThroughDriver(ctx context.Context, convs, msgs *mongo.Collection, who c
 // findConversation reads a conversation with the store's filter: its id,
 // in the caller's account, with the caller among its participants.
 func findConversation(ctx context.Context, convs *mongo.Collection, who conversations.Caller, id string) (conversations.Conversation, error) {
-	var d conversationDoc
+	var d mongostore.ConversationDocument
 	err := convs.FindOne(ctx, bson.D{
 		{Key: "_id", Value: id}, {Key: "account_id", Value: who.AccountID}, {Key: "participants", Value: who.ID},
 	}).Decode(&d)
 	if err != nil {
 		return conversations.Conversation{}, fmt.Errorf("find conversation %s: %w", id, err)
 	}
-	return d.domain(), nil
-}
-
-func (d conversationDoc) domain() conversations.Conversation {
-	c := conversations.Conversation{
-		ID: d.ID, AccountID: d.AccountID, Subject: d.Subject, Status: conversations.Status(d.Status),
-		Participants: d.Participants, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Version: d.Version,
-	}
-	if d.LastMessageAt != nil {
-		t := d.LastMessageAt.UTC()
-		c.LastMessageAt = &t
-	}
-	return c
+	return mongostore.ConversationOf(d), nil
 }
 
 func messagesPath(conversationID string) string {

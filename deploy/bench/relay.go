@@ -17,6 +17,7 @@ import (
 
 	"github.com/acme/platform/deploy/internal/svcproc"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 // relayWriters post at once in the relay measure, spread over the
@@ -142,7 +143,7 @@ func (s *stack) relayRun(ctx context.Context, n int) (relayRun, error) {
 		if err != nil {
 			return out, err
 		}
-		var docs []eventDoc
+		var docs []mongostore.EventDocument
 		if err := cur.All(ctx, &docs); err != nil {
 			return out, err
 		}
@@ -303,7 +304,7 @@ func (s *stack) logTail(ctx context.Context, accountID string, after int64, want
 			return 0, err
 		}
 		if n >= int64(want) {
-			var d eventDoc
+			var d mongostore.EventDocument
 			err := events.FindOne(ctx, bson.D{{Key: "account_id", Value: accountID}},
 				options.FindOne().SetSort(bson.D{{Key: "sequence", Value: -1}})).Decode(&d)
 			return d.Sequence, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/acme/platform/services/account"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/mongostore"
 )
 
 // streamMemoryLimit is the target of the stream-memory row: what unread
@@ -123,7 +124,7 @@ func (s *stack) seedEvents(ctx context.Context, accountID string, size int) (int
 		}
 		n++
 		bytes += len(data)
-		docs = append(docs, eventDoc{
+		docs = append(docs, mongostore.EventDocument{
 			ID: conversations.NewEventID(), AccountID: accountID, Sequence: int64(n), Type: string(conversations.EventMessageCreated),
 			Timestamp: at, ConversationID: conv.ID, Audience: conv.Participants, Data: string(data),
 		})

@@ -22,6 +22,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/mongostore"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Webhooks (issue 23, "Measured"): deliveries per second to a local
@@ -131,6 +133,13 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 	// every round starts from the same collection (the embedded store
 	// scans the collection on every claim: see docs/benchmarks.md).
 	perRound := max(20, int(o.serviceRun/(10*time.Millisecond)))
+	// The deliveries are of the endpoints' account, as a fan-out's are:
+	// the engine reads and writes each within its account.
+	clientClaims, err := jwtClaims(bearer)
+	if err != nil {
+		return nil, err
+	}
+	accountID, _ := clientClaims["account_id"].(string)
 	deliveries := s.client.Database(s.convDB).Collection("webhook_deliveries")
 	payload := []byte(`{"id":"evt_bench","type":"message.created","sequence":1,"timestamp":"2026-01-01T00:00:00.000Z","data":{}}`)
 	// woken: on a quiet replica (see quietCount) nothing looks for due
@@ -140,13 +149,12 @@ func webhooksRows(ctx context.Context, s *stack) ([]row, error) {
 		now := time.Now().UTC()
 		docs := make([]any, perRound)
 		for i := range docs {
-			docs[i] = bson.D{
-				{Key: "_id", Value: conversations.NewDeliveryID()}, {Key: "account_id", Value: "bench"},
-				{Key: "endpoint_id", Value: endpoints[i%len(endpoints)]}, {Key: "event_id", Value: conversations.NewTestEventID()},
-				{Key: "event_type", Value: "message.created"}, {Key: "event_time", Value: now}, {Key: "payload", Value: payload},
-				{Key: "state", Value: "pending"}, {Key: "attempts", Value: 0}, {Key: "next_attempt_at", Value: now},
-				{Key: "claim", Value: ""}, {Key: "created_at", Value: now}, {Key: "updated_at", Value: now},
-			}
+			docs[i] = mongostore.NewDeliveryDocument(webhook.Delivery{
+				ID: webhook.NewDeliveryID(), AccountID: accountID,
+				EndpointID: endpoints[i%len(endpoints)], EventID: conversations.NewEventID(),
+				EventType: string(conversations.EventMessageCreated), EventTime: now, Payload: payload,
+				State: webhook.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
+			})
 		}
 		ops := int64(perRound)
 		if woken {

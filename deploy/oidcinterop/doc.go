@@ -8,7 +8,15 @@
 // id tokens itself (iss, aud, azp, exp, iat, and the signature against the
 // JWKS of discovery); the suite checks discovery, the password grant with
 // account_name, refresh, revocation and client credentials, and that the
-// conversations service accepts the id tokens it gets.
+// conversations service accepts the id tokens it gets. Both clients are
+// allowed the password grant by the operator (create-client
+// --allow-password-grant), since new clients do not get it.
+//
+// TestGoOIDCAuthorizationCodeFlow runs the authorization code flow with
+// PKCE with golang.org/x/oauth2 and github.com/coreos/go-oidc/v3 against
+// the same binaries: the sign-in page submitted as a browser submits it,
+// the id token validated by go-oidc, userinfo, refresh, single sign-on
+// and RP-Initiated Logout.
 //
 //	go test ./deploy/oidcinterop/     # make test runs it
 //

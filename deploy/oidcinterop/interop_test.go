@@ -95,9 +95,10 @@ func startAndSeed(t *testing.T) []string {
 	password := randomSecret(t)
 	pair.Account(t, "", "create-account", accountName)
 	pair.Account(t, password+"\n", "create-user", "--account", accountName, "--username", username)
+	// The suite runs the password grant with both: an operator allows it.
 	confidential := pair.Account(t, "", "create-client", "--account", accountName, "--name", "backend",
-		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write")
-	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public")
+		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write", "--allow-password-grant")
+	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public", "--allow-password-grant")
 	id, secret := clientIDPattern.FindStringSubmatch(confidential), clientSecretPattern.FindStringSubmatch(confidential)
 	publicID := clientIDPattern.FindStringSubmatch(public)
 	if id == nil || secret == nil || publicID == nil || clientSecretPattern.MatchString(public) {

@@ -96,11 +96,18 @@ type Claims struct {
 	// Empty for tokens of POST /login.
 	AuthorizedParty string
 
-	// Service clients' access tokens only (CONTRACT.md section 9): the
-	// client_id claim, and the scope claim split at spaces (RFC 9068
-	// section 2.2.3). A user's tokens have neither.
+	// ClientID is the client_id claim of an access token (RFC 9068): the
+	// client it was issued to. A service client's token names itself (and
+	// has no sid); a user's names the app the user signed in to, or the
+	// first-party client for POST /login.
 	ClientID string
-	Scopes   []string
+	// Scopes is the scope claim split at spaces (RFC 9068 section 2.2.3),
+	// of service clients' tokens only.
+	Scopes []string
+	// Nonce and AMR are the id token's nonce (of the authorization
+	// request) and amr (how the user authenticated, RFC 8176).
+	Nonce string
+	AMR   []string
 
 	// From the protected header.
 	Type      string // typ
@@ -139,6 +146,8 @@ type wireClaims struct {
 	Azp               string      `json:"azp"`
 	ClientID          string      `json:"client_id"`
 	Scope             string      `json:"scope"`
+	Nonce             string      `json:"nonce"`
+	AMR               []string    `json:"amr"`
 }
 
 // audience is the aud claim: a string or an array of strings (RFC 7519
@@ -205,9 +214,9 @@ func (d *numericDate) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 }
 
 // IsClient reports whether the token is a service client's (it carries a
-// client_id): such a token may do only what its scopes allow, where a
-// user's token acts as the user.
-func (c *Claims) IsClient() bool { return c.ClientID != "" }
+// client_id and no session, since no user signed in): such a token may do
+// only what its scopes allow, where a user's token acts as the user.
+func (c *Claims) IsClient() bool { return c.ClientID != "" && c.SessionID == "" }
 
 // HasScope reports whether the token grants scope. A user's token has no
 // scopes: callers decide what a user may do with IsClient first.

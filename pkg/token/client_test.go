@@ -84,7 +84,9 @@ func TestUserTokensAreNotClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.IsClient() || c.ClientID != "" || c.Scopes != nil || c.HasScope(token.ScopeDefinitionsRead) {
+	// RFC 9068: the user's access token names a client, the first-party
+	// one for a set minted for none; it is still not a client's token.
+	if c.IsClient() || c.ClientID != token.DefaultFirstPartyClientID || c.Scopes != nil || c.HasScope(token.ScopeDefinitionsRead) {
 		t.Fatalf("user token claims = %+v", c)
 	}
 }
@@ -112,12 +114,13 @@ func TestMintForClientNamesItInIDToken(t *testing.T) {
 	}
 	for name, raw := range map[string]string{"access": set.AccessToken, "refresh": set.RefreshToken} {
 		_, claims, _ := parts(t, raw)
-		if aud, _ := json.Marshal(claims["aud"]); string(aud) != `["`+testAudience+`"]` || claims["azp"] != nil || claims["client_id"] != nil {
-			t.Errorf("%s token claims = %v; want the configured audience alone, no azp or client_id", name, claims)
+		wantClient := map[string]any{"access": "cli_app", "refresh": nil}[name]
+		if aud, _ := json.Marshal(claims["aud"]); string(aud) != `["`+testAudience+`"]` || claims["azp"] != nil || claims["client_id"] != wantClient {
+			t.Errorf("%s token claims = %v; want the configured audience alone, no azp, client_id %v", name, claims, wantClient)
 		}
 	}
 	access, err := f.Verifier.Verify(context.Background(), set.AccessToken)
-	if err != nil || access.IsClient() || access.AuthorizedParty != "" {
+	if err != nil || access.IsClient() || access.AuthorizedParty != "" || access.ClientID != "cli_app" {
 		t.Fatalf("access token claims = %+v, %v", access, err)
 	}
 	// Without a client, as for POST /login: the configured audience alone.
@@ -147,6 +150,9 @@ func TestMalformedClientTokens(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			claims := f.validClaims(tc.use)
 			claims["client_id"], claims["sub"], claims["scope"] = "cli_1", tc.sub, "definitions:read"
+			if tc.use == token.UseAccess {
+				delete(claims, "sid") // a user's access token has one
+			}
 			raw := tokentest.Forge(t, tokentest.Method(token.AlgES256), key,
 				map[string]any{"alg": "ES256", "kid": kidOf(t, f.Key), "typ": tc.use.HeaderType()}, claims)
 			_, err := tc.verifier.Verify(context.Background(), raw)

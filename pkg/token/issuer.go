@@ -38,7 +38,16 @@ const (
 	// ClaimAuthorizedParty is the azp of an id token issued to a client
 	// (OpenID Connect Core 1.0 section 2): its client id.
 	ClaimAuthorizedParty = "azp"
+	// ClaimNonce and ClaimAMR are the id token's nonce (OpenID Connect
+	// Core 1.0 section 2) and authentication methods (RFC 8176).
+	ClaimNonce = "nonce"
+	ClaimAMR   = "amr"
 )
+
+// DefaultFirstPartyClientID is the client_id of the access tokens of
+// sessions that no OAuth client started (POST /login): the platform's own
+// first-party client.
+const DefaultFirstPartyClientID = "first-party"
 
 // IssuerConfig configures an Issuer.
 type IssuerConfig struct {
@@ -55,6 +64,9 @@ type IssuerConfig struct {
 	RefreshTTL time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// FirstPartyClientID is the client_id of a user's access token minted
+	// for no client (default DefaultFirstPartyClientID).
+	FirstPartyClientID string
 }
 
 // Issuer mints token sets. It is safe for concurrent use.
@@ -94,6 +106,9 @@ func NewIssuer(cfg IssuerConfig) (*Issuer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.FirstPartyClientID == "" {
+		cfg.FirstPartyClientID = DefaultFirstPartyClientID
+	}
 	cfg.Audience = append([]string(nil), cfg.Audience...)
 	return &Issuer{cfg: cfg}, nil
 }
@@ -125,8 +140,16 @@ type Subject struct {
 	// names it in aud beside the configured audience, and in azp, as
 	// OpenID Connect Core 1.0 section 3.1.3.7 requires of the client that
 	// validates it. The access and refresh tokens are unchanged: they are
-	// the user's, for the services of the configured audience.
+	// the user's, for the services of the configured audience, and name
+	// the client in client_id (RFC 9068; the first-party client when
+	// empty).
 	ClientID string
+	// Nonce is the id token's nonce: the one of the authorization request
+	// that started the session, in the id token of its first set only.
+	Nonce string
+	// AMR lists how the user authenticated (RFC 8176: "pwd"); the id
+	// token's amr when not empty.
+	AMR []string
 }
 
 // Set is a minted token set, shaped as the "tokens" member of the login
@@ -198,6 +221,12 @@ func (i *Issuer) mint(ctx context.Context, s Subject) (Set, error) {
 	if s.Email != "" {
 		idb = idb.Claim(ClaimEmail, s.Email)
 	}
+	if s.Nonce != "" {
+		idb = idb.Claim(ClaimNonce, s.Nonce)
+	}
+	if len(s.AMR) > 0 {
+		idb = idb.Claim(ClaimAMR, s.AMR)
+	}
 	if s.ClientID != "" {
 		aud := i.cfg.Audience
 		if !slices.Contains(aud, s.ClientID) {
@@ -208,7 +237,12 @@ func (i *Issuer) mint(ctx context.Context, s Subject) (Set, error) {
 	if out.IDToken, _, err = i.sign(kr, UseID, idb, ""); err != nil {
 		return Set{}, err
 	}
-	if out.AccessToken, _, err = i.sign(kr, UseAccess, i.base(UseAccess, s, sid, now, now.Add(i.cfg.TokenTTL)), ""); err != nil {
+	clientID := s.ClientID
+	if clientID == "" {
+		clientID = i.cfg.FirstPartyClientID
+	}
+	access := i.base(UseAccess, s, sid, now, now.Add(i.cfg.TokenTTL)).Claim(ClaimClientID, clientID)
+	if out.AccessToken, _, err = i.sign(kr, UseAccess, access, ""); err != nil {
 		return Set{}, err
 	}
 	refresh := i.base(UseRefresh, s, sid, now, out.RefreshExpiresAt)

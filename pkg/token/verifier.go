@@ -308,9 +308,9 @@ func (v *Verifier) verify(ctx context.Context, raw string) (*Claims, error) {
 	if wc.Sub == "" || wc.AccountID == "" || wc.Jti == "" {
 		return nil, invalid("missing required claim")
 	}
-	// A service client gets access tokens only, whose subject is the
-	// client itself.
-	if wc.ClientID != "" && (use != UseAccess || wc.Sub != wc.ClientID) {
+	// client_id is a claim of access tokens only (RFC 9068); a service
+	// client's, without a session, has the client itself as subject.
+	if wc.ClientID != "" && (use != UseAccess || wc.Sid == "" && wc.Sub != wc.ClientID) {
 		return nil, invalid("malformed client token")
 	}
 
@@ -331,6 +331,8 @@ func (v *Verifier) verify(ctx context.Context, raw string) (*Claims, error) {
 		AuthorizedParty:   wc.Azp,
 		ClientID:          wc.ClientID,
 		Scopes:            ParseScope(wc.Scope),
+		Nonce:             wc.Nonce,
+		AMR:               wc.AMR,
 		Type:              hdr.Typ,
 		KeyID:             hdr.Kid,
 		Algorithm:         hdr.Alg,

@@ -5,6 +5,8 @@ package validation
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 )
@@ -70,6 +72,14 @@ func (c *Collector) NullableString(field string, raw json.RawMessage, check func
 		return nil
 	}
 	return &s
+}
+
+// NewRandomID returns prefix followed by 24 lowercase hex digits of 96
+// random bits: the form IsRandomID accepts.
+func NewRandomID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails since Go 1.24
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // IsRandomID reports whether id is prefix followed by 24 lowercase hex

@@ -140,6 +140,8 @@ type Store interface {
 	SigningKeyStore
 	LoginThrottleStore
 	ClientStore
+	BrowserSessionStore
+	AuthCodeStore
 }
 
 // PasswordHasher hashes and verifies passwords.

@@ -100,12 +100,21 @@ type ServiceClient struct {
 	Name        string   // what the operator calls it, 1..200 chars
 	Scopes      []string // sorted, distinct, each one of Scopes(); none for a public client
 	// Public marks a client without a secret (see the top of this file):
-	// it authenticates by its client_id alone, for the password and
-	// refresh grants only.
-	Public    bool
-	Disabled  bool
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// it authenticates by its client_id alone, and never gets
+	// client_credentials.
+	Public bool
+	// Grants are the grant types the client may use (AllowsGrant); nil
+	// for a client stored before grants were recorded, which keeps what
+	// it could do then (LegacyGrants).
+	Grants []string
+	// RedirectURIs are where the authorization endpoint may send the
+	// browser back (exact match, see RedirectURIMatches);
+	// PostLogoutRedirectURIs where the logout endpoint may.
+	RedirectURIs           []string
+	PostLogoutRedirectURIs []string
+	Disabled               bool
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
 	// SecretHash is the hash of the current secret (HashClientSecret).
 	SecretHash string
 	// PreviousSecretHash is the hash of the secret that the last rotation
@@ -221,7 +230,7 @@ func NewServiceClient(acc Account, name string, scopes []string) (ServiceClient,
 	secret := NewClientSecret()
 	return ServiceClient{
 		AccountID: acc.ID, AccountName: acc.Name, Name: name, Scopes: scopes,
-		SecretHash: HashClientSecret(secret),
+		SecretHash: HashClientSecret(secret), Grants: DefaultGrants(false, false),
 	}, secret, nil
 }
 
@@ -233,7 +242,8 @@ func NewPublicClient(acc Account, name string) (ServiceClient, error) {
 	if name == "" || utf8.RuneCountInString(name) > MaxClientNameLen {
 		return ServiceClient{}, fmt.Errorf("a client name must have 1 to %d characters", MaxClientNameLen)
 	}
-	return ServiceClient{AccountID: acc.ID, AccountName: acc.Name, Name: name, Scopes: []string{}, Public: true}, nil
+	return ServiceClient{AccountID: acc.ID, AccountName: acc.Name, Name: name, Scopes: []string{}, Public: true,
+		Grants: DefaultGrants(true, false)}, nil
 }
 
 // NewClientSecret returns a new secret: ClientSecretPrefix and 256 random
@@ -295,6 +305,10 @@ type ClientStore interface {
 	RotateClientSecret(ctx context.Context, accountID, clientID, currentHash, nextHash string, previousExpiresAt time.Time) error
 	// SetClientDisabled disables or re-enables a client of an account.
 	SetClientDisabled(ctx context.Context, accountID, clientID string, disabled bool) error
+	// UpdateClientRegistration sets a client's grants and redirect URIs
+	// (the operator's update-client); an unknown client, or one of
+	// another account, is ErrNotFound.
+	UpdateClientRegistration(ctx context.Context, accountID, clientID string, r ClientRegistration) error
 }
 
 // ClientThrottledError is returned by ClientAuthenticator.Authenticate

@@ -48,6 +48,23 @@ type Session struct {
 	// useless afterwards and may be purged.
 	ExpiresAt time.Time
 	Revoked   bool
+	// BrowserSessionID is the browser session (single sign-on) whose
+	// authorization code started this session, "" for none: ending the
+	// browser session ends this one too.
+	BrowserSessionID string
+	// AMR is how the user authenticated (RFC 8176), nil for a password
+	// alone: the id tokens of refreshes repeat it.
+	AMR []string
+}
+
+// passwordAMR is the amr of a sign-in with a password alone.
+var passwordAMR = []string{"pwd"}
+
+func (s Session) amr() []string {
+	if len(s.AMR) == 0 {
+		return passwordAMR
+	}
+	return s.AMR
 }
 
 // SessionStore persists sessions. Each state change is one conditional
@@ -69,10 +86,14 @@ type SessionStore interface {
 	// unknown session is ErrNotFound.
 	RevokeSession(ctx context.Context, accountID, id string) error
 	// RevokeUserSessions revokes every session of a user: their refresh
-	// tokens stop working at once.
+	// tokens stop working at once, and their browser sessions end.
 	RevokeUserSessions(ctx context.Context, accountID, userID string) error
-	// DeleteUserSessions erases every session of a user.
+	// DeleteUserSessions erases every session of a user, browser sessions
+	// included.
 	DeleteUserSessions(ctx context.Context, accountID, userID string) error
+	// RevokeBrowserSessionSessions revokes every session that a code of
+	// the browser session browserSessionID started (RP-Initiated Logout).
+	RevokeBrowserSessionSessions(ctx context.Context, accountID, browserSessionID string) error
 	// PurgeExpiredSessions deletes sessions whose refresh token expired
 	// before t, and returns how many.
 	PurgeExpiredSessions(ctx context.Context, t time.Time) (int64, error)

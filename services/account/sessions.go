@@ -73,34 +73,18 @@ type PasswordLogin struct {
 // and starts a session. Failures: *LoginThrottledError, ErrInvalidCredentials
 // (for every wrong part alike), or an error of the hasher or the database.
 func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, error) {
+	if in.Client != nil && !in.Client.AllowsGrant(GrantPassword) {
+		return token.Set{}, fmt.Errorf("client %q may not use the password grant: %w", in.Client.ID, ErrUnauthorizedClient)
+	}
 	if in.AccountName == "" && in.Client != nil {
 		in.AccountName = in.Client.AccountName
 	}
-	attempt, retryAfter, err := s.Throttle.Begin(ctx, in.AccountName, in.Username, in.ClientIP)
+	clientAccount := ""
+	if in.Client != nil {
+		clientAccount = in.Client.AccountID
+	}
+	acc, user, err := s.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.ClientIP, clientAccount)
 	if err != nil {
-		return token.Set{}, err
-	}
-	if retryAfter > 0 {
-		return token.Set{}, &LoginThrottledError{RetryAfter: retryAfter}
-	}
-	acc, user, err := s.Authenticator.Authenticate(ctx, in.AccountName, in.Username, in.Password)
-	if err == nil && in.Client != nil && in.Client.AccountID != acc.ID {
-		// A client acts within its own account only. The password was
-		// checked, so this costs what any failure costs, and counts as one.
-		err = ErrInvalidCredentials
-	}
-	switch {
-	case errors.Is(err, ErrInvalidCredentials):
-		if err := attempt.Failed(ctx); err != nil {
-			return token.Set{}, err
-		}
-		return token.Set{}, ErrInvalidCredentials
-	case err != nil:
-		// The password was not checked: the attempt does not count.
-		attempt.Abandon(ctx)
-		return token.Set{}, err
-	}
-	if err := attempt.Succeeded(ctx); err != nil {
 		return token.Set{}, err
 	}
 	set, err := s.startSession(ctx, acc.Name, user, clientIDOf(in.Client))
@@ -113,13 +97,50 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	return set, nil
 }
 
+// checkPassword is every sign-in's check of a password: the throttle
+// before any password work, then the password, counted as a failure or a
+// success. clientAccount, when not empty, is the account of the client
+// that asks: a user of another account fails like a wrong password.
+// Failures: *LoginThrottledError, ErrInvalidCredentials, or an error of
+// the hasher or the database.
+func (s *Sessions) checkPassword(ctx context.Context, accountName, username, password, clientIP, clientAccount string) (Account, User, error) {
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, accountName, username, clientIP)
+	if err != nil {
+		return Account{}, User{}, err
+	}
+	if retryAfter > 0 {
+		return Account{}, User{}, &LoginThrottledError{RetryAfter: retryAfter}
+	}
+	acc, user, err := s.Authenticator.Authenticate(ctx, accountName, username, password)
+	if err == nil && clientAccount != "" && clientAccount != acc.ID {
+		// A client acts within its own account only. The password was
+		// checked, so this costs what any failure costs, and counts as one.
+		err = ErrInvalidCredentials
+	}
+	switch {
+	case errors.Is(err, ErrInvalidCredentials):
+		if err := attempt.Failed(ctx); err != nil {
+			return Account{}, User{}, err
+		}
+		return Account{}, User{}, ErrInvalidCredentials
+	case err != nil:
+		// The password was not checked: the attempt does not count.
+		attempt.Abandon(ctx)
+		return Account{}, User{}, err
+	}
+	if err := attempt.Succeeded(ctx); err != nil {
+		return Account{}, User{}, err
+	}
+	return acc, user, nil
+}
+
 // startSession mints the token set of a new session of user, bound to
 // client ("" for none), and stores the session.
 func (s *Sessions) startSession(ctx context.Context, accountName string, user User, clientID string) (token.Set, error) {
 	authTime := s.now()
 	set, err := s.Issuer.Mint(ctx, token.Subject{
 		UserID: user.ID, AccountID: user.AccountID, AccountName: accountName, Username: user.Username,
-		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID,
+		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID, AMR: passwordAMR,
 	})
 	if err != nil {
 		return token.Set{}, err
@@ -202,6 +223,9 @@ func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token
 // detection). Failures: ErrInvalidRefreshToken, or token.ErrKeysUnavailable
 // and database errors.
 func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClient) (token.Set, error) {
+	if client != nil && !client.AllowsGrant(GrantRefreshToken) {
+		return token.Set{}, fmt.Errorf("client %q may not use the refresh_token grant: %w", client.ID, ErrUnauthorizedClient)
+	}
 	claims, sess, err := s.session(ctx, raw, client)
 	if err != nil {
 		return token.Set{}, err
@@ -220,6 +244,7 @@ func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClien
 	subject := token.Subject{
 		UserID: user.ID, AccountID: claims.AccountID, AccountName: claims.AccountName,
 		Username: user.Username, Name: user.Name, Email: user.Email, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
+		AMR: sess.amr(),
 		// The session's client, which session checked is the caller: the
 		// id token keeps naming it in aud and azp.
 		ClientID: sess.ClientID,
@@ -316,8 +341,8 @@ func (s *Sessions) AuthenticateClient(ctx context.Context, clientID, secret stri
 // a refresh token nor an id token, and no session. A public client gets
 // nothing (ErrUnauthorizedClient): anyone can present its id.
 func (s *Sessions) ClientToken(ctx context.Context, client ServiceClient, scope string) (token.ClientToken, error) {
-	if client.Public {
-		return token.ClientToken{}, fmt.Errorf("client %q is public: %w", client.ID, ErrUnauthorizedClient)
+	if client.Public || !client.AllowsGrant(GrantClientCredentials) {
+		return token.ClientToken{}, fmt.Errorf("client %q may not use client_credentials: %w", client.ID, ErrUnauthorizedClient)
 	}
 	scopes, err := client.GrantScopes(scope)
 	if err != nil {

@@ -7,11 +7,11 @@ package conversations
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/acme/platform/pkg/validation"
 )
 
 // Domain errors; stores return them wrapped, the HTTP layer maps them.
@@ -202,8 +202,4 @@ func NewConversationID() string { return newID("cnv_") }
 // NewMessageID: see NewConversationID.
 func NewMessageID() string { return newID("msg_") }
 
-func newID(prefix string) string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // never fails since Go 1.24
-	return prefix + hex.EncodeToString(b[:])
-}
+func newID(prefix string) string { return validation.NewRandomID(prefix) }

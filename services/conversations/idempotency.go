@@ -20,7 +20,7 @@ type IdempotencyKey struct {
 
 // IdempotencyRecord is what a store keeps for one key: the request it was
 // first used with (Fingerprint), the id reserved for the resource that
-// request creates, and, once it succeeded, its response.
+// request creates, and, once it succeeded, what it created.
 //
 // The reserved id is what makes concurrent and retried requests create one
 // resource: every request with the key and the same body creates its
@@ -31,16 +31,14 @@ type IdempotencyRecord struct {
 	Fingerprint string
 	ResourceID  string
 	CreatedAt   time.Time
-	Response    *SavedResponse // nil until the first request succeeded
+	Created     *Created // nil until the first request succeeded
 }
 
-// SavedResponse is the first successful response to a key, replayed to
-// every retry.
-type SavedResponse struct {
-	Status   int
-	Location string
-	ETag     string
-	Body     []byte
+// Created is what the first successful request with a key created, as
+// that request returned it: every retry gets it again. One field is set.
+type Created struct {
+	Conversation *Conversation
+	Message      *Message
 }
 
 // IdempotencyStore keeps idempotency keys.
@@ -52,9 +50,9 @@ type IdempotencyStore interface {
 	// DeleteIdempotencyKey deletes rec's key if it is still the record
 	// made at rec.CreatedAt (a fresh claim of the key is never deleted).
 	DeleteIdempotencyKey(ctx context.Context, rec IdempotencyRecord) error
-	// SaveIdempotentResponse stores the response of the record's key,
-	// unless one is stored already (the first one stays).
-	SaveIdempotentResponse(ctx context.Context, key IdempotencyKey, resp SavedResponse) error
+	// SaveIdempotentResult stores what the first request with key
+	// created, unless something is stored already (the first one stays).
+	SaveIdempotentResult(ctx context.Context, key IdempotencyKey, created Created) error
 	// DeleteIdempotencyKeysBefore deletes the keys made at or before t.
 	DeleteIdempotencyKeysBefore(ctx context.Context, t time.Time) (int64, error)
 }

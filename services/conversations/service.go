@@ -316,9 +316,9 @@ func (s *Service) ClaimIdempotencyKey(ctx context.Context, rec IdempotencyRecord
 	return IdempotencyRecord{}, errors.New("claim idempotency key: claimed and expired concurrently too often")
 }
 
-// SaveIdempotentResponse stores the first response of key.
-func (s *Service) SaveIdempotentResponse(ctx context.Context, key IdempotencyKey, resp SavedResponse) error {
-	return s.Store.SaveIdempotentResponse(ctx, key, resp)
+// SaveIdempotentResult stores what the first request with key created.
+func (s *Service) SaveIdempotentResult(ctx context.Context, key IdempotencyKey, created Created) error {
+	return s.Store.SaveIdempotentResult(ctx, key, created)
 }
 
 // PurgeIdempotencyKeys deletes the keys made IdempotencyTTL or longer
@@ -336,44 +336,36 @@ type Idempotency struct {
 	Fingerprint string
 }
 
-// Respond turns a created resource into the response to send (and to
-// replay to every retry of its idempotency key).
-type Respond[T any] func(T) (SavedResponse, error)
-
 // CreateConversationOnce validates in and creates the conversation as who,
-// at most once per idempotency key (see idempotent).
-func (s *Service) CreateConversationOnce(ctx context.Context, who Caller, in NewConversation, idem Idempotency,
-	respond Respond[Conversation]) (resp SavedResponse, replayed bool, err error) {
+// at most once per idempotency key (see idempotent). A retry gets the
+// conversation as the first request created it, replayed.
+func (s *Service) CreateConversationOnce(ctx context.Context, who Caller, in NewConversation, idem Idempotency) (
+	created Conversation, replayed bool, err error) {
 	conv, err := in.Conversation(who)
 	if err != nil {
-		return SavedResponse{}, false, err
+		return Conversation{}, false, err
 	}
-	return idempotent(ctx, s, who, idem, NewConversationID, func(id string) (SavedResponse, error) {
+	return idempotent(ctx, s, who, idem, NewConversationID, func(id string) (Conversation, error) {
 		conv.ID = id
-		stored, err := s.CreateConversation(ctx, who, conv)
-		if err != nil {
-			return SavedResponse{}, err
-		}
-		return respond(stored)
-	})
+		return s.CreateConversation(ctx, who, conv)
+	}, func(c Conversation) Created { return Created{Conversation: &c} },
+		func(c Created) *Conversation { return c.Conversation })
 }
 
 // PostMessageOnce validates in and posts it to conversationID as who, at
-// most once per idempotency key (see idempotent).
-func (s *Service) PostMessageOnce(ctx context.Context, who Caller, conversationID string, in NewMessage, idem Idempotency,
-	respond Respond[Message]) (resp SavedResponse, replayed bool, err error) {
+// most once per idempotency key (see idempotent). A retry gets the message
+// as the first request posted it, replayed.
+func (s *Service) PostMessageOnce(ctx context.Context, who Caller, conversationID string, in NewMessage, idem Idempotency) (
+	posted Message, replayed bool, err error) {
 	msg, err := in.Message(who, conversationID)
 	if err != nil {
-		return SavedResponse{}, false, err
+		return Message{}, false, err
 	}
-	return idempotent(ctx, s, who, idem, NewMessageID, func(id string) (SavedResponse, error) {
+	return idempotent(ctx, s, who, idem, NewMessageID, func(id string) (Message, error) {
 		msg.ID = id
-		stored, err := s.PostMessage(ctx, who, msg)
-		if err != nil {
-			return SavedResponse{}, err
-		}
-		return respond(stored)
-	})
+		return s.PostMessage(ctx, who, msg)
+	}, func(m Message) Created { return Created{Message: &m} },
+		func(c Created) *Message { return c.Message })
 }
 
 // idempotent runs create honouring the request's Idempotency-Key (contract
@@ -383,8 +375,8 @@ func (s *Service) PostMessageOnce(ctx context.Context, who Caller, conversationI
 //   - with one, the key is claimed for the caller (one upsert): the first
 //     request reserves the id of the resource and leaves its fingerprint.
 //     A later request with the key and another fingerprint is
-//     ErrIdempotencyKeyReused; one that finds a saved response gets it
-//     again (replayed); one that finds none (the first is still running,
+//     ErrIdempotencyKeyReused; one that finds what the first created gets
+//     it again (replayed); one that finds nothing (the first is still running,
 //     or failed, or stopped before saving) runs create with the reserved
 //     id, and the resource already stored under it is returned rather
 //     than a second made. So concurrent duplicates both succeed with one
@@ -392,38 +384,44 @@ func (s *Service) PostMessageOnce(ctx context.Context, who Caller, conversationI
 //
 // Failed requests save nothing: a retry with the same key and body runs
 // again (and still creates at most one resource).
-func idempotent(ctx context.Context, s *Service, who Caller, idem Idempotency, newID func() string,
-	create func(resourceID string) (SavedResponse, error)) (SavedResponse, bool, error) {
+//
+// save wraps what create made for the store; saved finds it in what the
+// store kept (nil: not of this kind).
+func idempotent[T any](ctx context.Context, s *Service, who Caller, idem Idempotency, newID func() string,
+	create func(resourceID string) (T, error), save func(T) Created, saved func(Created) *T) (T, bool, error) {
+	var none T
 	if len(idem.Keys) == 0 {
-		resp, err := create("")
-		return resp, false, err
+		made, err := create("")
+		return made, false, err
 	}
 	if len(idem.Keys) > 1 || !validIdempotencyKey(idem.Keys[0]) {
 		var invalid validation.Collector
 		invalid.Add("Idempotency-Key", "must be given once, as 1 to 255 printable ASCII characters")
-		return SavedResponse{}, false, invalid.Err()
+		return none, false, invalid.Err()
 	}
 	key := IdempotencyKey{AccountID: who.AccountID, Caller: who.KeyOwner(), Key: idem.Keys[0]}
 	rec, err := s.ClaimIdempotencyKey(ctx, IdempotencyRecord{IdempotencyKey: key, Fingerprint: idem.Fingerprint, ResourceID: newID()})
 	if err != nil {
-		return SavedResponse{}, false, err
+		return none, false, err
 	}
 	if rec.Fingerprint != idem.Fingerprint {
-		return SavedResponse{}, false, ErrIdempotencyKeyReused
+		return none, false, ErrIdempotencyKeyReused
 	}
-	if rec.Response != nil {
-		return *rec.Response, true, nil
+	if rec.Created != nil {
+		if first := saved(*rec.Created); first != nil {
+			return *first, true, nil
+		}
 	}
-	resp, err := create(rec.ResourceID)
+	made, err := create(rec.ResourceID)
 	if err != nil {
-		return SavedResponse{}, false, err
+		return none, false, err
 	}
-	if err := s.SaveIdempotentResponse(ctx, key, resp); err != nil && s.Logger != nil {
+	if err := s.SaveIdempotentResult(ctx, key, save(made)); err != nil && s.Logger != nil {
 		// The resource exists; a retry finds it under the reserved id
 		// and creates nothing, so this answer stands.
-		s.Logger.WarnContext(ctx, "save idempotent response", "error", err.Error())
+		s.Logger.WarnContext(ctx, "save idempotent result", "error", err.Error())
 	}
-	return resp, false, nil
+	return made, false, nil
 }
 
 func validIdempotencyKey(k string) bool {

@@ -82,7 +82,11 @@ test('discovery names the endpoints and methods the clients use', async () => {
   for (const method of ['client_secret_basic', 'client_secret_post', 'none']) {
     assert.ok(meta.token_endpoint_auth_methods_supported.includes(method), method);
   }
-  assert.deepEqual([...meta.grant_types_supported].sort(), ['client_credentials', 'password', 'refresh_token']);
+  assert.deepEqual([...meta.grant_types_supported].sort(), ['authorization_code', 'client_credentials', 'password', 'refresh_token']);
+  assert.equal(meta.authorization_endpoint, new URL('/oauth2/authorize', issuer).href);
+  assert.equal(meta.end_session_endpoint, new URL('/oauth2/logout', issuer).href);
+  assert.deepEqual(meta.code_challenge_methods_supported, ['S256']);
+  assert.equal(meta.authorization_response_iss_parameter_supported, true);
 });
 
 for (const [name, configure] of Object.entries(clients)) {

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/acme/platform/pkg/testkit/mongotest"
-	"github.com/acme/platform/pkg/tracing/tracingtest"
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
+	"github.com/acme/platform/pkg/tracing/tracingtest"
 	"github.com/acme/platform/pkg/validation"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongostore"
@@ -51,13 +51,13 @@ func newAPI(t *testing.T) *api {
 	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "RS256")
-	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions:    kit.sessions(store, hasher, nil),
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	})))
+	}))))
 	t.Cleanup(srv.Close)
 
 	a := &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: kit.ring, verifier: kit.verifier}
@@ -201,7 +201,7 @@ func TestAPI(t *testing.T) {
 	// The OAuth 2.0 endpoints, service clients' scopes and ambiguous
 	// credentials are covered by TestOAuth.
 	a.doc.AssertAllOperationsCovered(t, "* * 503", "* * 429", "* * 413", "* * 415",
-		"* /oauth2/* *", "* * 403", "GET * 400", "DELETE * 400", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *")
+		"* /oauth2/* *", "GET /oauth2/assets/signin.css 200", "* * 403", "GET * 400", "DELETE * 400", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *")
 }
 
 func testLogin(t *testing.T, a *api) {

@@ -3,6 +3,7 @@ package http
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/token"
@@ -28,6 +29,10 @@ const (
 	codeWeakPassword           = "weak_password"
 	codeUsernameTaken          = "username_taken"
 	codeInvalidCurrentPassword = "invalid_current_password"
+
+	// codeInvalidCSRFToken refuses a sign-in form without this browser's
+	// CSRF token (403).
+	codeInvalidCSRFToken = "invalid_csrf_token"
 )
 
 // errTwoAuthorizationHeaders refuses a request with more than one
@@ -80,6 +85,16 @@ func problemFor(err error) *problem.Problem {
 			return p
 		}
 		return problem.BadRequest(refusal.code, refusal.detail)
+	case errors.Is(err, account.ErrUnknownClient):
+		return problem.BadRequest(token.CodeInvalidRequest, "The client_id is missing, unknown or disabled.")
+	case errors.Is(err, account.ErrUnregisteredRedirectURI):
+		return problem.BadRequest(token.CodeInvalidRequest, "The redirect_uri is missing or not registered for this client.")
+	case errors.Is(err, account.ErrInvalidLogoutRequest):
+		return problem.BadRequest(token.CodeInvalidRequest, strings.TrimPrefix(err.Error(), account.ErrInvalidLogoutRequest.Error()+": ")+".")
+	case errors.Is(err, account.ErrInvalidGrant):
+		return problem.BadRequest(codeInvalidGrant, "The authorization code is not valid: it is unknown, expired or used, or the client, redirect_uri or code_verifier differ.")
+	case errors.Is(err, errCSRF):
+		return problem.New(http.StatusForbidden, codeInvalidCSRFToken, "The sign-in form does not carry this browser's CSRF token.")
 	case errors.Is(err, errTwoAuthorizationHeaders):
 		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, "The request carries more than one Authorization header.")
 	case errors.As(err, &loginThrottled):
@@ -160,7 +175,7 @@ func oauthErrorFor(err error) (*problem.Problem, oauthError) {
 		code = codeTemporarilyUnavail
 	case p.Status >= http.StatusInternalServerError:
 		code = codeServerError
-	case p.Code == codeInvalidClient || p.Code == codeInvalidScope || p.Code == codeUnsupportedGrantType ||
+	case p.Code == codeInvalidClient || p.Code == codeInvalidScope || p.Code == codeUnsupportedGrantType || p.Code == codeInvalidGrant ||
 		p.Code == codeUnauthorizedClient || p.Code == token.CodeInvalidRequest:
 	default:
 		code = token.CodeInvalidRequest

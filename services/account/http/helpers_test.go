@@ -9,6 +9,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
 	"github.com/acme/platform/services/account"
+	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongostore"
 	"github.com/acme/platform/services/account/password"
 )
@@ -119,4 +120,17 @@ func setUserDisabled(t testing.TB, store *mongostore.Store, accountID, username 
 	if _, err := store.UpdateUserByID(ctx, accountID, u.ID, account.UserChange{Disabled: &disabled}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// authorizations is the authorization code flow of a test server on
+// store, whose issuer URL is issuer.
+func (k tokenKit) authorizations(store *mongostore.Store, sessions *account.Sessions, issuer string) *account.Authorizations {
+	return &account.Authorizations{Sessions: sessions, Clients: store, Browser: store, Codes: store,
+		IDTokens: k.verifier, Issuer: issuer}
+}
+
+// withAuthz adds the authorization code flow on store to d.
+func (k tokenKit) withAuthz(store *mongostore.Store, d accounthttp.Deps) accounthttp.Deps {
+	d.Authorizations = k.authorizations(store, d.Sessions, d.IssuerURL)
+	return d
 }

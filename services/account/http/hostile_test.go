@@ -30,7 +30,7 @@ func TestHostileRequests(t *testing.T) {
 	users := userManagement(t, store, hasher, sessions)
 	var log hostile.Log
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Logger:      log.Logger(),
 		Metrics:     reg,
 		Sessions:    sessions,
@@ -39,7 +39,7 @@ func TestHostileRequests(t *testing.T) {
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	acc, err := store.CreateAccount(ctx, "acme")
 	if err != nil {

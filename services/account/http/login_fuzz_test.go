@@ -30,13 +30,13 @@ func FuzzLogin(f *testing.F) {
 	}
 	hasher := cheapHasher(f)
 	kit := newTokenKit(f, "ES256")
-	handler := accounthttp.NewHandler(accounthttp.Deps{
+	handler := accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions:    kit.sessions(store, hasher, nil),
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	})
+	}))
 	const pw = "alice-password"
 	acc, err := store.CreateAccount(ctx, "acme")
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/platform/pkg/web"
+	"github.com/acme/platform/services/account"
 )
 
 // Outcomes of a login or a token refresh, the values of the outcome label.
@@ -27,7 +28,24 @@ const (
 type authMetrics struct {
 	logins    *prometheus.CounterVec
 	refreshes *prometheus.CounterVec
+	// signIns counts every sign-in with a password by method (the page,
+	// the password grant, POST /login) and outcome.
+	signIns *prometheus.CounterVec
+	// codesIssued and codesRedeemed (by outcome) count authorization
+	// codes; ssoStarted and ssoEnded browser sessions (single sign-on)
+	// started by a sign-in on the page and ended by a logout.
+	codesIssued   prometheus.Counter
+	codesRedeemed *prometheus.CounterVec
+	ssoStarted    prometheus.Counter
+	ssoEnded      prometheus.Counter
 }
+
+// Methods of a sign-in, the values of the method label.
+const (
+	methodPage          = "page"
+	methodPasswordGrant = "password_grant"
+	methodLogin         = "login"
+)
 
 // newAuthMetrics returns nil for a nil reg. Like pkg/web's request metric,
 // the counters may be shared by several handlers of one process; any other
@@ -45,8 +63,61 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 			Name: "account_token_refreshes_total",
 			Help: "POST /token/refresh requests and refresh_token grants of POST /oauth2/token by outcome: success, rejected (401; invalid_grant on the token endpoint), unavailable (503), invalid_request, error.",
 		}, outcomeSuccess, outcomeRejected, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
+		signIns: web.RegisterShared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "account_signins_total",
+			Help: "Sign-ins with a password by method (page: the sign-in page of the authorization code flow; password_grant; login: POST /login) and outcome: success, invalid_credentials, throttled, unavailable, invalid_request, error.",
+		}, []string{"method", "outcome"})),
+		codesIssued: web.RegisterShared(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "account_authorization_codes_issued_total",
+			Help: "Authorization codes issued (after a sign-in on the page, or at once for a browser session).",
+		})),
+		codesRedeemed: registerCounterVec(reg, prometheus.CounterOpts{
+			Name: "account_authorization_codes_redeemed_total",
+			Help: "authorization_code grants of POST /oauth2/token by outcome: success, rejected (invalid_grant: unknown, expired, replayed, wrong client, redirect URI or verifier), unavailable, invalid_request, error.",
+		}, outcomeSuccess, outcomeRejected, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
+		ssoStarted: web.RegisterShared(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "account_sso_sessions_started_total",
+			Help: "Browser sessions (single sign-on) started by a sign-in on the sign-in page.",
+		})),
+		ssoEnded: web.RegisterShared(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "account_sso_sessions_ended_total",
+			Help: "Browser sessions ended by a logout at /oauth2/logout (expiry, password changes and disabled or deleted users end them without counting here).",
+		})),
+	}
+	for _, method := range []string{methodPage, methodPasswordGrant, methodLogin} {
+		for _, o := range []string{outcomeSuccess, outcomeInvalidCredentials, outcomeThrottled, outcomeUnavailable, outcomeInvalidRequest, outcomeError} {
+			m.signIns.WithLabelValues(method, o)
+		}
 	}
 	return m
+}
+
+// countSignIn counts a sign-in of method that ended with err.
+func (m *authMetrics) countSignIn(method string, err error) {
+	if m != nil {
+		m.signIns.WithLabelValues(method, outcome(err, outcomeInvalidCredentials)).Inc()
+	}
+}
+
+// countAuthorization counts what an authorization request or a sign-in
+// on the page did: a code issued, a browser session started.
+func (m *authMetrics) countAuthorization(out account.Authorization) {
+	if m == nil {
+		return
+	}
+	if out.CodeIssued {
+		m.codesIssued.Inc()
+	}
+	if out.BrowserSession != nil {
+		m.ssoStarted.Inc()
+	}
+}
+
+// countLogout counts a browser session that a logout ended.
+func (m *authMetrics) countLogout(out account.Logout) {
+	if m != nil && out.EndedBrowserSession {
+		m.ssoEnded.Inc()
+	}
 }
 
 // registerCounterVec registers a counter with an outcome label whose every

@@ -31,14 +31,14 @@ func metricsAPI(t *testing.T) (*httptest.Server, *prometheus.Registry) {
 	policy := account.ThrottlePolicy{
 		User: account.ThrottleLimit{MaxFailures: 2, Window: time.Hour, Lockout: time.Hour, MaxLockout: time.Hour},
 	}
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Metrics:     reg,
 		Sessions:    kit.sessions(store, hasher, &account.LoginThrottle{Store: store, Policy: policy}),
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 	acc, err := store.CreateAccount(ctx, "acme")
 	if err != nil {
@@ -190,7 +190,7 @@ func TestTokenEndpointGrantsAreCountedAsLoginsAndRefreshes(t *testing.T) {
 		{url.Values{"grant_type": {"refresh_token"}, "refresh_token": {set.RefreshToken + "x"}}, http.StatusBadRequest},
 		{url.Values{"grant_type": {"refresh_token"}}, http.StatusBadRequest},
 		{url.Values{"grant_type": {"client_credentials"}}, http.StatusUnauthorized},
-		{url.Values{"grant_type": {"authorization_code"}}, http.StatusBadRequest},
+		{url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:device_code"}}, http.StatusBadRequest},
 	} {
 		if status, body := grant(tc.form); status != tc.want {
 			t.Fatalf("grant %v: %d %s, want %d", tc.form, status, body, tc.want)

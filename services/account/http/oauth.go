@@ -28,13 +28,14 @@ import (
 
 // Grant types of the token endpoint.
 const (
-	grantClientCredentials = "client_credentials"
-	grantPassword          = "password"
-	grantRefreshToken      = "refresh_token"
+	grantAuthorizationCode = account.GrantAuthorizationCode
+	grantClientCredentials = account.GrantClientCredentials
+	grantPassword          = account.GrantPassword
+	grantRefreshToken      = account.GrantRefreshToken
 )
 
 // grantTypes lists them as discovery does.
-var grantTypes = []string{grantClientCredentials, grantPassword, grantRefreshToken}
+var grantTypes = []string{grantAuthorizationCode, grantClientCredentials, grantPassword, grantRefreshToken}
 
 // clientAuthChallenge is the WWW-Authenticate of a failed client
 // authentication by the Authorization header (RFC 6749 section 5.2: the
@@ -205,7 +206,7 @@ func userTokenResponse(set token.Set) tokenResponse {
 // handleToken is POST /oauth2/token. The grant type is checked first, then
 // the client's credentials (when any: a wrong one is invalid_client before
 // anything else is looked at), then the grant's parameters.
-func handleToken(sessions *account.Sessions) echo.HandlerFunc {
+func handleToken(sessions *account.Sessions, authz *account.Authorizations) echo.HandlerFunc {
 	return oauthEndpoint(func(c *echo.Context) error {
 		form, err := readForm(c)
 		if err != nil {
@@ -215,7 +216,7 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		switch grant {
 		case "":
 			return invalidRequest(`The parameter "grant_type" is required.`)
-		case grantClientCredentials, grantPassword, grantRefreshToken:
+		case grantAuthorizationCode, grantClientCredentials, grantPassword, grantRefreshToken:
 			c.Set(grantKey, grant)
 		default:
 			return &oauthRefusal{code: codeUnsupportedGrantType,
@@ -228,6 +229,20 @@ func handleToken(sessions *account.Sessions) echo.HandlerFunc {
 		ctx := c.Request().Context()
 		var resp tokenResponse
 		switch grant {
+		case grantAuthorizationCode:
+			if client == nil {
+				return invalidClient("The authorization_code grant needs the client: client_id for a public client, else its credentials.")
+			}
+			if err := requireParams(form, "code", "redirect_uri"); err != nil {
+				return err
+			}
+			set, err := authz.Exchange(ctx, account.CodeExchange{
+				Code: form.Get("code"), RedirectURI: form.Get("redirect_uri"), Verifier: form.Get("code_verifier"), Client: client,
+			})
+			if err != nil {
+				return err
+			}
+			resp = userTokenResponse(set)
 		case grantClientCredentials:
 			if client == nil {
 				return invalidClient("The client_credentials grant requires client authentication.")
@@ -329,7 +344,11 @@ func (m *authMetrics) countGrants(next echo.HandlerFunc) echo.HandlerFunc {
 		err := next(c)
 		switch c.Get(grantKey) {
 		case grantPassword:
-			m.logins.WithLabelValues(grantOutcome(c, err, account.ErrInvalidCredentials, outcomeInvalidCredentials)).Inc()
+			o := grantOutcome(c, err, account.ErrInvalidCredentials, outcomeInvalidCredentials)
+			m.logins.WithLabelValues(o).Inc()
+			m.signIns.WithLabelValues(methodPasswordGrant, o).Inc()
+		case grantAuthorizationCode:
+			m.codesRedeemed.WithLabelValues(grantOutcome(c, err, account.ErrInvalidGrant, outcomeRejected)).Inc()
 		case grantRefreshToken:
 			m.refreshes.WithLabelValues(grantOutcome(c, err, account.ErrInvalidRefreshToken, outcomeRejected)).Inc()
 		}

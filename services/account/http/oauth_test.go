@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
@@ -30,6 +31,7 @@ import (
 // golang.org/x/oauth2, is validated against the OpenAPI document.
 type oauthAPI struct {
 	*api
+	reg            *prometheus.Registry
 	clock          *clock
 	acme, globex   account.Account
 	discovery      map[string]any
@@ -55,18 +57,24 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	sessions := kit.sessions(store, hasher, throttle)
 	sessions.ReuseGrace = grace
 	sessions.Now = clk.Now
+	authz := &account.Authorizations{Sessions: sessions, Clients: store, Browser: store, Codes: store,
+		IDTokens: kit.verifier, Issuer: base, Now: clk.Now}
+	reg := prometheus.NewRegistry()
 	srv.Config.Handler = spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
-		Sessions:    sessions,
-		Definitions: store,
-		Verifier:    kit.verifier,
-		Keys:        kit.keys,
-		IssuerURL:   base,
+		Metrics:        reg,
+		Sessions:       sessions,
+		Authorizations: authz,
+		Definitions:    store,
+		Verifier:       kit.verifier,
+		Keys:           kit.keys,
+		IssuerURL:      base,
 	}))
 	srv.Start()
 	t.Cleanup(srv.Close)
 
 	o := &oauthAPI{
 		api:   &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier},
+		reg:   reg,
 		clock: clk,
 	}
 	accounts := map[string]*account.Account{"acme": &o.acme, "globex": &o.globex}
@@ -96,6 +104,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 func (o *oauthAPI) newClient(acc account.Account, scopes ...string) (string, string) {
 	o.t.Helper()
 	c, secret, err := account.NewServiceClient(acc, "test client", scopes)
+	c.Grants = account.LegacyGrants(false) // the password grant too, as clients stored before grants
 	if err != nil {
 		o.t.Fatal(err)
 	}
@@ -264,7 +273,9 @@ func TestOAuth(t *testing.T) {
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /.well-known/jwks.json *", "* /openapi.yaml *", "* /definitions 401", "* /definitions/{id} 401",
 		"POST /definitions 413", "POST /definitions 415", "PUT /definitions/{id} 413", "PUT /definitions/{id} 415",
-		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *")
+		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *",
+		// TestSignIn covers the sign-in flow.
+		"* /oauth2/authorize *", "* /oauth2/signin *", "* /oauth2/logout *", "* /oauth2/assets/* *")
 }
 
 func testOAuthDiscovery(t *testing.T, o *oauthAPI) {
@@ -283,9 +294,14 @@ func testOAuthDiscovery(t *testing.T, o *oauthAPI) {
 		return out
 	}
 	for name, want := range map[string][]string{
-		"grant_types_supported":                 {"client_credentials", "password", "refresh_token"},
+		"grant_types_supported":                 {"authorization_code", "client_credentials", "password", "refresh_token"},
 		"token_endpoint_auth_methods_supported": {"client_secret_basic", "client_secret_post", "none"},
-		"scopes_supported":                      {"conversations:read", "conversations:write", "definitions:read", "definitions:write", "users:read", "users:write", "webhooks:manage"},
+		"scopes_supported": {"conversations:read", "conversations:write", "definitions:read", "definitions:write",
+			"email", "offline_access", "openid", "profile", "users:read", "users:write", "webhooks:manage"},
+		"response_types_supported":         {"code"},
+		"code_challenge_methods_supported": {"S256"},
+		"prompt_values_supported":          {"login", "none"},
+		"response_modes_supported":         {"query"},
 	} {
 		if got := list(name); !slices.Equal(got, want) {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -439,7 +455,7 @@ func testPasswordGrant(t *testing.T, o *oauthAPI) {
 		t.Fatalf("token = %+v", tok)
 	}
 	first, err := o.verifier.Verify(context.Background(), tok.AccessToken)
-	if err != nil || first.Subject == "" || first.ClientID != "" || first.AccountName != "acme" || first.SessionID == "" {
+	if err != nil || first.Subject == "" || first.ClientID != cfg.ClientID || first.IsClient() || first.AccountName != "acme" || first.SessionID == "" {
 		t.Fatalf("access token claims = %+v, %v", first, err)
 	}
 	// A user's token acts as the user, without scopes: it may write.
@@ -515,6 +531,7 @@ func (o *oauthAPI) idTokenOf(t *testing.T, raw any, clientID string) *token.Clai
 func testPublicClient(t *testing.T, o *oauthAPI) {
 	ctx := context.Background()
 	pc, err := account.NewPublicClient(o.acme, "single-page app")
+	pc.Grants = account.LegacyGrants(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,7 +650,7 @@ func testTokenEndpointBadInput(t *testing.T, o *oauthAPI) {
 	}{
 		{"missing grant_type", "scope=definitions:read", formType, basic(id, secret), 400, "invalid_request"},
 		{"empty grant_type", "grant_type=", formType, basic(id, secret), 400, "invalid_request"},
-		{"unknown grant_type", "grant_type=authorization_code&code=x", formType, basic(id, secret), 400, "unsupported_grant_type"},
+		{"unknown grant_type", "grant_type=urn:ietf:params:oauth:grant-type:device_code&device_code=x", formType, basic(id, secret), 400, "unsupported_grant_type"},
 		{"implicit-style grant", "grant_type=token", formType, nil, 400, "unsupported_grant_type"},
 		{"client_credentials without a client", "grant_type=client_credentials", formType, nil, 401, "invalid_client"},
 		{"wrong client secret", "grant_type=client_credentials", formType, basic(id, secret+"x"), 401, "invalid_client"},

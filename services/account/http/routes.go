@@ -16,8 +16,16 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/login", handleLogin(d.Sessions), counts.countLogins, singleAuthorization)
 	e.POST("/token/refresh", handleRefresh(d.Sessions), counts.countRefreshes, singleAuthorization)
 	e.POST("/logout", handleLogout(d.Sessions), singleAuthorization)
-	e.POST("/oauth2/token", handleToken(d.Sessions), counts.countGrants)
+	e.POST("/oauth2/token", handleToken(d.Sessions, d.Authorizations), counts.countGrants)
 	e.POST("/oauth2/revoke", handleRevoke(d.Sessions))
+
+	// Sign-in for apps: pages for a browser, not JSON (docs/signin.md).
+	signIn := signInDeps{authz: d.Authorizations, cookies: newBrowserCookies(d.IssuerURL), metrics: counts}
+	e.GET(pathAuthorize, signIn.handleAuthorize, singleAuthorization)
+	e.POST(pathSignIn, signIn.handleSignIn, singleAuthorization)
+	e.GET(pathLogout, signIn.handleLogout, singleAuthorization)
+	e.POST(pathLogout, signIn.handleLogout, singleAuthorization)
+	e.GET(pathStylesheet, handleStylesheet)
 
 	e.GET("/definitions", handleListDefinitions(d.Definitions), bearer, read)
 	e.POST("/definitions", handleCreateDefinition(d.Definitions), bearer, write)

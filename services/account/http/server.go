@@ -29,8 +29,11 @@ type Deps struct {
 	// Sessions logs in, refreshes, logs out and issues client tokens: the
 	// one implementation behind /login, /token/refresh, /logout and the
 	// OAuth 2.0 endpoints.
-	Sessions    *account.Sessions
-	Definitions account.DefinitionStore
+	Sessions *account.Sessions
+	// Authorizations is the authorization code flow: the authorization
+	// endpoint, the sign-in page, the code grant and logout.
+	Authorizations *account.Authorizations
+	Definitions    account.DefinitionStore
 	// Users manages the users of the caller's account and answers
 	// /userinfo.
 	Users *account.Users

@@ -131,6 +131,7 @@ func (m *authMetrics) countLogins(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		err := next(c)
 		m.logins.WithLabelValues(outcome(err, outcomeInvalidCredentials)).Inc()
+		m.countSignIn(methodLogin, err)
 		return err
 	}
 }

@@ -154,7 +154,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		t.Fatal(err)
 	}
 	clk := &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	srv := httptest.NewServer(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions: kit.sessions(store, counting,
 			&account.LoginThrottle{Store: store, Policy: setup.policy, Now: clk.Now, RenewEvery: setup.renewEvery, SettleTimeout: testSettleTimeout}),
 		Definitions:    store,
@@ -162,7 +162,7 @@ func newThrottledAPI(t *testing.T, setup throttleSetup) *throttledAPI {
 		Keys:           kit.keys,
 		IssuerURL:      issuerURL,
 		TrustedProxies: proxies,
-	}))
+	})))
 	t.Cleanup(srv.Close)
 
 	acc, err := store.CreateAccount(ctx, "acme")

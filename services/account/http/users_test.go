@@ -47,14 +47,14 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	}}
 	sessions := kit.sessions(store, hasher, throttle)
 	users := userManagement(t, store, hasher, sessions)
-	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
+	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions:    sessions,
 		Users:       users,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	})))
+	}))))
 	t.Cleanup(srv.Close)
 	u := &usersAPI{api: &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier}, kit: kit}
 	for name, acc := range map[string]*account.Account{"acme": &u.acme, "globex": &u.globex} {
@@ -148,7 +148,7 @@ func TestUsers(t *testing.T) {
 	t.Run("ChangeOwnPassword", func(t *testing.T) { testChangePassword(t, u) })
 	t.Run("ChangePasswordIsThrottled", func(t *testing.T) { testChangePasswordThrottle(t, u) })
 
-	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *", "* /oauth2/* *",
+	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *", "* /oauth2/* *", "GET /oauth2/assets/signin.css 200",
 		"* /definitions *", "* /definitions/{id} *", "* /.well-known/* *", "* /openapi.yaml *",
 		"* /users 401", "* /users/{id} 401", "* /users/{id}/password 401", "POST /userinfo 401", "* /userinfo 400", "GET /users/{id} 400", "DELETE /users/{id} 400",
 		"PATCH /users/{id} 413", "PUT /users/{id}/password 413", "PUT /users/{id}/password 415", "POST /password 413")

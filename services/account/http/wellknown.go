@@ -28,6 +28,13 @@ type discovery struct {
 	ResponseTypesSupported                 []string `json:"response_types_supported"`
 	SubjectTypesSupported                  []string `json:"subject_types_supported"`
 	ClaimsSupported                        []string `json:"claims_supported"`
+
+	AuthorizationEndpoint                      string   `json:"authorization_endpoint"`
+	EndSessionEndpoint                         string   `json:"end_session_endpoint"`
+	ResponseModesSupported                     []string `json:"response_modes_supported"`
+	CodeChallengeMethodsSupported              []string `json:"code_challenge_methods_supported"`
+	PromptValuesSupported                      []string `json:"prompt_values_supported"`
+	AuthorizationResponseIssParameterSupported bool     `json:"authorization_response_iss_parameter_supported"`
 }
 
 // clientAuthMethods are the ways a client authenticates at the token and
@@ -48,12 +55,19 @@ func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerF
 			GrantTypesSupported:                    grantTypes,
 			TokenEndpointAuthMethodsSupported:      clientAuthMethods,
 			RevocationEndpointAuthMethodsSupported: clientAuthMethods,
-			ScopesSupported:                        token.Scopes(),
+			ScopesSupported:                        append([]string{"openid", "profile", "email", "offline_access"}, token.Scopes()...),
 			IDTokenSigningAlgValuesSupported:       keys.Keyring().Algorithms(),
-			ResponseTypesSupported:                 []string{"id_token"},
+			ResponseTypesSupported:                 []string{"code"},
 			SubjectTypesSupported:                  []string{"public"},
 			ClaimsSupported: []string{"iss", "sub", "aud", "iat", "nbf", "exp", "jti", "token_use",
-				"account_id", "account_name", "preferred_username", "name", "email", "email_verified", "auth_time", "sid", "azp", "client_id", "scope"},
+				"account_id", "account_name", "preferred_username", "name", "email", "email_verified", "auth_time", "sid", "azp", "client_id", "scope",
+				"nonce", "amr"},
+			AuthorizationEndpoint:                      base + pathAuthorize,
+			EndSessionEndpoint:                         base + pathLogout,
+			ResponseModesSupported:                     []string{"query"},
+			CodeChallengeMethodsSupported:              []string{"S256"},
+			PromptValuesSupported:                      []string{"none", "login"},
+			AuthorizationResponseIssParameterSupported: true,
 		})
 	}
 }

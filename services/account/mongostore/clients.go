@@ -29,6 +29,11 @@ type clientDoc struct {
 	// The secret the last rotation replaced, valid until its expiry.
 	PreviousSecretHash      string    `bson:"previous_secret_hash,omitempty"`
 	PreviousSecretExpiresAt time.Time `bson:"previous_secret_expires_at,omitempty"`
+	// Grants is absent in clients stored before grants were recorded
+	// (they keep account.LegacyGrants).
+	Grants                 []string `bson:"grants,omitempty"`
+	RedirectURIs           []string `bson:"redirect_uris,omitempty"`
+	PostLogoutRedirectURIs []string `bson:"post_logout_redirect_uris,omitempty"`
 }
 
 // CreateClient stores c with a new client id ("cli_" and 96 random bits)
@@ -113,11 +118,39 @@ func (s *Store) SetClientDisabled(ctx context.Context, accountID, clientID strin
 	return nil
 }
 
+// UpdateClientRegistration sets a client's grants and redirect URIs.
+func (s *Store) UpdateClientRegistration(ctx context.Context, accountID, clientID string, r account.ClientRegistration) error {
+	res, err := s.clients.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: clientID}, {Key: "account_id", Value: accountID}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "grants", Value: nonNil(r.Grants)},
+			{Key: "redirect_uris", Value: nonNil(r.RedirectURIs)},
+			{Key: "post_logout_redirect_uris", Value: nonNil(r.PostLogoutRedirectURIs)},
+			{Key: "updated_at", Value: s.now()},
+		}}})
+	if err != nil {
+		return mongoconn.Wrap(err, "update client")
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("client %q: %w", clientID, account.ErrNotFound)
+	}
+	return nil
+}
+
+// nonNil stores an empty list as [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 func toClientDoc(c account.ServiceClient) clientDoc {
 	return clientDoc{
 		ID: c.ID, AccountID: c.AccountID, AccountName: c.AccountName, Name: c.Name, Scopes: c.Scopes,
 		Public: c.Public, Disabled: c.Disabled, CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, SecretHash: c.SecretHash,
 		PreviousSecretHash: c.PreviousSecretHash, PreviousSecretExpiresAt: c.PreviousSecretExpiresAt,
+		Grants: c.Grants, RedirectURIs: c.RedirectURIs, PostLogoutRedirectURIs: c.PostLogoutRedirectURIs,
 	}
 }
 
@@ -130,6 +163,7 @@ func (d clientDoc) domain() account.ServiceClient {
 		ID: d.ID, AccountID: d.AccountID, AccountName: d.AccountName, Name: d.Name, Scopes: scopes,
 		Public: d.Public, Disabled: d.Disabled, CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), SecretHash: d.SecretHash,
 		PreviousSecretHash: d.PreviousSecretHash,
+		Grants:             d.Grants, RedirectURIs: d.RedirectURIs, PostLogoutRedirectURIs: d.PostLogoutRedirectURIs,
 	}
 	if !d.PreviousSecretExpiresAt.IsZero() {
 		c.PreviousSecretExpiresAt = d.PreviousSecretExpiresAt.UTC()

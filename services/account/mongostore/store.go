@@ -12,7 +12,11 @@
 //	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
 //	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions
 //	login_throttle _id = throttle key; {expires_at:1}  TakeLoginAttempt and the rest (by _id); PurgeLoginThrottle
+//	               {account_id:1, browser_session_id:1}  RevokeBrowserSessionSessions
 //	clients        _id = client_id; {account_id:1, created_at:1, _id:1}  ClientByID, Rotate/SetClientDisabled (by _id); ListClients
+//	browser_sessions _id = hash of the cookie; {expires_at:1}  BrowserSessionByID, EndBrowserSession; PurgeExpiredBrowserSessions
+//	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions (a user's browser sessions end with the rest)
+//	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode (conditional on not spent); PurgeAuthCodes
 //
 // No operation spans two documents, so no transaction is needed anywhere
 // (and the code runs unchanged on the embedded server used in development).
@@ -43,6 +47,8 @@ type Store struct {
 	sessions    *mongo.Collection
 	throttle    *mongo.Collection
 	clients     *mongo.Collection
+	browser     *mongo.Collection
+	codes       *mongo.Collection
 	now         func() time.Time
 }
 
@@ -58,6 +64,8 @@ func New(db *mongo.Database) *Store {
 		sessions:    db.Collection("sessions"),
 		throttle:    db.Collection("login_throttle"),
 		clients:     db.Collection("clients"),
+		browser:     db.Collection("browser_sessions"),
+		codes:       db.Collection("auth_codes"),
 		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
 }
@@ -78,6 +86,10 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "user_id", Value: 1}}, Options: options.Index().SetName("account_user")}},
 		{s.throttle, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 		{s.clients, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "created_at", Value: 1}, {Key: "_id", Value: 1}}, Options: options.Index().SetName("account_created")}},
+		{s.sessions, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "browser_session_id", Value: 1}}, Options: options.Index().SetName("account_browser_session")}},
+		{s.browser, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
+		{s.browser, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "user_id", Value: 1}}, Options: options.Index().SetName("account_user")}},
+		{s.codes, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 	}
 	for _, spec := range specs {
 		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {
@@ -237,6 +249,9 @@ type sessionDoc struct {
 	CreatedAt         time.Time `bson:"created_at"`
 	ExpiresAt         time.Time `bson:"expires_at"`
 	Revoked           bool      `bson:"revoked"`
+	// BrowserSessionID and AMR are absent for a session no code started.
+	BrowserSessionID string   `bson:"browser_session_id,omitempty"`
+	AMR              []string `bson:"amr,omitempty"`
 }
 
 // CreateSession stores a new session (at login).
@@ -244,9 +259,12 @@ func (s *Store) CreateSession(ctx context.Context, sess account.Session) error {
 	doc := sessionDoc{
 		ID: sess.ID, AccountID: sess.AccountID, UserID: sess.UserID, ClientID: sess.ClientID, RefreshID: sess.RefreshID,
 		AuthTime: sess.AuthTime.UTC().Truncate(time.Millisecond), CreatedAt: s.now(),
-		ExpiresAt: sess.ExpiresAt.UTC().Truncate(time.Millisecond),
+		ExpiresAt: sess.ExpiresAt.UTC().Truncate(time.Millisecond), Revoked: sess.Revoked,
+		BrowserSessionID: sess.BrowserSessionID, AMR: sess.AMR,
 	}
-	if _, err := s.sessions.InsertOne(ctx, doc); err != nil {
+	if _, err := s.sessions.InsertOne(ctx, doc); mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("session %q: %w", sess.ID, account.ErrDuplicate)
+	} else if err != nil {
 		return mongoconn.Wrap(err, "create session")
 	}
 	return nil
@@ -329,5 +347,6 @@ func (d sessionDoc) domain() account.Session {
 		ID: d.ID, AccountID: d.AccountID, UserID: d.UserID, ClientID: d.ClientID, RefreshID: d.RefreshID,
 		PreviousRefreshID: d.PreviousRefreshID, RotatedAt: d.RotatedAt.UTC(),
 		AuthTime: d.AuthTime.UTC(), CreatedAt: d.CreatedAt.UTC(), ExpiresAt: d.ExpiresAt.UTC(), Revoked: d.Revoked,
+		BrowserSessionID: d.BrowserSessionID, AMR: d.AMR,
 	}
 }

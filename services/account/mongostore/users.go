@@ -124,6 +124,9 @@ func (s *Store) RevokeUserSessions(ctx context.Context, accountID, userID string
 	if err != nil {
 		return mongoconn.Wrap(err, "revoke user sessions")
 	}
+	if _, err := s.browser.DeleteMany(ctx, bson.D{{Key: "account_id", Value: accountID}, {Key: "user_id", Value: userID}}); err != nil {
+		return mongoconn.Wrap(err, "end user browser sessions")
+	}
 	return nil
 }
 
@@ -131,6 +134,9 @@ func (s *Store) RevokeUserSessions(ctx context.Context, accountID, userID string
 func (s *Store) DeleteUserSessions(ctx context.Context, accountID, userID string) error {
 	if _, err := s.sessions.DeleteMany(ctx, bson.D{{Key: "account_id", Value: accountID}, {Key: "user_id", Value: userID}}); err != nil {
 		return mongoconn.Wrap(err, "delete user sessions")
+	}
+	if _, err := s.browser.DeleteMany(ctx, bson.D{{Key: "account_id", Value: accountID}, {Key: "user_id", Value: userID}}); err != nil {
+		return mongoconn.Wrap(err, "delete user browser sessions")
 	}
 	return nil
 }

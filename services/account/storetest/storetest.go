@@ -57,6 +57,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ClientSecretRotation", testClientRotation},
 		{"ClientConcurrentRotationHasOneWinner", testClientConcurrentRotation},
 		{"ClientDisableIsScopedByAccount", testClientDisable},
+		{"ClientRegistration", testClientRegistration},
+		{"BrowserSessions", testBrowserSessions},
+		{"AuthCodesAreSpentOnce", testAuthCodes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,14 +121,11 @@ func handleCreate(svc *conversations.Service) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		resp, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, idempotency(c, body),
-			func(conv conversations.Conversation) (conversations.SavedResponse, error) {
-				return createdResponse("/v1/conversations/"+conv.ID, etag(conv), conv)
-			})
+		conv, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, idempotency(c, body))
 		if err != nil {
 			return err
 		}
-		return writeCreated(c, resp, replayed)
+		return writeCreated(c, "/v1/conversations/"+conv.ID, etag(conv), conv, replayed)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Problem codes of this service, beside pkg/problem's.
@@ -30,13 +31,13 @@ const retryAfterStream = 2 * time.Second
 // here; everything else (problems of the plumbing, validation errors, an
 // unreachable database, unknown routes) is decided by web.ProblemFor.
 func problemFor(err error) *problem.Problem {
-	var rateLimited *conversations.RateLimitedError
+	var rateLimited *webhook.RateLimitedError
 	switch {
-	case errors.Is(err, conversations.ErrEndpointNotFound):
+	case errors.Is(err, webhook.ErrEndpointNotFound):
 		return problem.NotFound("No webhook endpoint with this id in your account.")
-	case errors.Is(err, conversations.ErrDeliveryNotFound):
+	case errors.Is(err, webhook.ErrDeliveryNotFound):
 		return problem.NotFound("No delivery with this id for this webhook endpoint.")
-	case errors.Is(err, conversations.ErrTooManyEndpoints):
+	case errors.Is(err, webhook.ErrTooManyEndpoints):
 		return problem.New(http.StatusConflict, codeTooManyEndpoints,
 			"The account has the largest number of webhook endpoints allowed: delete one first.")
 	case errors.As(err, &rateLimited):

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 
@@ -38,28 +37,19 @@ func idempotency(c *echo.Context, body []byte) conversations.Idempotency {
 	return conversations.Idempotency{Keys: r.Header.Values("Idempotency-Key"), Fingerprint: fingerprint(r, body)}
 }
 
-// createdResponse is the 201 answer to a POST that created v at location:
-// what is sent, and replayed to every retry with the same Idempotency-Key.
-func createdResponse(location, etag string, v any) (conversations.SavedResponse, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return conversations.SavedResponse{}, fmt.Errorf("encode created resource: %w", err)
-	}
-	return conversations.SavedResponse{Status: http.StatusCreated, Location: location, ETag: etag, Body: b}, nil
-}
-
-// writeCreated sends resp, with Idempotent-Replayed: true when it is the
-// replay of a first response.
-func writeCreated(c *echo.Context, resp conversations.SavedResponse, replayed bool) error {
+// writeCreated sends the 201 of a POST that created v at location, with
+// Idempotent-Replayed: true when v is what the first request with the
+// Idempotency-Key created.
+func writeCreated(c *echo.Context, location, etag string, v any, replayed bool) error {
 	h := c.Response().Header()
-	h.Set("Location", resp.Location)
-	if resp.ETag != "" {
-		h.Set("ETag", resp.ETag)
+	h.Set("Location", location)
+	if etag != "" {
+		h.Set("ETag", etag)
 	}
 	if replayed {
 		h.Set("Idempotent-Replayed", "true")
 	}
-	return c.Blob(resp.Status, "application/json", resp.Body)
+	return c.JSON(http.StatusCreated, v)
 }
 
 // fingerprint identifies a request for its idempotency key: method, path

@@ -26,14 +26,11 @@ func handlePostMessage(svc *conversations.Service) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		resp, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, idempotency(c, body),
-			func(m conversations.Message) (conversations.SavedResponse, error) {
-				return createdResponse(messagesPath(m.ConversationID)+"/"+url.PathEscape(m.ID), "", m)
-			})
+		m, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, idempotency(c, body))
 		if err != nil {
 			return err
 		}
-		return writeCreated(c, resp, replayed)
+		return writeCreated(c, messagesPath(m.ConversationID)+"/"+url.PathEscape(m.ID), "", m, replayed)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/acme/platform/pkg/validation"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // The ids of a path are checked against their form before anything else
@@ -39,8 +40,8 @@ func pathMessageID(c *echo.Context) (string, error) {
 // it has the form of an endpoint id.
 func pathEndpointID(c *echo.Context) (string, error) {
 	id := c.Param("id")
-	if !conversations.ValidWebhookEndpointID(id) {
-		return "", fmt.Errorf("endpoint id of another form: %w", conversations.ErrEndpointNotFound)
+	if !webhook.ValidEndpointID(id) {
+		return "", fmt.Errorf("endpoint id of another form: %w", webhook.ErrEndpointNotFound)
 	}
 	return id, nil
 }
@@ -49,8 +50,8 @@ func pathEndpointID(c *echo.Context) (string, error) {
 // unless it has the form of a delivery id.
 func pathDeliveryID(c *echo.Context) (string, error) {
 	id := c.Param("deliveryId")
-	if !conversations.ValidDeliveryID(id) {
-		return "", fmt.Errorf("delivery id of another form: %w", conversations.ErrDeliveryNotFound)
+	if !webhook.ValidDeliveryID(id) {
+		return "", fmt.Errorf("delivery id of another form: %w", webhook.ErrDeliveryNotFound)
 	}
 	return id, nil
 }

@@ -6,13 +6,14 @@ import (
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // addRoutes is the one list of every route of the API, each with the
 // scope a service client's token needs for it (contract section 9); a
 // user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
-func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub, wh *conversations.Webhooks) {
+func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub, wh *webhook.Service) {
 	bearer := token.Middleware(d.Verifier)
 	read := token.RequireScope(token.ScopeConversationsRead)
 	write := token.RequireScope(token.ScopeConversationsWrite)

@@ -17,6 +17,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // OpenAPI is the service's OpenAPI 3.1 document, served at /openapi.yaml and
@@ -38,10 +39,10 @@ type Deps struct {
 	DefaultPageSize int
 	MaxPageSize     int
 	// Webhooks manages the account's webhook endpoints; nil: one on
-	// Store (which must then be a conversations.WebhookStore) with a key
+	// Store (which must then be a webhook.Store) with a key
 	// of its own, for tests that do not look at secrets at rest, refusing
 	// URLs as the default dialler does (no range allowed).
-	Webhooks *conversations.Webhooks
+	Webhooks *webhook.Service
 	// CORSOrigins are the origins whose web pages may call the API
 	// (web.ParseCORSOrigins); empty: none.
 	CORSOrigins []string
@@ -84,17 +85,17 @@ func NewHandler(d Deps) http.Handler {
 	svc := &conversations.Service{Store: d.Store, Logger: d.Logger, Recorded: d.Recorded}
 	wh := d.Webhooks
 	if wh == nil {
-		store, _ := d.Store.(conversations.WebhookStore)
-		box, _ := conversations.NewSecretBox(randomKey())
-		urls := conversations.WebhookURLPolicy{Dialable: webhook.NewDialer(nil, nil).Check}
-		wh = &conversations.Webhooks{Store: store, Events: conversations.EventLogOf(d.Store), Box: box, URLs: urls}
+		store, _ := d.Store.(webhook.Store)
+		box, _ := webhook.NewSecretBox(randomKey())
+		urls := webhook.URLPolicy{Dialable: delivery.NewDialer(nil, nil).Check}
+		wh = &webhook.Service{Store: store, Events: d.Store, Box: box, URLs: urls}
 	}
 	addRoutes(e, d, svc, d.Hub, wh)
 	return e
 }
 
 func randomKey() []byte {
-	b := make([]byte, conversations.SecretBoxKeyLen)
+	b := make([]byte, webhook.SecretBoxKeyLen)
 	_, _ = rand.Read(b) // never fails since Go 1.24
 	return b
 }

@@ -2,18 +2,16 @@ package http
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Webhook endpoints (contract section 11.3), for service clients with
@@ -21,12 +19,12 @@ import (
 
 // createdEndpoint is the 201 body: the endpoint and, this once, its secret.
 type createdEndpoint struct {
-	conversations.WebhookEndpoint
+	webhook.Endpoint
 	Secret string `json:"secret"`
 }
 
 func (c createdEndpoint) MarshalJSON() ([]byte, error) {
-	base, err := json.Marshal(c.WebhookEndpoint)
+	base, err := json.Marshal(c.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -39,9 +37,9 @@ func (c createdEndpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(members)
 }
 
-func handleCreateWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleCreateWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		var in conversations.NewWebhookEndpoint
+		var in webhook.NewEndpoint
 		if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
 			return err
 		}
@@ -51,11 +49,11 @@ func handleCreateWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 		}
 		c.Response().Header().Set("Location", "/v1/webhooks/"+e.ID)
 		c.Response().Header().Set("Cache-Control", "no-store")
-		return c.JSON(http.StatusCreated, createdEndpoint{WebhookEndpoint: e, Secret: secret})
+		return c.JSON(http.StatusCreated, createdEndpoint{Endpoint: e, Secret: secret})
 	}
 }
 
-func handleListWebhooks(wh *conversations.Webhooks, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+func handleListWebhooks(wh *webhook.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
 		if err != nil {
@@ -76,7 +74,7 @@ func handleListWebhooks(wh *conversations.Webhooks, cursors *cursor.Codec, defau
 	}
 }
 
-func handleGetWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleGetWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -90,7 +88,7 @@ func handleGetWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handlePatchWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -100,7 +98,7 @@ func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 		if err := web.DecodeJSONAs(c, mergePatchType, conversations.MaxBodyLen, &members); err != nil {
 			return err
 		}
-		patch, err := conversations.ParseWebhookPatch(members, wh.URLs)
+		patch, err := webhook.ParsePatch(members, wh.URLs)
 		if err != nil {
 			return err
 		}
@@ -112,7 +110,7 @@ func handlePatchWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handleDeleteWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleDeleteWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -125,34 +123,19 @@ func handleDeleteWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-// rotateRequest is the optional body of rotate-secret.
-type rotateRequest struct {
-	// Overlap is how long the previous secret keeps signing, in seconds.
-	Overlap *int64 `json:"overlap"`
-}
-
-func handleRotateWebhookSecret(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleRotateWebhookSecret(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
 			return err
 		}
-		overlap := conversations.DefaultRotationOverlap
+		var in webhook.Rotation
 		if c.Request().ContentLength != 0 {
-			var in rotateRequest
 			if err := web.DecodeJSON(c, conversations.MaxBodyLen, &in); err != nil {
 				return err
 			}
-			if in.Overlap != nil {
-				longest := int64(conversations.MaxRotationOverlap / time.Second)
-				if *in.Overlap < 0 || *in.Overlap > longest {
-					return problem.Validation(problem.FieldError{Field: "overlap",
-						Reason: fmt.Sprintf("must be a number of seconds from 0 to %d", longest)})
-				}
-				overlap = time.Duration(*in.Overlap) * time.Second
-			}
 		}
-		secret, err := wh.RotateSecret(c.Request().Context(), caller(c), id, overlap)
+		secret, err := wh.RotateSecret(c.Request().Context(), caller(c), id, in)
 		if err != nil {
 			return err
 		}
@@ -161,7 +144,7 @@ func handleRotateWebhookSecret(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handleTestWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleTestWebhook(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -175,7 +158,7 @@ func handleTestWebhook(wh *conversations.Webhooks) echo.HandlerFunc {
 	}
 }
 
-func handleListDeliveries(wh *conversations.Webhooks, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+func handleListDeliveries(wh *webhook.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {
@@ -200,7 +183,7 @@ func handleListDeliveries(wh *conversations.Webhooks, cursors *cursor.Codec, def
 	}
 }
 
-func handleRetryDelivery(wh *conversations.Webhooks) echo.HandlerFunc {
+func handleRetryDelivery(wh *webhook.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		id, err := pathEndpointID(c)
 		if err != nil {

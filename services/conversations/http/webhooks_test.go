@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/acme/platform/pkg/token"
-	"github.com/acme/platform/services/conversations"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
-	webhookdial "github.com/acme/platform/services/conversations/webhook"
+	wh "github.com/acme/platform/services/conversations/webhook"
+	webhookdial "github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // Webhook endpoints (contract section 11.3) through the API: who may
@@ -308,13 +308,13 @@ func testWebhookURLAddresses(t *testing.T, a *api) {
 		t.Fatal(err)
 	}
 	dev := serve(t, a.tokens, a.doc, func(d *conversationshttp.Deps) {
-		box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+		box, err := wh.NewSecretBox([]byte(strings.Repeat("k", 32)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.Webhooks = &conversations.Webhooks{
-			Store: d.Store.(conversations.WebhookStore), Events: conversations.EventLogOf(d.Store), Box: box,
-			URLs: conversations.WebhookURLPolicy{AllowHTTP: true, Dialable: webhookdial.NewDialer(allowed, nil).Check},
+		d.Webhooks = &wh.Service{
+			Store: d.Store.(wh.Store), Events: d.Store, Box: box,
+			URLs: wh.URLPolicy{AllowHTTP: true, Dialable: webhookdial.NewDialer(allowed, nil).Check},
 		}
 	})
 	for _, c := range []struct {

@@ -49,26 +49,39 @@ type eventDoc struct {
 	Trace          string    `bson:"trace,omitempty"`
 }
 
-// pendingDocs turns events into what a write records on its document,
-// each with the trace of the request writing it (ctx's span, if traced).
-func pendingDocs(ctx context.Context, events []conversations.Event) ([]pendingEventDoc, *time.Time, error) {
+// pendingDocs turns events into what a write records on its document.
+func pendingDocs(events []conversations.Event) ([]pendingEventDoc, *time.Time, error) {
 	if len(events) == 0 {
 		return nil, nil, nil
 	}
 	docs := make([]pendingEventDoc, len(events))
 	since := events[0].Timestamp.UTC()
-	trace := tracing.Parent(ctx)
 	for i, e := range events {
 		data, err := json.Marshal(e.Data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 		}
-		docs[i] = pendingEventDoc{ID: e.ID, Type: string(e.Type), Timestamp: e.Timestamp.UTC(), Audience: e.Audience, Data: string(data), Trace: trace}
+		docs[i] = pendingEventDoc{ID: e.ID, Type: string(e.Type), Timestamp: e.Timestamp.UTC(), Audience: e.Audience, Data: string(data), Trace: e.Trace}
 		if e.Timestamp.Before(since) {
 			since = e.Timestamp.UTC()
 		}
 	}
 	return docs, &since, nil
+}
+
+// traced returns events with the trace of the request writing them
+// (ctx's span, when it is recorded), which the relay round and the
+// webhook attempts of each link to; events as they are otherwise.
+func traced(ctx context.Context, events []conversations.Event) []conversations.Event {
+	parent := tracing.Parent(ctx)
+	if parent == "" || len(events) == 0 {
+		return events
+	}
+	out := slices.Clone(events)
+	for i := range out {
+		out[i].Trace = parent
+	}
+	return out
 }
 
 // pendingSlot is the pending_slot of a document recording pending: nil

@@ -30,19 +30,10 @@ type messageDoc struct {
 
 // InsertMessage implements conversations.MessageStore.
 func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, events ...conversations.Event) error {
-	metadata := string(m.Metadata)
-	if metadata == "" {
-		metadata = "{}"
-	}
-	d := messageDoc{
-		ID: m.ID, AccountID: m.AccountID, ConversationID: m.ConversationID, Author: m.Author,
-		Body: m.Body, Metadata: metadata, CreatedAt: m.CreatedAt.UTC().Truncate(time.Millisecond),
-	}
-	var err error
-	if d.PendingEvents, d.PendingSince, err = pendingDocs(ctx, events); err != nil {
+	d, err := NewMessageDocument(m, traced(ctx, events)...)
+	if err != nil {
 		return err
 	}
-	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)
 	_, err = s.messages.InsertOne(ctx, d)
 	if mongo.IsDuplicateKeyError(err) {
 		return fmt.Errorf("message %q: %w", m.ID, conversations.ErrDuplicateID)
@@ -81,6 +72,17 @@ func (s *Store) ListMessages(ctx context.Context, r conversations.MessageRange) 
 		return conversations.MessagePage{}, mongoconn.Wrap(err, "list messages")
 	}
 	return conversations.MessagePage{Messages: items, Next: next}, nil
+}
+
+func toMessageDoc(m conversations.Message) messageDoc {
+	metadata := string(m.Metadata)
+	if metadata == "" {
+		metadata = "{}"
+	}
+	return messageDoc{
+		ID: m.ID, AccountID: m.AccountID, ConversationID: m.ConversationID, Author: m.Author,
+		Body: m.Body, Metadata: metadata, CreatedAt: m.CreatedAt.UTC().Truncate(time.Millisecond),
+	}
 }
 
 func (d messageDoc) domain() conversations.Message {

@@ -36,7 +36,7 @@
 //	    conversation_id.
 //
 // idempotency_keys: {_id, account_id, caller, key, fingerprint,
-// resource_id, created_at, response}
+// resource_id, created_at, created: {conversation | message}}
 //
 //	by_key (unique)        {account_id:1, caller:1, key:1}
 //	    claim a key: one upsert, so concurrent requests with one key get one
@@ -101,6 +101,7 @@ import (
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Store implements conversations.Store.
@@ -119,8 +120,8 @@ type Store struct {
 }
 
 var (
-	_ conversations.Store        = (*Store)(nil)
-	_ conversations.WebhookStore = (*Store)(nil)
+	_ conversations.Store = (*Store)(nil)
+	_ webhook.Store       = (*Store)(nil)
 )
 
 var majority = options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadConcern(readconcern.Majority())
@@ -276,7 +277,7 @@ func listFilter(q conversations.ConversationQuery) (bson.D, string) {
 func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation, events ...conversations.Event) error {
 	d := toDoc(c)
 	var err error
-	if d.PendingEvents, d.PendingSince, err = pendingDocs(ctx, events); err != nil {
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(traced(ctx, events)); err != nil {
 		return err
 	}
 	d.PendingSlot = pendingSlot(c.AccountID, d.PendingEvents)
@@ -391,7 +392,7 @@ func (s *Store) SaveConversation(ctx context.Context, ch conversations.Change) (
 		{Key: "last_message_at", Value: d.LastMessageAt},
 		{Key: "version", Value: d.Version},
 	}
-	pending, since, err := pendingDocs(ctx, ch.Events)
+	pending, since, err := pendingDocs(traced(ctx, ch.Events))
 	if err != nil {
 		return false, err
 	}
@@ -444,14 +445,17 @@ type idempotencyDoc struct {
 	Fingerprint string        `bson:"fingerprint"`
 	ResourceID  string        `bson:"resource_id"`
 	CreatedAt   time.Time     `bson:"created_at"`
-	Response    *responseDoc  `bson:"response"`
+	Created     *createdDoc   `bson:"created"`
 }
 
-type responseDoc struct {
-	Status   int    `bson:"status"`
-	Location string `bson:"location"`
-	ETag     string `bson:"etag"`
-	Body     []byte `bson:"body"`
+// createdDoc is what the first request with a key created, in the
+// document of its own collection. (Records from before it, which kept an
+// HTTP response under "response", have none: a retry of theirs finds
+// the resource under the reserved id, as a retry of a first request that
+// stopped before saving does.)
+type createdDoc struct {
+	Conversation *conversationDoc `bson:"conversation,omitempty"`
+	Message      *messageDoc      `bson:"message,omitempty"`
 }
 
 func keyFilter(k conversations.IdempotencyKey) bson.D {
@@ -470,7 +474,7 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, rec conversations.Idemp
 				{Key: "fingerprint", Value: rec.Fingerprint},
 				{Key: "resource_id", Value: rec.ResourceID},
 				{Key: "created_at", Value: rec.CreatedAt.UTC()},
-				{Key: "response", Value: nil},
+				{Key: "created", Value: nil},
 			}}},
 			options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
 		).Decode(&d)
@@ -493,14 +497,21 @@ func (s *Store) DeleteIdempotencyKey(ctx context.Context, rec conversations.Idem
 	return mongoconn.Wrap(err, "expire idempotency key")
 }
 
-// SaveIdempotentResponse implements conversations.IdempotencyStore: one
-// update conditional on no response being stored yet.
-func (s *Store) SaveIdempotentResponse(ctx context.Context, key conversations.IdempotencyKey, resp conversations.SavedResponse) error {
-	filter := append(keyFilter(key), bson.E{Key: "response", Value: nil})
-	_, err := s.idempotency.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "response", Value: responseDoc{
-		Status: resp.Status, Location: resp.Location, ETag: resp.ETag, Body: resp.Body,
-	}}}}})
-	return mongoconn.Wrap(err, "save idempotent response")
+// SaveIdempotentResult implements conversations.IdempotencyStore: one
+// update conditional on nothing being stored yet.
+func (s *Store) SaveIdempotentResult(ctx context.Context, key conversations.IdempotencyKey, created conversations.Created) error {
+	var d createdDoc
+	if c := created.Conversation; c != nil {
+		doc := toDoc(*c)
+		d.Conversation = &doc
+	}
+	if m := created.Message; m != nil {
+		doc := toMessageDoc(*m)
+		d.Message = &doc
+	}
+	filter := append(keyFilter(key), bson.E{Key: "created", Value: nil})
+	_, err := s.idempotency.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "created", Value: d}}}})
+	return mongoconn.Wrap(err, "save idempotent result")
 }
 
 // DeleteIdempotencyKeysBefore implements conversations.IdempotencyStore;
@@ -518,9 +529,15 @@ func (d idempotencyDoc) domain() conversations.IdempotencyRecord {
 		IdempotencyKey: conversations.IdempotencyKey{AccountID: d.AccountID, Caller: d.Caller, Key: d.Key},
 		Fingerprint:    d.Fingerprint, ResourceID: d.ResourceID, CreatedAt: d.CreatedAt.UTC(),
 	}
-	if d.Response != nil {
-		rec.Response = &conversations.SavedResponse{
-			Status: d.Response.Status, Location: d.Response.Location, ETag: d.Response.ETag, Body: d.Response.Body,
+	if d.Created != nil {
+		rec.Created = &conversations.Created{}
+		if d.Created.Conversation != nil {
+			c := d.Created.Conversation.domain()
+			rec.Created.Conversation = &c
+		}
+		if d.Created.Message != nil {
+			m := d.Created.Message.domain()
+			rec.Created.Message = &m
 		}
 	}
 	return rec

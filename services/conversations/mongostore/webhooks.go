@@ -12,6 +12,7 @@ import (
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // Webhooks (contract section 11.3). Collections, documents and indexes:
@@ -24,9 +25,9 @@ import (
 //	    the account's endpoints newest first, keyset-paged; the count
 //	    against the limit of 20 (equality on account_id).
 //	by_fanout         {enabled:1, fanout_at:1}
-//	    the enabled endpoint whose events were looked at longest ago:
-//	    equality on enabled, the oldest fanout_at first (a lease: a
-//	    claimed endpoint's fanout_at is its lease's end).
+//	    the enabled endpoint of any account whose events were looked at
+//	    longest ago: equality on enabled, the oldest fanout_at first (a
+//	    lease: a claimed endpoint's fanout_at is its lease's end).
 //
 // webhook_deliveries: {_id, account_id, endpoint_id, event_id, event_type,
 // event_time, payload, state, attempts, response_status, duration_ms,
@@ -38,7 +39,7 @@ import (
 //	by_endpoint       {account_id:1, endpoint_id:1, created_at:-1, _id:-1}
 //	    the deliveries log of an endpoint, newest first, keyset-paged.
 //	by_due            {state:1, next_attempt_at:1}
-//	    the pending deliveries due longest ago, a batch of them per
+//	    the pending deliveries of any account due longest ago, a batch of them per
 //	    claim (a lease: a claimed delivery's next_attempt_at is its
 //	    lease's end, so a crashed replica's claim falls due again); how
 //	    overdue the oldest is (a metric).
@@ -46,8 +47,9 @@ import (
 //	    the leased purge of finished deliveries: equality on each
 //	    finished state, a range of updated_at older than the retention.
 //
-// webhook_quotas: {_id: endpoint id + kind, window_start, count}: the
-// test and retry budget of an endpoint, one conditional update per request.
+// webhook_quotas: {_id: account id/endpoint id/kind, account_id,
+// window_start, count}: the test and retry budget of an endpoint, one
+// conditional update per request.
 //
 //	by_window         {window_start:1}
 //	    the purge of budgets whose window ended long ago.
@@ -75,7 +77,7 @@ type sealedDoc struct {
 	NotAfter *time.Time `bson:"not_after"`
 }
 
-func toWebhookDoc(e conversations.WebhookEndpoint) webhookDoc {
+func toWebhookDoc(e webhook.Endpoint) webhookDoc {
 	d := webhookDoc{
 		ID: e.ID, AccountID: e.AccountID, URL: e.URL, Events: e.Events, Description: e.Description,
 		Enabled: e.Enabled, DisabledReason: e.DisabledReason, EventCursor: e.EventCursor,
@@ -87,8 +89,8 @@ func toWebhookDoc(e conversations.WebhookEndpoint) webhookDoc {
 	return d
 }
 
-func (d webhookDoc) domain() conversations.WebhookEndpoint {
-	e := conversations.WebhookEndpoint{
+func (d webhookDoc) domain() webhook.Endpoint {
+	e := webhook.Endpoint{
 		ID: d.ID, AccountID: d.AccountID, URL: d.URL, Events: d.Events, Description: d.Description,
 		Enabled: d.Enabled, DisabledReason: d.DisabledReason, EventCursor: d.EventCursor,
 		FailingSince: utcPtr(d.FailingSince), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Version: d.Version,
@@ -97,7 +99,7 @@ func (d webhookDoc) domain() conversations.WebhookEndpoint {
 		e.Events = []string{}
 	}
 	for _, s := range d.Secrets {
-		e.Secrets = append(e.Secrets, conversations.SealedSecret{Sealed: s.Sealed, NotAfter: utcPtr(s.NotAfter)})
+		e.Secrets = append(e.Secrets, webhook.SealedSecret{Sealed: s.Sealed, NotAfter: utcPtr(s.NotAfter)})
 	}
 	return e
 }
@@ -131,10 +133,21 @@ type deliveryDoc struct {
 	Trace string `bson:"trace,omitempty"`
 }
 
-func (d deliveryDoc) domain() conversations.WebhookDelivery {
-	return conversations.WebhookDelivery{
+// toDeliveryDoc is the document of a delivery as InsertDeliveries stores
+// it: unclaimed.
+func toDeliveryDoc(d webhook.Delivery) deliveryDoc {
+	return deliveryDoc{
 		ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
-		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: conversations.DeliveryState(d.State),
+		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
+		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
+		Trace: d.Trace,
+	}
+}
+
+func (d deliveryDoc) domain() webhook.Delivery {
+	return webhook.Delivery{
+		ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
+		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: webhook.DeliveryState(d.State),
 		Attempts: d.Attempts, ResponseStatus: d.ResponseStatus, DurationMs: d.DurationMs, Error: d.Error,
 		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Claim: d.Claim,
 		Trace: d.Trace,
@@ -186,60 +199,81 @@ func endpointFilter(accountID, id string) bson.D {
 	return bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}}
 }
 
-// InsertEndpoint implements conversations.WebhookStore.
-func (s *Store) InsertEndpoint(ctx context.Context, e conversations.WebhookEndpoint) error {
+// InsertEndpoint implements webhook.Store.
+func (s *Store) InsertEndpoint(ctx context.Context, e webhook.Endpoint) error {
 	d := toWebhookDoc(e)
 	d.FanoutAt = e.CreatedAt.UTC()
 	_, err := s.webhooks.InsertOne(ctx, d)
 	return mongoconn.Wrap(err, "insert webhook endpoint")
 }
 
-// CountEndpoints implements conversations.WebhookStore.
+// CountEndpoints implements webhook.Store.
 func (s *Store) CountEndpoints(ctx context.Context, accountID string) (int, error) {
 	n, err := s.webhooks.CountDocuments(ctx, bson.D{{Key: "account_id", Value: accountID}},
 		options.Count().SetHint("by_account"))
 	return int(n), mongoconn.Wrap(err, "count webhook endpoints")
 }
 
-func (s *Store) findEndpoint(ctx context.Context, filter bson.D) (conversations.WebhookEndpoint, error) {
+func (s *Store) findEndpoint(ctx context.Context, filter bson.D) (webhook.Endpoint, error) {
 	var d webhookDoc
 	err := s.webhooks.FindOne(ctx, filter).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return conversations.WebhookEndpoint{}, conversations.ErrEndpointNotFound
+		return webhook.Endpoint{}, webhook.ErrEndpointNotFound
 	}
 	if err != nil {
-		return conversations.WebhookEndpoint{}, mongoconn.Wrap(err, "find webhook endpoint")
+		return webhook.Endpoint{}, mongoconn.Wrap(err, "find webhook endpoint")
 	}
 	return d.domain(), nil
 }
 
-// FindEndpoint implements conversations.WebhookStore.
-func (s *Store) FindEndpoint(ctx context.Context, accountID, id string) (conversations.WebhookEndpoint, error) {
+// FindEndpoint implements webhook.Store.
+func (s *Store) FindEndpoint(ctx context.Context, accountID, id string) (webhook.Endpoint, error) {
 	return s.findEndpoint(ctx, endpointFilter(accountID, id))
 }
 
-// FindEndpointsByID implements conversations.WebhookStore.
-func (s *Store) FindEndpointsByID(ctx context.Context, ids []string) ([]conversations.WebhookEndpoint, error) {
-	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find(), webhookDoc.domain)
-	return out, mongoconn.Wrap(err, "find webhook endpoints")
+// FindEndpoints implements webhook.Store: one read by _id, each endpoint
+// kept only when it is of the account its ref names.
+func (s *Store) FindEndpoints(ctx context.Context, refs []webhook.EndpointRef) ([]webhook.Endpoint, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ids, accounts := make([]string, len(refs)), make([]string, len(refs))
+	want := make(map[webhook.EndpointRef]bool, len(refs))
+	for i, r := range refs {
+		ids[i], accounts[i], want[r] = r.ID, r.AccountID, true
+	}
+	found, err := findAll(ctx, s.webhooks, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
+		{Key: "account_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+	}, options.Find(), webhookDoc.domain)
+	if err != nil {
+		return nil, mongoconn.Wrap(err, "find webhook endpoints")
+	}
+	out := found[:0]
+	for _, e := range found {
+		if want[webhook.EndpointRef{AccountID: e.AccountID, ID: e.ID}] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
-// ListEndpoints implements conversations.WebhookStore.
-func (s *Store) ListEndpoints(ctx context.Context, accountID string, limit int, after *conversations.Position) (conversations.WebhookPage, error) {
+// ListEndpoints implements webhook.Store.
+func (s *Store) ListEndpoints(ctx context.Context, accountID string, limit int, after *conversations.Position) (webhook.EndpointPage, error) {
 	items, next, err := findPage(ctx, s.webhooks, bson.D{{Key: "account_id", Value: accountID}}, "created_at", "by_account", after, limit,
-		webhookDoc.domain, func(e conversations.WebhookEndpoint) conversations.Position {
+		webhookDoc.domain, func(e webhook.Endpoint) conversations.Position {
 			return conversations.Position{Time: e.CreatedAt, ID: e.ID}
 		})
 	if err != nil {
-		return conversations.WebhookPage{}, mongoconn.Wrap(err, "list webhook endpoints")
+		return webhook.EndpointPage{}, mongoconn.Wrap(err, "list webhook endpoints")
 	}
-	return conversations.WebhookPage{Endpoints: items, Next: next}, nil
+	return webhook.EndpointPage{Endpoints: items, Next: next}, nil
 }
 
-// SaveEndpoint implements conversations.WebhookStore: one update
+// SaveEndpoint implements webhook.Store: one update
 // conditional on the version read. The fan-out's fields (its lease) are
 // not the caller's and stay; a cursor moved by an enable is stored.
-func (s *Store) SaveEndpoint(ctx context.Context, e conversations.WebhookEndpoint, fromVersion int64) (bool, error) {
+func (s *Store) SaveEndpoint(ctx context.Context, e webhook.Endpoint, fromVersion int64) (bool, error) {
 	d := toWebhookDoc(e)
 	filter := append(endpointFilter(e.AccountID, e.ID), bson.E{Key: "version", Value: fromVersion})
 	res, err := s.webhooks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
@@ -255,7 +289,7 @@ func (s *Store) SaveEndpoint(ctx context.Context, e conversations.WebhookEndpoin
 	return res.MatchedCount == 1, nil
 }
 
-// DeleteEndpoint implements conversations.WebhookStore.
+// DeleteEndpoint implements webhook.Store.
 func (s *Store) DeleteEndpoint(ctx context.Context, accountID, id string) (bool, error) {
 	res, err := s.webhooks.DeleteOne(ctx, endpointFilter(accountID, id))
 	if err != nil {
@@ -264,20 +298,21 @@ func (s *Store) DeleteEndpoint(ctx context.Context, accountID, id string) (bool,
 	return res.DeletedCount == 1, nil
 }
 
-// TakeQuota implements conversations.WebhookStore: a fixed window per
+// TakeQuota implements webhook.Store: a fixed window per
 // endpoint and kind, counted by conditional updates (no transaction): a
 // window that ended is restarted by an update conditional on its start,
 // a running one counts up while below limit.
-func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error) {
-	id := endpointID + "/" + kind
+func (s *Store) TakeQuota(ctx context.Context, accountID, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error) {
+	id := accountID + "/" + endpointID + "/" + kind
+	byID := bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}}
 	for range 5 {
 		var q struct {
 			WindowStart time.Time `bson:"window_start"`
 			Count       int       `bson:"count"`
 		}
-		err := s.quotas.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&q)
+		err := s.quotas.FindOne(ctx, byID).Decode(&q)
 		if errors.Is(err, mongo.ErrNoDocuments) {
-			_, err = s.quotas.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: now}, {Key: "count", Value: 1}})
+			_, err = s.quotas.InsertOne(ctx, append(byID, bson.E{Key: "window_start", Value: now}, bson.E{Key: "count", Value: 1}))
 			if mongo.IsDuplicateKeyError(err) {
 				continue
 			}
@@ -288,7 +323,7 @@ func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time
 		}
 		start := q.WindowStart.UTC()
 		if !now.Before(start.Add(window)) {
-			res, err := s.quotas.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: start}},
+			res, err := s.quotas.UpdateOne(ctx, append(byID, bson.E{Key: "window_start", Value: start}),
 				bson.D{{Key: "$set", Value: bson.D{{Key: "window_start", Value: now}, {Key: "count", Value: 1}}}})
 			if err != nil {
 				return 0, mongoconn.Wrap(err, "take webhook quota")
@@ -302,7 +337,7 @@ func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time
 			return start.Add(window).Sub(now), nil
 		}
 		res, err := s.quotas.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "window_start", Value: start}, {Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}},
+			append(byID, bson.E{Key: "window_start", Value: start}, bson.E{Key: "count", Value: bson.D{{Key: "$lt", Value: limit}}}),
 			bson.D{{Key: "$inc", Value: bson.D{{Key: "count", Value: 1}}}})
 		if err != nil {
 			return 0, mongoconn.Wrap(err, "take webhook quota")
@@ -314,20 +349,15 @@ func (s *Store) TakeQuota(ctx context.Context, endpointID, kind string, now time
 	return window, nil
 }
 
-// InsertDeliveries implements conversations.WebhookStore: an unordered
+// InsertDeliveries implements webhook.Store: an unordered
 // insert whose duplicate keys (a delivery stored already) are not errors.
-func (s *Store) InsertDeliveries(ctx context.Context, ds []conversations.WebhookDelivery) error {
+func (s *Store) InsertDeliveries(ctx context.Context, ds []webhook.Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
 	docs := make([]any, 0, len(ds))
 	for _, d := range ds {
-		docs = append(docs, deliveryDoc{
-			ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
-			EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
-			NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
-			Trace: d.Trace,
-		})
+		docs = append(docs, toDeliveryDoc(d))
 	}
 	_, err := s.deliveries.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err != nil && onlyDuplicates(err) {
@@ -353,25 +383,25 @@ func onlyDuplicates(err error) bool {
 	return mongo.IsDuplicateKeyError(err)
 }
 
-// ListDeliveries implements conversations.WebhookStore.
-func (s *Store) ListDeliveries(ctx context.Context, accountID, endpointID string, limit int, after *conversations.Position) (conversations.DeliveryPage, error) {
+// ListDeliveries implements webhook.Store.
+func (s *Store) ListDeliveries(ctx context.Context, accountID, endpointID string, limit int, after *conversations.Position) (webhook.DeliveryPage, error) {
 	filter := bson.D{{Key: "account_id", Value: accountID}, {Key: "endpoint_id", Value: endpointID}}
 	items, next, err := findPage(ctx, s.deliveries, filter, "created_at", "by_endpoint", after, limit,
-		deliveryDoc.domain, func(d conversations.WebhookDelivery) conversations.Position {
+		deliveryDoc.domain, func(d webhook.Delivery) conversations.Position {
 			return conversations.Position{Time: d.CreatedAt, ID: d.ID}
 		})
 	if err != nil {
-		return conversations.DeliveryPage{}, mongoconn.Wrap(err, "list webhook deliveries")
+		return webhook.DeliveryPage{}, mongoconn.Wrap(err, "list webhook deliveries")
 	}
-	return conversations.DeliveryPage{Deliveries: items, Next: next}, nil
+	return webhook.DeliveryPage{Deliveries: items, Next: next}, nil
 }
 
-// RequeueDelivery implements conversations.WebhookStore.
+// RequeueDelivery implements webhook.Store.
 func (s *Store) RequeueDelivery(ctx context.Context, accountID, endpointID, id string, now time.Time) (bool, error) {
 	res, err := s.deliveries.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "account_id", Value: accountID}, {Key: "endpoint_id", Value: endpointID}},
 		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "state", Value: string(conversations.DeliveryPending)}, {Key: "next_attempt_at", Value: now.UTC()},
+			{Key: "state", Value: string(webhook.DeliveryPending)}, {Key: "next_attempt_at", Value: now.UTC()},
 			{Key: "claim", Value: ""}, {Key: "updated_at", Value: now.UTC()},
 		}}})
 	if err != nil {
@@ -380,13 +410,13 @@ func (s *Store) RequeueDelivery(ctx context.Context, accountID, endpointID, id s
 	return res.MatchedCount == 1, nil
 }
 
-// DueDeliveries implements conversations.WebhookStore: the pending
+// DueDeliveries implements webhook.Store: the pending
 // range of by_due up to now, oldest due first, in one reply when it fits
 // (the server's first batch is otherwise 101 documents, and a larger
 // claim cost a getMore).
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]conversations.WebhookDelivery, error) {
+func (s *Store) DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]webhook.Delivery, error) {
 	filter := bson.D{
-		{Key: "state", Value: string(conversations.DeliveryPending)},
+		{Key: "state", Value: string(webhook.DeliveryPending)},
 		{Key: "next_attempt_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}},
 	}
 	if len(busy) > 0 {
@@ -398,22 +428,22 @@ func (s *Store) DueDeliveries(ctx context.Context, now time.Time, busy []string,
 	return out, mongoconn.Wrap(err, "find due webhook deliveries")
 }
 
-// ClaimDeliveries implements conversations.WebhookStore: one conditional
+// ClaimDeliveries implements webhook.Store: one conditional
 // update by _id for each delivery, sent together (a single-document
 // compare-and-set each: two replicas that read the same deliveries due
 // claim each of them once). Only when some were not claimed does it read
 // which were.
-func (s *Store) ClaimDeliveries(ctx context.Context, ds []conversations.WebhookDelivery, now, leaseUntil time.Time, claim string) ([]string, error) {
+func (s *Store) ClaimDeliveries(ctx context.Context, ds []webhook.Delivery, now, leaseUntil time.Time, claim string) ([]string, error) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
 	models := make([]mongo.WriteModel, len(ds))
-	ids := make([]string, len(ds))
+	ids, accounts := make([]string, len(ds)), make([]string, len(ds))
 	for i, d := range ds {
-		ids[i] = d.ID
+		ids[i], accounts[i] = d.ID, d.AccountID
 		models[i] = mongo.NewUpdateOneModel().
 			SetFilter(bson.D{
-				{Key: "_id", Value: d.ID}, {Key: "state", Value: string(conversations.DeliveryPending)},
+				{Key: "_id", Value: d.ID}, {Key: "account_id", Value: d.AccountID}, {Key: "state", Value: string(webhook.DeliveryPending)},
 				{Key: "attempts", Value: d.Attempts}, {Key: "next_attempt_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}},
 			}).
 			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: claim}, {Key: "next_attempt_at", Value: leaseUntil.UTC()}}}})
@@ -425,28 +455,34 @@ func (s *Store) ClaimDeliveries(ctx context.Context, ds []conversations.WebhookD
 	if int(res.MatchedCount) == len(ds) {
 		return ids, nil
 	}
-	claimed, err := findAll(ctx, s.deliveries, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "claim", Value: claim}},
+	claimed, err := findAll(ctx, s.deliveries, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "account_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+		{Key: "claim", Value: claim},
+	},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}), func(d deliveryDoc) string { return d.ID })
 	return claimed, mongoconn.Wrap(err, "read claimed webhook deliveries")
 }
 
-// FinishAttempts implements conversations.WebhookStore: one conditional
+// FinishAttempts implements webhook.Store: one conditional
 // update by _id for each attempt, sent together. Only when some did not
 // match does it read which did: a delivery this call recorded holds no
 // claim and carries this outcome's time and attempt count.
-func (s *Store) FinishAttempts(ctx context.Context, rs []conversations.AttemptRecord) ([]bool, error) {
+func (s *Store) FinishAttempts(ctx context.Context, rs []webhook.AttemptRecord) ([]bool, error) {
 	recorded := make([]bool, len(rs))
 	if len(rs) == 0 {
 		return recorded, nil
 	}
 	models := make([]mongo.WriteModel, len(rs))
-	ids := make([]string, len(rs))
+	ids, accounts := make([]string, len(rs)), make([]string, len(rs))
 	for i, r := range rs {
-		ids[i] = r.ID
+		ids[i], accounts[i] = r.ID, r.AccountID
 		o := r.Outcome
 		duration := o.DurationMs
 		models[i] = mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: r.ID}, {Key: "claim", Value: r.Claim}, {Key: "state", Value: string(conversations.DeliveryPending)}}).
+			SetFilter(bson.D{
+				{Key: "_id", Value: r.ID}, {Key: "account_id", Value: r.AccountID},
+				{Key: "claim", Value: r.Claim}, {Key: "state", Value: string(webhook.DeliveryPending)},
+			}).
 			SetUpdate(bson.D{
 				{Key: "$set", Value: bson.D{
 					{Key: "state", Value: string(o.State)}, {Key: "response_status", Value: o.ResponseStatus},
@@ -470,8 +506,10 @@ func (s *Store) FinishAttempts(ctx context.Context, rs []conversations.AttemptRe
 	case 0:
 		return recorded, nil
 	}
-	after, err := findAll(ctx, s.deliveries, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "claim", Value: 1}, {Key: "attempts", Value: 1}, {Key: "updated_at", Value: 1}}),
+	after, err := findAll(ctx, s.deliveries, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "account_id", Value: bson.D{{Key: "$in", Value: accounts}}},
+	},
+		options.Find().SetProjection(bson.D{{Key: "account_id", Value: 1}, {Key: "claim", Value: 1}, {Key: "attempts", Value: 1}, {Key: "updated_at", Value: 1}}),
 		func(d deliveryDoc) deliveryDoc { return d })
 	if err != nil {
 		return recorded, mongoconn.Wrap(err, "read recorded webhook attempts")
@@ -482,17 +520,17 @@ func (s *Store) FinishAttempts(ctx context.Context, rs []conversations.AttemptRe
 	}
 	for i, r := range rs {
 		d, ok := byID[r.ID]
-		recorded[i] = ok && d.Claim == "" && d.Attempts == r.Attempts+1 && d.UpdatedAt.Equal(r.Outcome.At.UTC().Truncate(time.Millisecond))
+		recorded[i] = ok && d.AccountID == r.AccountID && d.Claim == "" && d.Attempts == r.Attempts+1 && d.UpdatedAt.Equal(r.Outcome.At.UTC().Truncate(time.Millisecond))
 	}
 	return recorded, nil
 }
 
-// OldestPending implements conversations.WebhookStore: the due time of
+// OldestPending implements webhook.Store: the due time of
 // the pending delivery due longest ago, the first entry of by_due's
 // pending range (a claimed one's due time is its lease's end).
 func (s *Store) OldestPending(ctx context.Context) (*time.Time, error) {
 	var d deliveryDoc
-	err := s.deliveries.FindOne(ctx, bson.D{{Key: "state", Value: string(conversations.DeliveryPending)}},
+	err := s.deliveries.FindOne(ctx, bson.D{{Key: "state", Value: string(webhook.DeliveryPending)}},
 		options.FindOne().SetSort(bson.D{{Key: "next_attempt_at", Value: 1}}).SetHint("by_due").
 			SetProjection(bson.D{{Key: "next_attempt_at", Value: 1}})).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -504,13 +542,13 @@ func (s *Store) OldestPending(ctx context.Context) (*time.Time, error) {
 	return utcPtr(d.NextAttemptAt), nil
 }
 
-// DeleteFinishedDeliveries implements conversations.WebhookStore: one
+// DeleteFinishedDeliveries implements webhook.Store: one
 // delete per finished state, each served by by_finished (equality on
 // state, a range of updated_at). A pending delivery never matches, and
 // one set back to pending meanwhile no longer does.
 func (s *Store) DeleteFinishedDeliveries(ctx context.Context, before time.Time) (int64, error) {
 	var deleted int64
-	for _, state := range []conversations.DeliveryState{conversations.DeliverySucceeded, conversations.DeliveryFailed} {
+	for _, state := range []webhook.DeliveryState{webhook.DeliverySucceeded, webhook.DeliveryFailed} {
 		res, err := s.deliveries.DeleteMany(ctx, bson.D{
 			{Key: "state", Value: string(state)},
 			{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: before.UTC()}}},
@@ -523,7 +561,7 @@ func (s *Store) DeleteFinishedDeliveries(ctx context.Context, before time.Time) 
 	return deleted, nil
 }
 
-// DeleteQuotas implements conversations.WebhookStore (by_window). A
+// DeleteQuotas implements webhook.Store (by_window). A
 // budget deleted is started afresh by the next request, as an ended
 // window is.
 func (s *Store) DeleteQuotas(ctx context.Context, before time.Time) (int64, error) {
@@ -534,8 +572,10 @@ func (s *Store) DeleteQuotas(ctx context.Context, before time.Time) (int64, erro
 	return res.DeletedCount, nil
 }
 
-// ClaimFanout implements conversations.WebhookStore.
-func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (conversations.WebhookEndpoint, bool, error) {
+// ClaimFanout implements webhook.Store: a sweep of every account's
+// enabled endpoints (by_fanout), the one query here that names no
+// account; the endpoint it returns carries its own.
+func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (webhook.Endpoint, bool, error) {
 	var d webhookDoc
 	err := s.webhooks.FindOneAndUpdate(ctx,
 		bson.D{{Key: "enabled", Value: true}, {Key: "fanout_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}}},
@@ -544,20 +584,21 @@ func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, clai
 			SetReturnDocument(options.After),
 	).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return conversations.WebhookEndpoint{}, false, nil
+		return webhook.Endpoint{}, false, nil
 	}
 	if err != nil {
-		return conversations.WebhookEndpoint{}, false, mongoconn.Wrap(err, "claim webhook fan-out")
+		return webhook.Endpoint{}, false, mongoconn.Wrap(err, "claim webhook fan-out")
 	}
 	return d.domain(), true, nil
 }
 
-// ReleaseFanout implements conversations.WebhookStore. The cursor only
+// ReleaseFanout implements webhook.Store. The cursor only
 // moves forward; a PATCH that re-enabled the endpoint meanwhile (and
 // moved the cursor to the newest event) wins.
-func (s *Store) ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error) {
+func (s *Store) ReleaseFanout(ctx context.Context, accountID, id, claim string, cursor int64, next time.Time) (bool, error) {
 	res, err := s.webhooks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "fanout_claim", Value: claim}, {Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}},
+		append(endpointFilter(accountID, id), bson.E{Key: "fanout_claim", Value: claim},
+			bson.E{Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "event_cursor", Value: cursor}, {Key: "fanout_at", Value: next.UTC()}, {Key: "fanout_claim", Value: ""}}}})
 	if err != nil {
 		return false, mongoconn.Wrap(err, "release webhook fan-out")
@@ -565,26 +606,26 @@ func (s *Store) ReleaseFanout(ctx context.Context, id, claim string, cursor int6
 	return res.MatchedCount == 1, nil
 }
 
-// MarkEndpointFailing implements conversations.WebhookStore.
-func (s *Store) MarkEndpointFailing(ctx context.Context, id string, at time.Time) (conversations.WebhookEndpoint, error) {
-	if _, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "failing_since", Value: nil}},
+// MarkEndpointFailing implements webhook.Store.
+func (s *Store) MarkEndpointFailing(ctx context.Context, accountID, id string, at time.Time) (webhook.Endpoint, error) {
+	if _, err := s.webhooks.UpdateOne(ctx, append(endpointFilter(accountID, id), bson.E{Key: "failing_since", Value: nil}),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: at.UTC()}}}}); err != nil {
-		return conversations.WebhookEndpoint{}, mongoconn.Wrap(err, "mark webhook endpoint failing")
+		return webhook.Endpoint{}, mongoconn.Wrap(err, "mark webhook endpoint failing")
 	}
-	return s.findEndpoint(ctx, bson.D{{Key: "_id", Value: id}})
+	return s.findEndpoint(ctx, endpointFilter(accountID, id))
 }
 
-// MarkEndpointHealthy implements conversations.WebhookStore; an endpoint
+// MarkEndpointHealthy implements webhook.Store; an endpoint
 // already healthy is not written.
-func (s *Store) MarkEndpointHealthy(ctx context.Context, id string) error {
-	_, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "failing_since", Value: bson.D{{Key: "$ne", Value: nil}}}},
+func (s *Store) MarkEndpointHealthy(ctx context.Context, accountID, id string) error {
+	_, err := s.webhooks.UpdateOne(ctx, append(endpointFilter(accountID, id), bson.E{Key: "failing_since", Value: bson.D{{Key: "$ne", Value: nil}}}),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "failing_since", Value: nil}}}})
 	return mongoconn.Wrap(err, "mark webhook endpoint healthy")
 }
 
-// DisableEndpoint implements conversations.WebhookStore.
-func (s *Store) DisableEndpoint(ctx context.Context, id, reason string, at time.Time) (bool, error) {
-	res, err := s.webhooks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "enabled", Value: true}},
+// DisableEndpoint implements webhook.Store.
+func (s *Store) DisableEndpoint(ctx context.Context, accountID, id, reason string, at time.Time) (bool, error) {
+	res, err := s.webhooks.UpdateOne(ctx, append(endpointFilter(accountID, id), bson.E{Key: "enabled", Value: true}),
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "enabled", Value: false}, {Key: "disabled_reason", Value: reason}, {Key: "updated_at", Value: at.UTC()}}},
 			{Key: "$inc", Value: bson.D{{Key: "version", Value: 1}}},

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -459,7 +460,7 @@ func testIdempotencyClaim(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	key := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: "k1"}
 	first, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f1", ResourceID: "r1"})
-	if err != nil || first.Fingerprint != "f1" || first.ResourceID != "r1" || first.Response != nil || first.CreatedAt.IsZero() {
+	if err != nil || first.Fingerprint != "f1" || first.ResourceID != "r1" || first.Created != nil || first.CreatedAt.IsZero() {
 		t.Fatalf("first claim: %+v, %v", first, err)
 	}
 	// A later claim gets the first record, whatever it brings.
@@ -467,18 +468,47 @@ func testIdempotencyClaim(t *testing.T, s *conversations.Service) {
 	if err != nil || second.Fingerprint != "f1" || second.ResourceID != "r1" {
 		t.Fatalf("second claim: %+v, %v", second, err)
 	}
-	saved := conversations.SavedResponse{Status: 201, Location: "/x", ETag: `"1"`, Body: []byte(`{"id":"r1"}`)}
-	if err := s.SaveIdempotentResponse(ctx, key, saved); err != nil {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
+	msg := conversations.Message{
+		ID: "r1", AccountID: "acc_1", ConversationID: "cnv_1", Author: "usr_1",
+		Body: "first", Metadata: json.RawMessage(`{"n":1}`), CreatedAt: at,
+	}
+	if err := s.SaveIdempotentResult(ctx, key, conversations.Created{Message: &msg}); err != nil {
 		t.Fatal(err)
 	}
-	// The first response stays.
-	if err := s.SaveIdempotentResponse(ctx, key, conversations.SavedResponse{Status: 201, Body: []byte(`{}`)}); err != nil {
+	// What the first request created stays.
+	later := msg
+	later.Body = "second"
+	if err := s.SaveIdempotentResult(ctx, key, conversations.Created{Message: &later}); err != nil {
 		t.Fatal(err)
 	}
 	third, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: key, Fingerprint: "f1", ResourceID: "r3"})
-	if err != nil || third.Response == nil || third.Response.Status != 201 || third.Response.Location != "/x" ||
-		third.Response.ETag != `"1"` || string(third.Response.Body) != `{"id":"r1"}` {
-		t.Fatalf("claim after the response: %+v, %v", third, err)
+	if err != nil || third.Created == nil || third.Created.Conversation != nil || third.Created.Message == nil {
+		t.Fatalf("claim after the result: %+v, %v", third, err)
+	}
+	if got := *third.Created.Message; got.ID != msg.ID || got.Body != "first" || got.ConversationID != msg.ConversationID ||
+		got.Author != msg.Author || string(got.Metadata) != string(msg.Metadata) || !got.CreatedAt.Equal(at) {
+		t.Fatalf("saved message %+v, want %+v", got, msg)
+	}
+	// A conversation is kept as created, its version with it.
+	convKey := conversations.IdempotencyKey{AccountID: "acc_1", Caller: "usr_1", Key: "k-conv"}
+	if _, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: convKey, Fingerprint: "fc", ResourceID: "cnv_1"}); err != nil {
+		t.Fatal(err)
+	}
+	conv := conversations.Conversation{
+		ID: "cnv_1", AccountID: "acc_1", Subject: "s", Status: conversations.StatusOpen,
+		Participants: []string{"usr_1"}, CreatedAt: at, UpdatedAt: at, Version: 1,
+	}
+	if err := s.SaveIdempotentResult(ctx, convKey, conversations.Created{Conversation: &conv}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: convKey, Fingerprint: "fc", ResourceID: "cnv_2"})
+	if err != nil || rec.Created == nil || rec.Created.Conversation == nil || rec.Created.Message != nil {
+		t.Fatalf("claim after the conversation: %+v, %v", rec, err)
+	}
+	if got := *rec.Created.Conversation; got.ID != conv.ID || got.Version != 1 || got.Subject != "s" || !got.UpdatedAt.Equal(at) ||
+		len(got.Participants) != 1 || got.Status != conversations.StatusOpen {
+		t.Fatalf("saved conversation %+v, want %+v", got, conv)
 	}
 	// Keys are per account and caller.
 	for _, other := range []conversations.IdempotencyKey{
@@ -486,7 +516,7 @@ func testIdempotencyClaim(t *testing.T, s *conversations.Service) {
 		{AccountID: "acc_1", Caller: "usr_2", Key: "k1"},
 	} {
 		rec, err := s.ClaimIdempotencyKey(ctx, conversations.IdempotencyRecord{IdempotencyKey: other, Fingerprint: "fx", ResourceID: "rx"})
-		if err != nil || rec.Fingerprint != "fx" || rec.Response != nil {
+		if err != nil || rec.Fingerprint != "fx" || rec.Created != nil {
 			t.Fatalf("%+v: %+v, %v", other, rec, err)
 		}
 	}

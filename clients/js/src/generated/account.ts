@@ -149,6 +149,28 @@ export interface paths {
          *     of one client id are throttled (`429`, `slow_down`,
          *     `Retry-After`).
          *
+         *     * `authorization_code` (section 4.1.3, RFC 7636) with `code`,
+         *       `redirect_uri` (the authorization request's, exactly) and
+         *       `code_verifier`: a code of `GET /oauth2/authorize`, once, within
+         *       60 s, by the client it was issued to (a public client sends its
+         *       `client_id`, a confidential one authenticates as above).
+         *       Unknown, expired or spent codes, another client's code, another
+         *       `redirect_uri` and a missing or wrong verifier are all `400`
+         *       `invalid_grant` and change nothing, except that a code presented
+         *       again after its exchange also revokes the session it started.
+         *       Returns the user's token set: the id token has `aud` = the
+         *       platform audience and the client, `azp`, `nonce`, `auth_time`
+         *       and `amr` (`["pwd"]`); the access token names the client in
+         *       `client_id` (RFC 9068); the refresh token is the client's and
+         *       rotates like every other.
+         *
+         *     Each client may use the grants an operator gave it: new public
+         *     clients `authorization_code` and `refresh_token`, confidential
+         *     ones also `client_credentials`, and `password` only where the
+         *     operator allowed it (clients registered before grants existed
+         *     keep the grants they had). Another grant is `400`
+         *     `unauthorized_client`.
+         *
          *     Every response carries `Cache-Control: no-store`.
          */
         post: operations["oauthToken"];
@@ -181,6 +203,139 @@ export interface paths {
          *     public client sends its `client_id` alone).
          */
         post: operations["oauthRevoke"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/authorize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Authorization endpoint (OpenID Connect authorization code flow)
+         * @description An app sends the user's browser here (OpenID Connect Core 1.0
+         *     section 3.1.2). Rules, in the order they are checked:
+         *
+         *     1. `client_id` must name an enabled client and `redirect_uri` one
+         *        of the URIs registered for it, compared as exact strings (for
+         *        a registered `http` URI on a loopback address, 127.0.0.1 or
+         *        [::1], any port matches, RFC 8252 section 7.3). Otherwise the
+         *        answer is an error page (`400`), never a redirect.
+         *     2. Every other error redirects to `redirect_uri` with `error`,
+         *        `error_description`, `state` and `iss` (RFC 9207):
+         *        `invalid_request` (a repeated or too long parameter, a missing
+         *        `response_type`, `code_challenge` missing, a method other than
+         *        `S256`, `plain` included, an unknown `prompt`, a bad
+         *        `max_age`), `unsupported_response_type` (anything but `code`),
+         *        `unauthorized_client` (a client without the
+         *        `authorization_code` grant), `invalid_scope` (a scope that is
+         *        neither an OpenID Connect scope nor one the client holds),
+         *        `login_required` (`prompt=none` without a usable browser
+         *        session).
+         *     3. With a browser session (single sign-on) of the client's
+         *        account, and neither `prompt=login` nor a `max_age` older than
+         *        the session's sign-in, nor an `account_name` or `login_hint`
+         *        naming another account or user, the code is issued at once:
+         *        a redirect with `code`, `state` and `iss`.
+         *     4. Otherwise the sign-in page (`200`), prefilled with
+         *        `account_name` (default: the client's account) and
+         *        `login_hint`.
+         *
+         *     Codes are single use, valid 60 s, bound to the client, the
+         *     redirect URI and the challenge. Pages and redirects carry
+         *     `Cache-Control: no-store`, `Referrer-Policy: no-referrer` and a
+         *     `Content-Security-Policy` without script and with
+         *     `frame-ancestors 'none'`.
+         */
+        get: operations["oauthAuthorize"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/signin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The sign-in page submitted
+         * @description The form of the sign-in page: `accountName`, `username` and
+         *     `password` (the fields of `POST /login`), the CSRF token `csrf`
+         *     (equal to the value of this browser's CSRF cookie, which the page
+         *     sets), and the authorization request's parameters, checked again
+         *     as `GET /oauth2/authorize` checks them. Without the browser's
+         *     CSRF token the answer is `403` and nothing is checked. A wrong
+         *     account, username or password is the page again with one message
+         *     (`401`) that does not say which part was wrong; it counts for
+         *     the same throttle as `POST /login` (`429` with `Retry-After`,
+         *     the same message). Success starts a browser session (an
+         *     HttpOnly, SameSite=Lax cookie; `Secure` and `__Host-` prefixed
+         *     over https) and redirects to the app with `code`, `state` and
+         *     `iss`.
+         */
+        post: operations["oauthSignIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * RP-Initiated Logout
+         * @description OpenID Connect RP-Initiated Logout 1.0. Ends the browser session
+         *     (the cookie's, and the one the `id_token_hint`'s session was
+         *     started in) and every session its codes started, then redirects
+         *     to `post_logout_redirect_uri` with `state`, or shows a signed-out
+         *     page. `post_logout_redirect_uri` must be registered for the
+         *     client named by `client_id` or by the hint's `azp`, exactly; an
+         *     unregistered one, a hint that is not a valid id token of this
+         *     service, or a `client_id` other than the hint's is an error page
+         *     (`400`) that ends nothing and redirects nowhere.
+         */
+        get: operations["oauthLogout"];
+        put?: never;
+        /**
+         * RP-Initiated Logout (form post)
+         * @description The same as `GET /oauth2/logout`, with the parameters form-encoded in the body.
+         */
+        post: operations["oauthLogoutPost"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/oauth2/assets/signin.css": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The stylesheet of the sign-in pages */
+        get: operations["signInStylesheet"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -503,7 +658,13 @@ export interface components {
          */
         TokenRequest: {
             /** @enum {string} */
-            grant_type: "client_credentials" | "password" | "refresh_token";
+            grant_type: "authorization_code" | "client_credentials" | "password" | "refresh_token";
+            /** @description `authorization_code`: the code of the authorization response. */
+            code?: string;
+            /** @description `authorization_code`: the redirect_uri of the authorization request, exactly. */
+            redirect_uri?: string;
+            /** @description `authorization_code`: the PKCE code verifier (RFC 7636, 43 to 128 characters). */
+            code_verifier?: string;
             /**
              * @description `client_credentials`: scopes separated by single spaces
              *     (RFC 6749 section 3.3), a subset of the client's (all of them
@@ -884,7 +1045,7 @@ export interface components {
              */
             userinfo_endpoint: string;
             /** @description The grants of the token endpoint. */
-            grant_types_supported: ("client_credentials" | "password" | "refresh_token")[];
+            grant_types_supported: ("authorization_code" | "client_credentials" | "password" | "refresh_token")[];
             /** @description How clients authenticate at the token endpoint (`none`, the client_id alone, for public clients). */
             token_endpoint_auth_methods_supported: ("client_secret_basic" | "client_secret_post" | "none")[];
             /** @description How clients authenticate at the revocation endpoint. */
@@ -899,11 +1060,67 @@ export interface components {
             response_types_supported: string[];
             /** @description Subject identifier types; `public`. */
             subject_types_supported: string[];
+            /**
+             * Format: uri
+             * @description URL of the authorization endpoint, `GET /oauth2/authorize`.
+             */
+            authorization_endpoint?: string;
+            /**
+             * Format: uri
+             * @description URL of RP-Initiated Logout, `/oauth2/logout`.
+             */
+            end_session_endpoint?: string;
+            /** @description `["query"]`: the code and errors come back in the query of the redirect URI. */
+            response_modes_supported?: string[];
+            /** @description `["S256"]`: PKCE is required, `plain` is refused. */
+            code_challenge_methods_supported?: string[];
+            /** @description `none` and `login`. */
+            prompt_values_supported?: string[];
+            /** @description Every authorization response carries `iss` (RFC 9207). */
+            authorization_response_iss_parameter_supported?: boolean;
         } & {
             [key: string]: unknown;
         };
     };
     responses: {
+        /**
+         * @description An error page for the person at the browser (an unknown client or
+         *     redirect URI, a malformed request, a form without this browser's
+         *     CSRF token: `403`). It never redirects.
+         */
+        SignInErrorPage: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                "text/html": string;
+            };
+        };
+        /**
+         * @description The sign-in page again, with one message for every failure (a
+         *     wrong account, username or password; too many attempts, then
+         *     with `Retry-After`).
+         */
+        SignInFailedPage: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                "text/html": string;
+            };
+        };
+        /** @description The signed-out page. */
+        SignedOutPage: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                [name: string]: unknown;
+            };
+            content: {
+                "text/html": string;
+            };
+        };
         /** @description The user's claims. Not to be cached. */
         UserInfo: {
             headers: {
@@ -1444,6 +1661,12 @@ export interface components {
         };
     };
     headers: {
+        /**
+         * @description `default-src 'none'; style-src 'self'; img-src 'self'; base-uri
+         *     'none'; frame-ancestors 'none'; form-action 'self'` and the origin
+         *     of the app's redirect URI: no script, never in a frame.
+         */
+        PageCSP: string;
         /** @description Always `no-store`; the response must not be stored by any cache. */
         CacheControlNoStore: string;
         /**
@@ -1656,6 +1879,175 @@ export interface operations {
             413: components["responses"]["OAuthTooLarge"];
             429: components["responses"]["OAuthSlowDown"];
             503: components["responses"]["OAuthUnavailable"];
+        };
+    };
+    oauthAuthorize: {
+        parameters: {
+            query?: {
+                /** @description The app's client id. */
+                client_id?: string;
+                /** @description One of the client's registered redirect URIs. */
+                redirect_uri?: string;
+                /** @description `code`. */
+                response_type?: string;
+                /** @description `openid` (for an id token), `profile`, `email`, `offline_access`, and API scopes the client holds. */
+                scope?: string;
+                /** @description Returned unchanged in the redirect. */
+                state?: string;
+                /** @description Returned in the id token. */
+                nonce?: string;
+                /** @description PKCE: the base64url SHA-256 of the verifier (43 characters); required. */
+                code_challenge?: string;
+                /** @description `S256`; required. */
+                code_challenge_method?: string;
+                /** @description `none` (never show the page) or `login` (always show it). */
+                prompt?: string;
+                /** @description Seconds since the sign-in after which the page is shown again; 0 always shows it. */
+                max_age?: string;
+                /** @description Prefills the username. */
+                login_hint?: string;
+                /** @description Prefills the account. */
+                account_name?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sign-in page. */
+            200: {
+                headers: {
+                    "Content-Security-Policy": components["headers"]["PageCSP"];
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Back to the app, with `code`, `state` and `iss`, or `error`, `error_description`, `state` and `iss`. */
+            302: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+        };
+    };
+    oauthSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    accountName?: string;
+                    username?: string;
+                    /** Format: password */
+                    password?: string;
+                    csrf?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Back to the app, with `code`, `state` and `iss` (or an error, as the authorization endpoint redirects them). */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+            401: components["responses"]["SignInFailedPage"];
+            403: components["responses"]["SignInErrorPage"];
+            429: components["responses"]["SignInFailedPage"];
+        };
+    };
+    oauthLogout: {
+        parameters: {
+            query?: {
+                /** @description An id token this service issued to the app. */
+                id_token_hint?: string;
+                /** @description The app's client id. */
+                client_id?: string;
+                /** @description One of the client's registered post-logout redirect URIs. */
+                post_logout_redirect_uri?: string;
+                /** @description Returned unchanged in the redirect. */
+                state?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["SignedOutPage"];
+            /** @description To the post-logout redirect URI, with `state`. */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+        };
+    };
+    oauthLogoutPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": {
+                    id_token_hint?: string;
+                    client_id?: string;
+                    post_logout_redirect_uri?: string;
+                    state?: string;
+                };
+            };
+        };
+        responses: {
+            200: components["responses"]["SignedOutPage"];
+            /** @description To the post-logout redirect URI, with `state`. */
+            303: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["SignInErrorPage"];
+        };
+    };
+    signInStylesheet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stylesheet. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/css": string;
+                };
+            };
         };
     };
     listDefinitions: {

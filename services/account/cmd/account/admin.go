@@ -49,6 +49,7 @@ var adminCommands = map[string]adminCommand{
 	"provision":         provision,
 
 	"create-client":        createClient,
+	"update-client":        updateClient,
 	"list-clients":         listClients,
 	"rotate-client-secret": rotateClientSecret,
 	"disable-client":       setClientDisabled(true),

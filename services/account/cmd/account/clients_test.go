@@ -157,3 +157,54 @@ func TestHelpListsClientCommands(t *testing.T) {
 		}
 	}
 }
+
+// The registration of an app: redirect URIs and grants at creation, and
+// changed for an existing client; refused values change nothing.
+func TestClientRegistrationCommands(t *testing.T) {
+	useDatabase(t)
+	store := mongostore.New(mongotest.Client(t).Database(os.Getenv("ACCOUNT_MONGODB_DATABASE")))
+	mustRun(t, "created account acme", "create-account", "acme")
+	out := mustRun(t, "grants: authorization_code refresh_token", "create-client", "--account", "acme", "--name", "demo", "--public",
+		"--redirect-uri", "http://127.0.0.1:8083/callback", "--redirect-uri", "com.example.app:/cb",
+		"--post-logout-redirect-uri", "http://127.0.0.1:8083/")
+	m := regexp.MustCompile(`(?m)^client_id: (cli_[0-9a-f]+)$`).FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "redirect_uri: com.example.app:/cb") {
+		t.Fatalf("create-client printed %q", out)
+	}
+	id := m[1]
+	ctx := context.Background()
+	c, err := store.ClientByID(ctx, id)
+	if err != nil || len(c.RedirectURIs) != 2 || c.AllowsGrant(account.GrantPassword) || c.PostLogoutRedirectURIs[0] != "http://127.0.0.1:8083/" {
+		t.Fatalf("stored client %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"update-client", "--account", "acme", "--client", id, "--redirect-uri", "http://app.example/cb"}, "loopback"},
+		{[]string{"update-client", "--account", "acme", "--client", id, "--redirect-uri", "https://app.example/cb#x"}, "fragment"},
+		{[]string{"update-client", "--account", "acme", "--client", id, "--allow-password-grant", "--no-password-grant"}, "exclude"},
+		{[]string{"update-client", "--account", "other", "--client", id}, "not found"},
+		{[]string{"create-client", "--account", "acme", "--name", "x", "--public", "--redirect-uri", "https://*.example/cb"}, "wildcard"},
+	} {
+		if out, err := runCmd(t, "", tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v = %q, %v; want an error about %q", tc.args, out, err, tc.want)
+		}
+	}
+	if list := mustRun(t, "GRANTS", "list-clients", "--account", "acme"); !regexp.MustCompile(id + `\s+demo\s+\(public\)\s+enabled\s+\S+\s+-\s+authorization_code,refresh_token\s+http://127.0.0.1:8083/callback com.example.app:/cb`).MatchString(list) {
+		t.Fatalf("list-clients does not show the grants and redirect URIs:\n%s", list)
+	}
+	if after, _ := store.ClientByID(ctx, id); len(after.RedirectURIs) != 2 || after.RedirectURIs[0] != c.RedirectURIs[0] {
+		t.Fatalf("refused commands changed the client: %+v", after)
+	}
+	mustRun(t, "grants: authorization_code password refresh_token", "update-client", "--account", "acme", "--client", id,
+		"--redirect-uri", "https://app.example/cb", "--allow-password-grant")
+	c, _ = store.ClientByID(ctx, id)
+	if len(c.RedirectURIs) != 1 || !c.AllowsGrant(account.GrantPassword) || len(c.PostLogoutRedirectURIs) != 1 {
+		t.Fatalf("after update-client: %+v", c)
+	}
+	mustRun(t, "grants: authorization_code refresh_token", "update-client", "--account", "acme", "--client", id, "--no-password-grant", "--no-post-logout-redirect-uris")
+	if c, _ = store.ClientByID(ctx, id); c.AllowsGrant(account.GrantPassword) || len(c.PostLogoutRedirectURIs) != 0 {
+		t.Fatalf("after --no-password-grant: %+v", c)
+	}
+}

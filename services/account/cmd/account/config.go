@@ -57,6 +57,10 @@ type config struct {
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
 	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
 
+	// Sign-in for apps (see docs/signin.md).
+	BrowserSessionTTL  time.Duration `envconfig:"BROWSER_SESSION_TTL" default:"8h" desc:"how long a sign-in on the service's page lasts for single sign-on (ended earlier by logout, a password change, disabling or deleting the user)"`
+	FirstPartyClientID string        `envconfig:"FIRST_PARTY_CLIENT_ID" default:"first-party" desc:"client_id claim of the access tokens of POST /login sessions (RFC 9068)"`
+
 	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
@@ -94,6 +98,9 @@ func (c config) validate() error {
 	}
 	if c.ClientAuthCacheTTL < 0 || c.ClientAuthCacheTTL > maxClientAuthCacheTTL {
 		return fmt.Errorf("configuration: ACCOUNT_CLIENT_AUTH_CACHE_TTL (%v) must be between 0 and %v: a disabled client keeps getting tokens that long", c.ClientAuthCacheTTL, maxClientAuthCacheTTL)
+	}
+	if c.BrowserSessionTTL < 0 {
+		return errors.New("configuration: ACCOUNT_BROWSER_SESSION_TTL must not be negative")
 	}
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)

@@ -39,7 +39,17 @@ Usage:
   account create-client --account NAME --name CLIENT_NAME --public
                                   create a public client (an app that cannot keep a secret:
                                   single-page, mobile); it has no secret and sends its
-                                  client_id alone, for the password and refresh_token grants
+                                  client_id alone, for authorization_code and refresh_token
+      create-client also takes  [--redirect-uri URI]... [--post-logout-redirect-uri URI]...
+                                  [--allow-password-grant]: where the sign-in page and logout
+                                  may send the browser back (exact; https, http on 127.0.0.1
+                                  or [::1] with any port, or a private-use scheme such as
+                                  com.example.app:/cb), and the password grant (avoid it)
+  account update-client --account NAME --client CLIENT_ID [--redirect-uri URI]... [--no-redirect-uris]
+                          [--post-logout-redirect-uri URI]... [--no-post-logout-redirect-uris]
+                          [--allow-password-grant | --no-password-grant]
+                                  change a client's redirect URIs (a list given replaces the
+                                  old one) and its password grant
   account list-clients --account NAME
   account rotate-client-secret --account NAME --client CLIENT_ID [--overlap DURATION]
                                   print a new secret (not for a public client); the old one works for the overlap

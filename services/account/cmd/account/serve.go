@@ -73,6 +73,16 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	background.Go(func() {
 		servicecmd.PurgeEvery(ctx, logger, time.Hour, "login throttle counters", store.PurgeLoginThrottle)
 	})
+	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired browser sessions", store.PurgeExpiredBrowserSessions)
+	})
+	background.Go(func() {
+		// Spent codes stay a day past their expiry, so that a replay still
+		// finds its code and ends the session it started.
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired authorization codes", func(ctx context.Context, now time.Time) (int64, error) {
+			return store.PurgeAuthCodes(ctx, now.Add(-account.SpentCodeRetention))
+		})
+	})
 
 	return servicecmd.Service{
 		Name:        "account",
@@ -115,6 +125,8 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		Keys:       keys,
 		TokenTTL:   cfg.TokenTTL,
 		RefreshTTL: cfg.RefreshTTL,
+
+		FirstPartyClientID: cfg.FirstPartyClientID,
 	})
 	if err != nil {
 		return nil, err
@@ -144,19 +156,24 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		return nil, err
 	}
 	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
+	sessions := &account.Sessions{
+		Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
+		Throttle:      throttle,
+		Clients:       account.ClientAuthenticator{Clients: store, Throttle: throttle, Cache: account.NewClientCache(cfg.ClientAuthCacheTTL, 0)},
+		Store:         store,
+		Issuer:        issuer,
+		RefreshTokens: refreshVerifier,
+		ReuseGrace:    cfg.RefreshReuseGrace,
+		Users:         users,
+	}
 	return accounthttp.NewHandler(accounthttp.Deps{
-		Logger:  logger,
-		Metrics: registry,
-		Users:   users,
-		Sessions: &account.Sessions{
-			Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
-			Throttle:      throttle,
-			Clients:       account.ClientAuthenticator{Clients: store, Throttle: throttle, Cache: account.NewClientCache(cfg.ClientAuthCacheTTL, 0)},
-			Store:         store,
-			Issuer:        issuer,
-			RefreshTokens: refreshVerifier,
-			ReuseGrace:    cfg.RefreshReuseGrace,
-			Users:         users,
+		Logger:   logger,
+		Metrics:  registry,
+		Users:    users,
+		Sessions: sessions,
+		Authorizations: &account.Authorizations{
+			Sessions: sessions, Clients: store, Browser: store, Codes: store, IDTokens: verifier,
+			Issuer: cfg.Issuer, BrowserSessionTTL: cfg.BrowserSessionTTL,
 		},
 		Definitions:    store,
 		Verifier:       verifier,

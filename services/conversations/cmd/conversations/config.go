@@ -11,6 +11,7 @@ import (
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // envPrefix prefixes every variable: CONVERSATIONS_HTTP_ADDR and so on.
@@ -86,7 +87,7 @@ func (c config) webhookKey() ([]byte, error) {
 		return nil, nil
 	}
 	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(c.WebhookSecretKey))
-	if err != nil || len(key) != conversations.SecretBoxKeyLen {
+	if err != nil || len(key) != webhook.SecretBoxKeyLen {
 		return nil, errors.New("configuration: CONVERSATIONS_WEBHOOK_SECRET_KEY must be the standard base64 of 32 bytes (openssl rand -base64 32)")
 	}
 	return key, nil
@@ -128,7 +129,7 @@ func (c config) validate() error {
 	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_CORS_ORIGINS: %w", err)
 	}
-	if _, err := webhook.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
+	if _, err := delivery.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS: %w", err)
 	}
 	if _, err := c.webhookSchedule(); err != nil {

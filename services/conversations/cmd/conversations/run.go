@@ -24,6 +24,7 @@ import (
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
 	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 const usage = `conversations runs the conversations service (Interface B).
@@ -269,7 +270,7 @@ func newCursorSecret() (string, error) {
 // (background waits for them); holder names this replica in the lease.
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
-) (*conversations.Webhooks, error) {
+) (*webhook.Service, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
 		return nil, err
@@ -284,22 +285,22 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 			return nil, fmt.Errorf("stored webhook secret key: %w", err)
 		}
 	}
-	box, err := conversations.NewSecretBox(key)
+	box, err := webhook.NewSecretBox(key)
 	if err != nil {
 		return nil, err
 	}
 	schedule, _ := cfg.webhookSchedule() // checked by validate
-	allowed, _ := webhook.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
+	allowed, _ := delivery.ParseAllowedCIDRs(cfg.WebhookAllowedCIDRs)
 	// One dialler: its check refuses addresses when dialling and, named
 	// literally in an endpoint's URL, at registration.
-	dialer := webhook.NewDialer(allowed, nil)
-	sender := webhook.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
-	engine := &webhook.Engine{
+	dialer := delivery.NewDialer(allowed, nil)
+	sender := delivery.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
+	engine := &delivery.Engine{
 		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
-		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: webhook.NewMetrics(registry),
+		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: delivery.NewMetrics(registry),
 	}
-	webhooks := &conversations.Webhooks{
-		Store: store, Events: conversations.EventLogOf(store), Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: cfg.WebhookAllowHTTP, Dialable: dialer.Check},
+	webhooks := &webhook.Service{
+		Store: store, Events: store, Box: box, URLs: webhook.URLPolicy{AllowHTTP: cfg.WebhookAllowHTTP, Dialable: dialer.Check},
 		MaxEndpoints: cfg.WebhookMaxEndpoints, ManualPerMinute: cfg.WebhookManualPerMinute,
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
@@ -320,7 +321,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 }
 
 func newWebhookKey() (string, error) {
-	b := make([]byte, conversations.SecretBoxKeyLen)
+	b := make([]byte, webhook.SecretBoxKeyLen)
 	_, _ = rand.Read(b) // never fails since Go 1.24
 	return base64.StdEncoding.EncodeToString(b), nil
 }

@@ -1,4 +1,4 @@
-package webhook_test
+package delivery_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/mongostore"
 	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 func TestMain(m *testing.M) { mongotest.Main(m) }
@@ -55,17 +56,17 @@ func (r *holdingReceiver) count() int {
 
 // newWebhooks returns a store on a fresh database and the webhooks' use
 // cases on it, accepting http URLs.
-func newWebhooks(t *testing.T) (*mongostore.Store, *conversations.Webhooks) {
+func newWebhooks(t *testing.T) (*mongostore.Store, *webhook.Service) {
 	t.Helper()
 	store := mongostore.New(mongotest.New(t))
 	if err := store.EnsureIndexes(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	box, err := conversations.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	box, err := webhook.NewSecretBox([]byte(strings.Repeat("k", 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store, &conversations.Webhooks{Store: store, Box: box, URLs: conversations.WebhookURLPolicy{AllowHTTP: true}}
+	return store, &webhook.Service{Store: store, Box: box, URLs: webhook.URLPolicy{AllowHTTP: true}}
 }
 
 // TestEngineDeliversEachOnceWithinItsSlots runs the engine on the real
@@ -82,30 +83,30 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 	defer srv.Close()
 	client := conversations.Caller{AccountID: "acc_engine", ID: "cli_engine", Client: true}
 	const perEndpoint, workers, each = 2, 3, 15
-	var ds []conversations.WebhookDelivery
+	var ds []webhook.Delivery
 	var endpoints []string
 	now := time.Now().UTC()
 	for _, path := range []string{"/a", "/b"} {
 		u := srv.URL + path
-		e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+		e, _, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &u})
 		if err != nil {
 			t.Fatal(err)
 		}
 		endpoints = append(endpoints, e.ID)
 		for range each {
-			ds = append(ds, conversations.WebhookDelivery{
-				ID: conversations.NewDeliveryID(), AccountID: client.AccountID, EndpointID: e.ID,
-				EventID: conversations.NewTestEventID(), EventType: "webhook.test", EventTime: now, Payload: []byte(`{}`),
-				State: conversations.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
+			ds = append(ds, webhook.Delivery{
+				ID: webhook.NewDeliveryID(), AccountID: client.AccountID, EndpointID: e.ID,
+				EventID: conversations.NewEventID(), EventType: "webhook.test", EventTime: now, Payload: []byte(`{}`),
+				State: webhook.DeliveryPending, NextAttemptAt: &now, CreatedAt: now, UpdatedAt: now,
 			})
 		}
 	}
 	if err := store.InsertDeliveries(ctx, ds); err != nil {
 		t.Fatal(err)
 	}
-	engine := &webhook.Engine{
+	engine := &delivery.Engine{
 		Webhooks: wh,
-		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), time.Minute, workers),
+		Sender:   delivery.NewSender(delivery.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), time.Minute, workers),
 		// The engine claims when it starts and whenever a slot frees: its
 		// poll is the fallback, and each poll reads the shared store.
 		Poll: time.Minute, Workers: workers, PerEndpoint: perEndpoint,
@@ -123,8 +124,8 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // a claim past the slots would arrive now
 	close(rcv.release)
-	deliveries := func() []conversations.WebhookDelivery {
-		var out []conversations.WebhookDelivery
+	deliveries := func() []webhook.Delivery {
+		var out []webhook.Delivery
 		for _, id := range endpoints {
 			page, err := wh.ListDeliveries(context.Background(), client, id, 100, nil)
 			if err != nil {
@@ -141,7 +142,7 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 	for ended := false; !ended; time.Sleep(50 * time.Millisecond) {
 		ended = true
 		for _, d := range deliveries() {
-			ended = ended && d.State != conversations.DeliveryPending
+			ended = ended && d.State != webhook.DeliveryPending
 		}
 	}
 	cancel()
@@ -167,7 +168,7 @@ func TestEngineDeliversEachOnceWithinItsSlots(t *testing.T) {
 		t.Errorf("%d deliveries, want %d", len(got), len(ds))
 	}
 	for _, d := range got {
-		if d.State != conversations.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != http.StatusNoContent {
+		if d.State != webhook.DeliverySucceeded || d.Attempts != 1 || d.ResponseStatus == nil || *d.ResponseStatus != http.StatusNoContent {
 			t.Errorf("delivery %s: %s after %d attempts (status %v)", d.ID, d.State, d.Attempts, d.ResponseStatus)
 		}
 	}
@@ -208,13 +209,13 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 	defer srv.Close()
 	client := conversations.Caller{AccountID: "acc_retry", ID: "cli_retry", Client: true}
 	u := srv.URL + "/hook"
-	e, _, err := wh.CreateEndpoint(ctx, client, conversations.NewWebhookEndpoint{URL: &u})
+	e, _, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &u})
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := &webhook.Engine{
+	engine := &delivery.Engine{
 		Webhooks: wh,
-		Sender:   webhook.NewSender(webhook.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), timeout, 0),
+		Sender:   delivery.NewSender(delivery.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), timeout, 0),
 		Poll:     poll,
 	}
 	wh.Wake = engine.Wake
@@ -235,7 +236,7 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 	// (which moves it to the lease's end), for the log.
 	var due *time.Time
 	deadline := time.Now().Add(time.Minute) // far below the poll
-	var d conversations.WebhookDelivery
+	var d webhook.Delivery
 	for {
 		page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
 		if err != nil {
@@ -243,10 +244,10 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 		}
 		if len(page.Deliveries) == 1 {
 			d = page.Deliveries[0]
-			if d.Attempts == 1 && d.State == conversations.DeliveryPending && due == nil && d.Claim == "" {
+			if d.Attempts == 1 && d.State == webhook.DeliveryPending && due == nil && d.Claim == "" {
 				due = d.NextAttemptAt
 			}
-			if d.State != conversations.DeliveryPending {
+			if d.State != webhook.DeliveryPending {
 				break
 			}
 		}
@@ -257,7 +258,7 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if d.State != conversations.DeliverySucceeded || d.Attempts != 2 || len(arrivals) != 2 ||
+	if d.State != webhook.DeliverySucceeded || d.Attempts != 2 || len(arrivals) != 2 ||
 		d.ResponseStatus == nil || *d.ResponseStatus != http.StatusNoContent {
 		t.Fatalf("delivery %s after %d attempts (status %v, %d requests), want succeeded at the second", d.State, d.Attempts, d.ResponseStatus, len(arrivals))
 	}

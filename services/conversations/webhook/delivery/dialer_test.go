@@ -1,4 +1,4 @@
-package webhook_test
+package delivery_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // resolver is a DNS the test controls: each name resolves to the
@@ -52,11 +52,11 @@ func receiver(t *testing.T, addr string, h http.HandlerFunc) (*httptest.Server, 
 	return srv, &hits
 }
 
-func attempt(url string) conversations.Attempt {
-	return conversations.Attempt{
+func attempt(url string) webhook.Attempt {
+	return webhook.Attempt{
 		URL:      url,
-		Secrets:  []string{conversations.NewWebhookSecret()},
-		Delivery: conversations.WebhookDelivery{EventID: "evt_1", Payload: []byte(`{"type":"webhook.test"}`)},
+		Secrets:  []string{webhook.NewSecret()},
+		Delivery: webhook.Delivery{EventID: "evt_1", Payload: []byte(`{"type":"webhook.test"}`)},
 	}
 }
 
@@ -78,7 +78,7 @@ func TestRefusedRanges(t *testing.T) {
 		// is checked on what it connects to.
 		"rebind.example": {{netip.MustParseAddr("93.184.215.14")}, {netip.MustParseAddr("127.0.0.1")}},
 	}}
-	sender := webhook.NewSender(webhook.NewDialer(nil, res), 5*time.Second, 0)
+	sender := delivery.NewSender(delivery.NewDialer(nil, res), 5*time.Second, 0)
 	ps := func(s string) string { return s + ":" + strconv.Itoa(port) }
 	for _, host := range []string{
 		"127.0.0.1", "[::1]", "10.0.0.1", "172.16.0.1", "172.31.255.254", "192.168.1.1",
@@ -106,18 +106,18 @@ func TestRefusedRanges(t *testing.T) {
 	}
 
 	// An allowed range is dialled; the same address outside it is not.
-	allowed, err := webhook.ParseAllowedCIDRs([]string{"127.0.0.1/32"})
+	allowed, err := delivery.ParseAllowedCIDRs([]string{"127.0.0.1/32"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := webhook.NewSender(webhook.NewDialer(allowed, res), 5*time.Second, 0)
+	open := delivery.NewSender(delivery.NewDialer(allowed, res), 5*time.Second, 0)
 	if r := open.Send(context.Background(), attempt("http://"+ps("loopback.example")+"/hook")); r.Status != 200 || r.Error != "" {
 		t.Fatalf("allowed range: %d %q", r.Status, r.Error)
 	}
 	if r := open.Send(context.Background(), attempt("http://"+ps("[::ffff:127.0.0.2]")+"/hook")); r.Status != 0 {
 		t.Fatalf("outside the allowed range: %d %q", r.Status, r.Error)
 	}
-	if _, err := webhook.ParseAllowedCIDRs([]string{"127.0.0.1"}); err == nil {
+	if _, err := delivery.ParseAllowedCIDRs([]string{"127.0.0.1"}); err == nil {
 		t.Fatal("an address without a prefix length was accepted as a CIDR")
 	}
 }
@@ -149,8 +149,8 @@ func TestRedirectIsAFailure(t *testing.T) {
 			http.Redirect(w, r, srv.URL+"/target", http.StatusFound)
 		}
 	})
-	allowed, _ := webhook.ParseAllowedCIDRs([]string{"127.0.0.0/8"})
-	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), 5*time.Second, 0)
+	allowed, _ := delivery.ParseAllowedCIDRs([]string{"127.0.0.0/8"})
+	sender := delivery.NewSender(delivery.NewDialer(allowed, nil), 5*time.Second, 0)
 	r := sender.Send(context.Background(), attempt(srv.URL+"/hook"))
 	if r.Status != 302 || r.Succeeded() || !strings.Contains(r.Error, "redirect") || targetHits.Load() != 0 {
 		t.Fatalf("redirect: %d %q, target hit %d times", r.Status, r.Error, targetHits.Load())

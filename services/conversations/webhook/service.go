@@ -1,4 +1,4 @@
-package conversations
+package webhook
 
 import (
 	"context"
@@ -14,23 +14,24 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/platform/pkg/tracing"
+	"github.com/acme/platform/services/conversations"
 )
 
-// Webhooks is the one place of the rules of contract section 11.3: who
+// Service is the one place of the rules of contract section 11.3: who
 // may manage endpoints (the HTTP layer checks the scopes; every call here
 // is scoped by the caller's account), their limits, secrets and their
 // rotation, which events become deliveries, and what an attempt's outcome
 // does: the retry schedule with jitter, Retry-After, 410 and five days of
-// failures disabling the endpoint. The delivery engine (package webhook)
+// failures disabling the endpoint. The delivery engine (package delivery)
 // makes the HTTP requests and calls FanOut, ClaimAttempts and
 // FinishAttempts; the store persists.
-type Webhooks struct {
-	Store WebhookStore
+type Service struct {
+	Store Store
 	// Events is the account's event log; nil: only webhook.test events
 	// are delivered.
 	Events EventLog
 	Box    *SecretBox
-	URLs   WebhookURLPolicy
+	URLs   URLPolicy
 	// MaxEndpoints per account (contract: 20).
 	MaxEndpoints int
 	// ManualPerMinute bounds test and retry requests per endpoint.
@@ -79,7 +80,7 @@ const (
 	contendedFor = 10 * time.Second
 )
 
-func (w *Webhooks) now() time.Time {
+func (w *Service) now() time.Time {
 	t := time.Now()
 	if w.Now != nil {
 		t = w.Now()
@@ -87,14 +88,14 @@ func (w *Webhooks) now() time.Time {
 	return t.UTC().Truncate(time.Millisecond)
 }
 
-func (w *Webhooks) maxEndpoints() int {
+func (w *Service) maxEndpoints() int {
 	if w.MaxEndpoints > 0 {
 		return w.MaxEndpoints
 	}
 	return DefaultMaxEndpoints
 }
 
-func (w *Webhooks) wake() {
+func (w *Service) wake() {
 	if w.Wake != nil {
 		w.Wake()
 	}
@@ -102,66 +103,66 @@ func (w *Webhooks) wake() {
 
 // latestSequence is where a new or re-enabled endpoint starts: events
 // recorded from now on are its.
-func (w *Webhooks) latestSequence(ctx context.Context, accountID string) (int64, error) {
+func (w *Service) latestSequence(ctx context.Context, accountID string) (int64, error) {
 	if w.Events == nil {
 		return 0, nil
 	}
-	return w.Events.LatestSequence(ctx, accountID)
+	return w.Events.NewestSequence(ctx, accountID)
 }
 
 // CreateEndpoint validates in and stores a new endpoint of who's account
 // with a new secret, which it returns: the only time it is shown.
-func (w *Webhooks) CreateEndpoint(ctx context.Context, who Caller, in NewWebhookEndpoint) (WebhookEndpoint, string, error) {
+func (w *Service) CreateEndpoint(ctx context.Context, who conversations.Caller, in NewEndpoint) (Endpoint, string, error) {
 	e, err := in.Endpoint(w.URLs)
 	if err != nil {
-		return WebhookEndpoint{}, "", err
+		return Endpoint{}, "", err
 	}
 	n, err := w.Store.CountEndpoints(ctx, who.AccountID)
 	if err != nil {
-		return WebhookEndpoint{}, "", err
+		return Endpoint{}, "", err
 	}
 	if n >= w.maxEndpoints() {
-		return WebhookEndpoint{}, "", ErrTooManyEndpoints
+		return Endpoint{}, "", ErrTooManyEndpoints
 	}
 	if e.EventCursor, err = w.latestSequence(ctx, who.AccountID); err != nil {
-		return WebhookEndpoint{}, "", err
+		return Endpoint{}, "", err
 	}
 	now := w.now()
-	e.ID, e.AccountID, e.CreatedAt, e.UpdatedAt, e.Version = NewWebhookEndpointID(), who.AccountID, now, now, 1
-	secret := NewWebhookSecret()
+	e.ID, e.AccountID, e.CreatedAt, e.UpdatedAt, e.Version = NewEndpointID(), who.AccountID, now, now, 1
+	secret := NewSecret()
 	e.Secrets = []SealedSecret{{Sealed: w.Box.Seal(e.ID, secret)}}
 	if err := w.Store.InsertEndpoint(ctx, e); err != nil {
-		return WebhookEndpoint{}, "", err
+		return Endpoint{}, "", err
 	}
 	// Concurrent creations may have passed the count together: the one
 	// that finds more than the limit after its insert takes it back.
 	if n, err := w.Store.CountEndpoints(ctx, who.AccountID); err != nil || n > w.maxEndpoints() {
 		if _, delErr := w.Store.DeleteEndpoint(ctx, who.AccountID, e.ID); delErr != nil {
-			return WebhookEndpoint{}, "", delErr
+			return Endpoint{}, "", delErr
 		}
 		if err != nil {
-			return WebhookEndpoint{}, "", err
+			return Endpoint{}, "", err
 		}
-		return WebhookEndpoint{}, "", ErrTooManyEndpoints
+		return Endpoint{}, "", ErrTooManyEndpoints
 	}
 	return e, secret, nil
 }
 
 // GetEndpoint returns the endpoint id of who's account.
-func (w *Webhooks) GetEndpoint(ctx context.Context, who Caller, id string) (WebhookEndpoint, error) {
+func (w *Service) GetEndpoint(ctx context.Context, who conversations.Caller, id string) (Endpoint, error) {
 	return w.Store.FindEndpoint(ctx, who.AccountID, id)
 }
 
 // ListEndpoints returns a page of who's account's endpoints, newest first.
-func (w *Webhooks) ListEndpoints(ctx context.Context, who Caller, limit int, after *Position) (WebhookPage, error) {
+func (w *Service) ListEndpoints(ctx context.Context, who conversations.Caller, limit int, after *conversations.Position) (EndpointPage, error) {
 	return w.Store.ListEndpoints(ctx, who.AccountID, limit, after)
 }
 
 // UpdateEndpoint applies patch (compare-and-set, retried on a concurrent
 // change). Enabling a disabled endpoint clears its reason and starts it
 // at the account's newest event.
-func (w *Webhooks) UpdateEndpoint(ctx context.Context, who Caller, id string, patch WebhookPatch) (WebhookEndpoint, error) {
-	return w.changeEndpoint(ctx, who, id, func(e *WebhookEndpoint) error {
+func (w *Service) UpdateEndpoint(ctx context.Context, who conversations.Caller, id string, patch Patch) (Endpoint, error) {
+	return w.changeEndpoint(ctx, who, id, func(e *Endpoint) error {
 		if patch.URL != nil {
 			e.URL = *patch.URL
 		}
@@ -187,11 +188,16 @@ func (w *Webhooks) UpdateEndpoint(ctx context.Context, who Caller, id string, pa
 }
 
 // RotateSecret gives the endpoint a new secret, which it returns; the
-// current one keeps signing beside it for overlap (0: stops at once). A
-// secret still in its overlap from an earlier rotation stops now.
-func (w *Webhooks) RotateSecret(ctx context.Context, who Caller, id string, overlap time.Duration) (string, error) {
-	secret := NewWebhookSecret()
-	_, err := w.changeEndpoint(ctx, who, id, func(e *WebhookEndpoint) error {
+// current one keeps signing beside it for the rotation's overlap (0:
+// stops at once). A secret still in its overlap from an earlier rotation
+// stops now.
+func (w *Service) RotateSecret(ctx context.Context, who conversations.Caller, id string, r Rotation) (string, error) {
+	overlap, err := r.overlap()
+	if err != nil {
+		return "", err
+	}
+	secret := NewSecret()
+	_, err = w.changeEndpoint(ctx, who, id, func(e *Endpoint) error {
 		now := w.now()
 		next := []SealedSecret{{Sealed: w.Box.Seal(e.ID, secret)}}
 		if overlap > 0 && len(e.Secrets) > 0 {
@@ -209,15 +215,15 @@ func (w *Webhooks) RotateSecret(ctx context.Context, who Caller, id string, over
 
 // changeEndpoint reads, applies apply and stores with a compare-and-set,
 // retried while other changes win.
-func (w *Webhooks) changeEndpoint(ctx context.Context, who Caller, id string, apply func(*WebhookEndpoint) error) (WebhookEndpoint, error) {
-	for range MaxChangeAttempts {
+func (w *Service) changeEndpoint(ctx context.Context, who conversations.Caller, id string, apply func(*Endpoint) error) (Endpoint, error) {
+	for range conversations.MaxChangeAttempts {
 		e, err := w.Store.FindEndpoint(ctx, who.AccountID, id)
 		if err != nil {
-			return WebhookEndpoint{}, err
+			return Endpoint{}, err
 		}
 		from := e.Version
 		if err := apply(&e); err != nil {
-			return WebhookEndpoint{}, err
+			return Endpoint{}, err
 		}
 		e.UpdatedAt = w.now()
 		if !e.UpdatedAt.After(e.CreatedAt) {
@@ -226,18 +232,18 @@ func (w *Webhooks) changeEndpoint(ctx context.Context, who Caller, id string, ap
 		e.Version = from + 1
 		ok, err := w.Store.SaveEndpoint(ctx, e, from)
 		if err != nil {
-			return WebhookEndpoint{}, err
+			return Endpoint{}, err
 		}
 		if ok {
 			return e, nil
 		}
 	}
-	return WebhookEndpoint{}, ErrContended
+	return Endpoint{}, conversations.ErrContended
 }
 
 // DeleteEndpoint deletes the endpoint; its pending deliveries end failed
 // when the engine meets them.
-func (w *Webhooks) DeleteEndpoint(ctx context.Context, who Caller, id string) error {
+func (w *Service) DeleteEndpoint(ctx context.Context, who conversations.Caller, id string) error {
 	ok, err := w.Store.DeleteEndpoint(ctx, who.AccountID, id)
 	if err != nil {
 		return err
@@ -249,12 +255,12 @@ func (w *Webhooks) DeleteEndpoint(ctx context.Context, who Caller, id string) er
 }
 
 // takeManualQuota charges a test or retry request to the endpoint.
-func (w *Webhooks) takeManualQuota(ctx context.Context, endpointID, kind string) error {
+func (w *Service) takeManualQuota(ctx context.Context, accountID, endpointID, kind string) error {
 	limit := w.ManualPerMinute
 	if limit <= 0 {
 		limit = DefaultManualPerMinute
 	}
-	wait, err := w.Store.TakeQuota(ctx, endpointID, kind, w.now(), quotaWindow, limit)
+	wait, err := w.Store.TakeQuota(ctx, accountID, endpointID, kind, w.now(), quotaWindow, limit)
 	if err != nil {
 		return err
 	}
@@ -265,43 +271,44 @@ func (w *Webhooks) takeManualQuota(ctx context.Context, endpointID, kind string)
 }
 
 // SendTest records a webhook.test event for this endpoint only, due now.
-func (w *Webhooks) SendTest(ctx context.Context, who Caller, id string) (WebhookDelivery, error) {
+func (w *Service) SendTest(ctx context.Context, who conversations.Caller, id string) (Delivery, error) {
 	e, err := w.Store.FindEndpoint(ctx, who.AccountID, id)
 	if err != nil {
-		return WebhookDelivery{}, err
+		return Delivery{}, err
 	}
-	if err := w.takeManualQuota(ctx, e.ID, "test"); err != nil {
-		return WebhookDelivery{}, err
+	if err := w.takeManualQuota(ctx, who.AccountID, e.ID, "test"); err != nil {
+		return Delivery{}, err
 	}
 	now := w.now()
-	ev := WebhookEvent{ID: NewTestEventID(), Type: EventTypeWebhookTest, Time: now}
+	eventID := conversations.NewEventID()
 	payload, err := json.Marshal(map[string]any{
-		"id": ev.ID, "type": ev.Type, "sequence": nil, "timestamp": FormatTime(now),
+		"id": eventID, "type": EventTypeTest, "sequence": nil, "timestamp": conversations.FormatTime(now),
 		"data": map[string]any{"endpointId": e.ID},
 	})
 	if err != nil {
-		return WebhookDelivery{}, fmt.Errorf("encode test event: %w", err)
+		return Delivery{}, fmt.Errorf("encode test event: %w", err)
 	}
-	ev.Payload = payload
-	d := w.newDelivery(e, ev, now)
-	if err := w.Store.InsertDeliveries(ctx, []WebhookDelivery{d}); err != nil {
-		return WebhookDelivery{}, err
+	d := w.newDelivery(e, eventID, EventTypeTest, now, payload, now)
+	if err := w.Store.InsertDeliveries(ctx, []Delivery{d}); err != nil {
+		return Delivery{}, err
 	}
 	w.wake()
 	return d, nil
 }
 
-func (w *Webhooks) newDelivery(e WebhookEndpoint, ev WebhookEvent, now time.Time) WebhookDelivery {
+// newDelivery is the delivery of one event to e, due now; payload is the
+// body every attempt sends.
+func (w *Service) newDelivery(e Endpoint, eventID, eventType string, eventTime time.Time, payload []byte, now time.Time) Delivery {
 	due := now
-	return WebhookDelivery{
+	return Delivery{
 		ID: NewDeliveryID(), AccountID: e.AccountID, EndpointID: e.ID,
-		EventID: ev.ID, EventType: ev.Type, EventTime: ev.Time.UTC(), Payload: ev.Payload, Trace: ev.Trace,
+		EventID: eventID, EventType: eventType, EventTime: eventTime.UTC(), Payload: payload,
 		State: DeliveryPending, NextAttemptAt: &due, CreatedAt: now, UpdatedAt: now,
 	}
 }
 
 // ListDeliveries returns a page of the endpoint's deliveries, newest first.
-func (w *Webhooks) ListDeliveries(ctx context.Context, who Caller, endpointID string, limit int, after *Position) (DeliveryPage, error) {
+func (w *Service) ListDeliveries(ctx context.Context, who conversations.Caller, endpointID string, limit int, after *conversations.Position) (DeliveryPage, error) {
 	if _, err := w.Store.FindEndpoint(ctx, who.AccountID, endpointID); err != nil {
 		return DeliveryPage{}, err
 	}
@@ -310,11 +317,11 @@ func (w *Webhooks) ListDeliveries(ctx context.Context, who Caller, endpointID st
 
 // RetryDelivery sets the delivery back to pending, due now (same event
 // id, so the same webhook-id).
-func (w *Webhooks) RetryDelivery(ctx context.Context, who Caller, endpointID, deliveryID string) error {
+func (w *Service) RetryDelivery(ctx context.Context, who conversations.Caller, endpointID, deliveryID string) error {
 	if _, err := w.Store.FindEndpoint(ctx, who.AccountID, endpointID); err != nil {
 		return err
 	}
-	if err := w.takeManualQuota(ctx, endpointID, "retry"); err != nil {
+	if err := w.takeManualQuota(ctx, who.AccountID, endpointID, "retry"); err != nil {
 		return err
 	}
 	ok, err := w.Store.RequeueDelivery(ctx, who.AccountID, endpointID, deliveryID, w.now())
@@ -335,7 +342,7 @@ func (w *Webhooks) RetryDelivery(ctx context.Context, who Caller, endpointID, de
 // found an endpoint to look at. Deliveries are keyed by (endpoint,
 // event): an event recorded twice (a fan-out that lost its lease after
 // inserting) is stored once.
-func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.Duration) (bool, error) {
+func (w *Service) FanOut(ctx context.Context, claim string, every, lease time.Duration) (bool, error) {
 	if w.Events == nil {
 		return false, nil
 	}
@@ -344,7 +351,7 @@ func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.D
 	if err != nil || !ok {
 		return false, err
 	}
-	events, err := w.Events.EventsAfter(ctx, e.AccountID, e.EventCursor, fanoutBatch)
+	events, err := w.Events.ListEvents(ctx, conversations.EventRange{AccountID: e.AccountID, After: e.EventCursor, Limit: fanoutBatch})
 	if err != nil {
 		return true, err
 	}
@@ -360,12 +367,21 @@ func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.D
 		defer span.End()
 	}
 	cursor := e.EventCursor
-	var ds []WebhookDelivery
+	var ds []Delivery
 	for _, ev := range events {
 		cursor = max(cursor, ev.Sequence)
-		if e.Subscribed(ev.Type) {
-			ds = append(ds, w.newDelivery(e, ev, now))
+		if !e.Subscribed(string(ev.Type)) {
+			continue
 		}
+		// As the feed writes it: the stored data as it is, not validated
+		// again by json.Marshal for every endpoint that reads the event.
+		payload, err := ev.AppendJSON(nil)
+		if err != nil {
+			return true, fmt.Errorf("encode event %s: %w", ev.ID, err)
+		}
+		d := w.newDelivery(e, ev.ID, string(ev.Type), ev.Timestamp, payload, now)
+		d.Trace = ev.Trace // its attempts continue the request's trace
+		ds = append(ds, d)
 	}
 	if len(ds) > 0 {
 		if err := w.Store.InsertDeliveries(ctx, ds); err != nil {
@@ -377,7 +393,7 @@ func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.D
 	if len(events) == fanoutBatch {
 		next = now // more are waiting
 	}
-	if _, err := w.Store.ReleaseFanout(ctx, e.ID, claim, cursor, next); err != nil {
+	if _, err := w.Store.ReleaseFanout(ctx, e.AccountID, e.ID, claim, cursor, next); err != nil {
 		return true, err
 	}
 	return true, nil
@@ -385,7 +401,7 @@ func (w *Webhooks) FanOut(ctx context.Context, claim string, every, lease time.D
 
 // Attempt is one claimed delivery, ready to send.
 type Attempt struct {
-	Delivery WebhookDelivery
+	Delivery Delivery
 	URL      string
 	// Secrets sign this attempt (newest first); empty when the
 	// delivery cannot be attempted (Refusal says why).
@@ -417,7 +433,7 @@ func (s Slots) room(endpoint string) int { return s.PerEndpoint - s.InFlight[end
 // lose each to the compare-and-set: after a claim lost some, this
 // replica picks at random among those it read (up to twice its room,
 // all due) for contendedFor, so that replicas claim different ones.
-func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.Duration, slots Slots) ([]Attempt, bool, error) {
+func (w *Service) ClaimAttempts(ctx context.Context, claim string, lease time.Duration, slots Slots) ([]Attempt, bool, error) {
 	if slots.Free <= 0 {
 		return nil, false, nil
 	}
@@ -442,7 +458,7 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	}
 	taken := map[string]int{}
-	var picked []WebhookDelivery
+	var picked []Delivery
 	for _, d := range order {
 		if len(picked) == slots.Free {
 			break
@@ -474,19 +490,19 @@ func (w *Webhooks) ClaimAttempts(ctx context.Context, claim string, lease time.D
 		won[id] = true
 	}
 	// The endpoints of the deliveries won only.
-	var endpointIDs []string
+	var refs []EndpointRef
 	for id := range taken {
-		if slices.ContainsFunc(picked, func(d WebhookDelivery) bool { return d.EndpointID == id && won[d.ID] }) {
-			endpointIDs = append(endpointIDs, id)
+		if i := slices.IndexFunc(picked, func(d Delivery) bool { return d.EndpointID == id && won[d.ID] }); i >= 0 {
+			refs = append(refs, EndpointRef{AccountID: picked[i].AccountID, ID: id})
 		}
 	}
 	// On an error below, what was claimed is not attempted: the leases
 	// hand it over.
-	endpoints, err := w.Store.FindEndpointsByID(ctx, endpointIDs)
+	endpoints, err := w.Store.FindEndpoints(ctx, refs)
 	if err != nil {
 		return nil, more, err
 	}
-	byID := make(map[string]WebhookEndpoint, len(endpoints))
+	byID := make(map[string]Endpoint, len(endpoints))
 	for _, e := range endpoints {
 		byID[e.ID] = e
 	}
@@ -552,12 +568,12 @@ type FinishOutcome struct {
 // without a success for DisableAfter. What an attempt tells of its
 // endpoint (healthy, failing, gone) is recorded even when its claim had
 // expired: the request was made.
-func (w *Webhooks) FinishAttempts(ctx context.Context, as []Attempt, rs []AttemptResult) ([]FinishOutcome, error) {
+func (w *Service) FinishAttempts(ctx context.Context, as []Attempt, rs []AttemptResult) ([]FinishOutcome, error) {
 	now := w.now()
 	records := make([]AttemptRecord, len(as))
 	outs := make([]FinishOutcome, len(as))
 	for i, a := range as {
-		records[i] = AttemptRecord{ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
+		records[i] = AttemptRecord{AccountID: a.Delivery.AccountID, ID: a.Delivery.ID, Claim: a.claim, Attempts: a.Delivery.Attempts, Outcome: w.outcome(a, rs[i], now)}
 		outs[i].State, outs[i].NextAttemptAt = records[i].Outcome.State, records[i].Outcome.NextAttemptAt
 	}
 	recorded, err := w.Store.FinishAttempts(ctx, records)
@@ -576,8 +592,8 @@ func (w *Webhooks) FinishAttempts(ctx context.Context, as []Attempt, rs []Attemp
 			judged[a.Delivery.EndpointID] = i
 		}
 	}
-	for endpoint, i := range judged {
-		disabled, err := w.judgeEndpoint(ctx, endpoint, as[i], rs[i], now)
+	for _, i := range judged {
+		disabled, err := w.judgeEndpoint(ctx, as[i], rs[i], now)
 		if err != nil {
 			return outs, err
 		}
@@ -587,7 +603,7 @@ func (w *Webhooks) FinishAttempts(ctx context.Context, as []Attempt, rs []Attemp
 }
 
 // outcome is what an attempt's result makes of its delivery.
-func (w *Webhooks) outcome(a Attempt, r AttemptResult, now time.Time) AttemptOutcome {
+func (w *Service) outcome(a Attempt, r AttemptResult, now time.Time) AttemptOutcome {
 	o := AttemptOutcome{At: now, DurationMs: r.Duration.Milliseconds()}
 	if r.Status != 0 {
 		status := r.Status
@@ -619,38 +635,39 @@ func (w *Webhooks) outcome(a Attempt, r AttemptResult, now time.Time) AttemptOut
 // makes a failing one healthy, a 410 disables it, another failure marks
 // it failing and disables it after DisableAfter of failing. It reports
 // whether it disabled the endpoint.
-func (w *Webhooks) judgeEndpoint(ctx context.Context, endpoint string, a Attempt, r AttemptResult, now time.Time) (bool, error) {
+func (w *Service) judgeEndpoint(ctx context.Context, a Attempt, r AttemptResult, now time.Time) (bool, error) {
+	account, endpoint := a.Delivery.AccountID, a.Delivery.EndpointID
 	if r.Succeeded() {
 		if !a.failing {
 			return false, nil // healthy already: no write
 		}
-		return false, w.Store.MarkEndpointHealthy(ctx, endpoint)
+		return false, w.Store.MarkEndpointHealthy(ctx, account, endpoint)
 	}
 	if r.Status == 410 {
-		return w.Store.DisableEndpoint(ctx, endpoint, "the endpoint answered 410 Gone", now)
+		return w.Store.DisableEndpoint(ctx, account, endpoint, "the endpoint answered 410 Gone", now)
 	}
-	e, err := w.Store.MarkEndpointFailing(ctx, endpoint, now)
-	if errors.Is(err, ErrNotFound) {
+	e, err := w.Store.MarkEndpointFailing(ctx, account, endpoint, now)
+	if errors.Is(err, conversations.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
 	if limit := w.disableAfter(); e.Enabled && e.FailingSince != nil && now.Sub(*e.FailingSince) >= limit {
-		reason := fmt.Sprintf("no delivery succeeded for %s (since %s)", limit, FormatTime(*e.FailingSince))
-		return w.Store.DisableEndpoint(ctx, endpoint, reason, now)
+		reason := fmt.Sprintf("no delivery succeeded for %s (since %s)", limit, conversations.FormatTime(*e.FailingSince))
+		return w.Store.DisableEndpoint(ctx, account, endpoint, reason, now)
 	}
 	return false, nil
 }
 
-func (w *Webhooks) schedule() []time.Duration {
+func (w *Service) schedule() []time.Duration {
 	if len(w.RetrySchedule) > 0 {
 		return w.RetrySchedule
 	}
 	return DefaultRetrySchedule
 }
 
-func (w *Webhooks) disableAfter() time.Duration {
+func (w *Service) disableAfter() time.Duration {
 	if w.DisableAfter > 0 {
 		return w.DisableAfter
 	}
@@ -659,7 +676,7 @@ func (w *Webhooks) disableAfter() time.Duration {
 
 // retryDelay is the wait after the failed attempt number done+1: the
 // schedule's, ±20 %, and at least retryAfter (at most MaxRetryAfter).
-func (w *Webhooks) retryDelay(done int, retryAfter time.Duration) time.Duration {
+func (w *Service) retryDelay(done int, retryAfter time.Duration) time.Duration {
 	base := w.schedule()[min(done, len(w.schedule())-1)]
 	delay := time.Duration(float64(base) * (1 + retryJitter*(2*rand.Float64()-1)))
 	if retryAfter > delay {
@@ -670,7 +687,7 @@ func (w *Webhooks) retryDelay(done int, retryAfter time.Duration) time.Duration 
 
 // OldestPending is the due time of the pending delivery due longest ago
 // (nil: none pending): how long deliveries wait for a replica.
-func (w *Webhooks) OldestPending(ctx context.Context) (*time.Time, error) {
+func (w *Service) OldestPending(ctx context.Context) (*time.Time, error) {
 	return w.Store.OldestPending(ctx)
 }
 
@@ -679,7 +696,7 @@ func (w *Webhooks) OldestPending(ctx context.Context) (*time.Time, error) {
 // and the test and retry budgets whose window ended an hour ago (a
 // deleted endpoint leaves its own behind). It is run by one replica at a
 // time (a lease), but is safe to repeat.
-func (w *Webhooks) PurgeDeliveries(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
+func (w *Service) PurgeDeliveries(ctx context.Context, now time.Time, retention time.Duration) (int64, error) {
 	n, err := w.Store.DeleteFinishedDeliveries(ctx, now.UTC().Add(-retention))
 	if err != nil {
 		return n, err

@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"container/heap"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // DefaultWorkers is an Engine's bound on requests in flight when it sets
@@ -28,7 +28,7 @@ const DefaultWorkers = 64
 // replica at most Workers, so an endpoint that hangs takes only its own
 // slots.
 type Engine struct {
-	Webhooks *conversations.Webhooks
+	Webhooks *webhook.Service
 	Sender   *Sender
 	Logger   *slog.Logger
 	// Poll is how often the engine looks for work when not woken: by a
@@ -198,8 +198,8 @@ func (e *Engine) gaugeLoop(ctx context.Context) {
 
 // finished is an attempt whose request has ended, waiting to be recorded.
 type finished struct {
-	attempt conversations.Attempt
-	result  conversations.AttemptResult
+	attempt webhook.Attempt
+	result  webhook.AttemptResult
 }
 
 // maxRecordBatch bounds the outcomes one write records.
@@ -246,10 +246,10 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 		return total
 	}
 	wg.Go(func() { e.recordLoop(ctx, ended, release, claimed) })
-	slots := func() conversations.Slots {
+	slots := func() webhook.Slots {
 		mu.Lock()
 		defer mu.Unlock()
-		return conversations.Slots{Free: e.Workers - total, PerEndpoint: e.PerEndpoint, InFlight: maps.Clone(inFlight)}
+		return webhook.Slots{Free: e.Workers - total, PerEndpoint: e.PerEndpoint, InFlight: maps.Clone(inFlight)}
 	}
 	t := time.NewTicker(e.Poll)
 	defer t.Stop()
@@ -276,7 +276,7 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 				total++
 				mu.Unlock()
 				wg.Go(func() {
-					var r conversations.AttemptResult
+					var r webhook.AttemptResult
 					if a.Refusal == "" {
 						r = e.Sender.Send(ctx, a)
 					}
@@ -356,8 +356,8 @@ func (e *Engine) recordLoop(ctx context.Context, ended <-chan finished, release 
 
 // record writes a batch of outcomes, then logs and counts each attempt.
 func (e *Engine) record(ctx context.Context, batch []finished) {
-	as := make([]conversations.Attempt, len(batch))
-	rs := make([]conversations.AttemptResult, len(batch))
+	as := make([]webhook.Attempt, len(batch))
+	rs := make([]webhook.AttemptResult, len(batch))
 	for i, f := range batch {
 		as[i], rs[i] = f.attempt, f.result
 	}
@@ -372,7 +372,7 @@ func (e *Engine) record(ctx context.Context, batch []finished) {
 		a, r := as[i], rs[i]
 		if !out.Recorded {
 			e.Logger.InfoContext(ctx, "webhook attempt outlived its lease; another replica holds the delivery", "delivery", a.Delivery.ID)
-		} else if out.State == conversations.DeliveryPending && out.NextAttemptAt != nil {
+		} else if out.State == webhook.DeliveryPending && out.NextAttemptAt != nil {
 			// Its slot frees after this; the claim that follows sets
 			// the timer of the earliest retry.
 			e.due.add(*out.NextAttemptAt)

@@ -1,4 +1,10 @@
-package conversations
+// Package webhook is the webhooks of the conversations service: endpoints
+// of an account that receive its events by HTTP POST, signed per Standard
+// Webhooks v1, and the deliveries log, one record per (endpoint, event).
+// It holds the rules (Service), the types, the store's interface and the
+// secrets; package delivery below it makes the HTTP requests, mongostore
+// implements Store, and nothing here knows HTTP or MongoDB.
+package webhook
 
 import (
 	"context"
@@ -13,18 +19,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/acme/platform/pkg/validation"
+	"github.com/acme/platform/services/conversations"
 )
-
-// Webhooks (contract section 11.3): endpoints of an account that receive
-// its events by HTTP POST, signed per Standard Webhooks v1, and the
-// deliveries log, one record per (endpoint, event).
 
 // Webhook errors; the HTTP layer maps them.
 var (
 	// ErrEndpointNotFound: no such endpoint in the caller's account.
-	ErrEndpointNotFound = fmt.Errorf("webhook endpoint %w", ErrNotFound)
+	ErrEndpointNotFound = fmt.Errorf("webhook endpoint %w", conversations.ErrNotFound)
 	// ErrDeliveryNotFound: no such delivery of the endpoint.
-	ErrDeliveryNotFound = fmt.Errorf("webhook delivery %w", ErrNotFound)
+	ErrDeliveryNotFound = fmt.Errorf("webhook delivery %w", conversations.ErrNotFound)
 	// ErrTooManyEndpoints: the account holds the largest number of
 	// endpoints already.
 	ErrTooManyEndpoints = errors.New("too many webhook endpoints")
@@ -42,14 +45,14 @@ func (e *RateLimitedError) Error() string {
 // The event types an endpoint may subscribe to (contract section 11.1),
 // and "*" for all of them. webhook.test is sent on request only.
 const (
-	EventTypeAll         = "*"
-	EventTypeWebhookTest = "webhook.test"
+	EventTypeAll  = "*"
+	EventTypeTest = "webhook.test"
 )
 
 // SubscribableEventTypes are the event types of section 11.1.
 func SubscribableEventTypes() []string {
-	out := make([]string, len(EventTypes))
-	for i, t := range EventTypes {
+	out := make([]string, len(conversations.EventTypes))
+	for i, t := range conversations.EventTypes {
 		out[i] = string(t)
 	}
 	return out
@@ -57,16 +60,16 @@ func SubscribableEventTypes() []string {
 
 // Limits of webhook endpoints.
 const (
-	MaxWebhookURLLen         = 2048
-	MaxWebhookDescriptionLen = 500
+	MaxURLLen         = 2048
+	MaxDescriptionLen = 500
 	// MaxRotationOverlap bounds the overlap a rotation may ask for.
 	MaxRotationOverlap = 7 * 24 * time.Hour
 	// DefaultRotationOverlap is the overlap when the request names none.
 	DefaultRotationOverlap = 24 * time.Hour
 )
 
-// WebhookEndpoint is one receiver of an account's events.
-type WebhookEndpoint struct {
+// Endpoint is one receiver of an account's events.
+type Endpoint struct {
 	ID          string   `json:"id"`
 	AccountID   string   `json:"-"`
 	URL         string   `json:"url"`
@@ -101,22 +104,22 @@ type SealedSecret struct {
 
 // MarshalJSON writes times with millisecond precision, like every
 // resource, and events and disabledReason as the contract shapes them.
-func (e WebhookEndpoint) MarshalJSON() ([]byte, error) {
-	type plain WebhookEndpoint
+func (e Endpoint) MarshalJSON() ([]byte, error) {
+	type plain Endpoint
 	return json.Marshal(struct {
 		plain
 		CreatedAt string `json:"createdAt"`
 		UpdatedAt string `json:"updatedAt"`
-	}{plain(e), FormatTime(e.CreatedAt), FormatTime(e.UpdatedAt)})
+	}{plain(e), conversations.FormatTime(e.CreatedAt), conversations.FormatTime(e.UpdatedAt)})
 }
 
 // Subscribed reports whether the endpoint receives events of type t.
-func (e WebhookEndpoint) Subscribed(t string) bool {
-	return t == EventTypeWebhookTest || slices.Contains(e.Events, EventTypeAll) || slices.Contains(e.Events, t)
+func (e Endpoint) Subscribed(t string) bool {
+	return t == EventTypeTest || slices.Contains(e.Events, EventTypeAll) || slices.Contains(e.Events, t)
 }
 
 // activeSecrets are the sealed secrets that sign at now, newest first.
-func (e WebhookEndpoint) activeSecrets(now time.Time) []SealedSecret {
+func (e Endpoint) activeSecrets(now time.Time) []SealedSecret {
 	var out []SealedSecret
 	for _, s := range e.Secrets {
 		if s.NotAfter == nil || now.Before(*s.NotAfter) {
@@ -126,25 +129,45 @@ func (e WebhookEndpoint) activeSecrets(now time.Time) []SealedSecret {
 	return out
 }
 
-// NewWebhookEndpoint is the body of POST /v1/webhooks.
-type NewWebhookEndpoint struct {
+// NewEndpoint is the body of POST /v1/webhooks.
+type NewEndpoint struct {
 	URL         *string   `json:"url"`
 	Events      *[]string `json:"events"`
 	Description *string   `json:"description"`
 	Enabled     *bool     `json:"enabled"`
 }
 
-// WebhookPatch is a merge patch of an endpoint (RFC 7396): a field given
+// Rotation is the optional body of a secret's rotation: how long the
+// current secret keeps signing beside the new one, in seconds (nil:
+// DefaultRotationOverlap; 0: it stops at once).
+type Rotation struct {
+	Overlap *int64 `json:"overlap"`
+}
+
+// overlap validates the rotation and returns its overlap: from 0 to
+// MaxRotationOverlap.
+func (r Rotation) overlap() (time.Duration, error) {
+	if r.Overlap == nil {
+		return DefaultRotationOverlap, nil
+	}
+	longest := int64(MaxRotationOverlap / time.Second)
+	if *r.Overlap < 0 || *r.Overlap > longest {
+		return 0, validation.Invalid("overlap", fmt.Sprintf("must be a number of seconds from 0 to %d", longest))
+	}
+	return time.Duration(*r.Overlap) * time.Second, nil
+}
+
+// Patch is a merge patch of an endpoint (RFC 7396): a field given
 // is set; absent ones stay. None of them may be null.
-type WebhookPatch struct {
+type Patch struct {
 	URL         *string
 	Events      *[]string
 	Description *string
 	Enabled     *bool
 }
 
-// WebhookURLPolicy is what an endpoint URL may be.
-type WebhookURLPolicy struct {
+// URLPolicy is what an endpoint URL may be.
+type URLPolicy struct {
 	// AllowHTTP accepts plain http URLs (development); https always.
 	AllowHTTP bool
 	// Dialable is the delivery dialler's check of an address (nil: none
@@ -155,15 +178,15 @@ type WebhookURLPolicy struct {
 
 // CheckURL validates an endpoint URL: absolute, https (or http when
 // allowed), a host, no credentials, no fragment, at most
-// MaxWebhookURLLen bytes, and a host that is not an address Dialable
+// MaxURLLen bytes, and a host that is not an address Dialable
 // refuses. A host name's addresses are judged when dialling (they may
 // change after this check).
-func (p WebhookURLPolicy) CheckURL(raw string) string {
+func (p URLPolicy) CheckURL(raw string) string {
 	if raw == "" {
 		return "is required"
 	}
-	if len(raw) > MaxWebhookURLLen {
-		return fmt.Sprintf("must be at most %d bytes", MaxWebhookURLLen)
+	if len(raw) > MaxURLLen {
+		return fmt.Sprintf("must be at most %d bytes", MaxURLLen)
 	}
 	if !utf8.ValidString(raw) || strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return "must be a URL without spaces or control characters"
@@ -232,17 +255,17 @@ func checkEvents(events []string) string {
 }
 
 func checkDescription(d string) string {
-	if !utf8.ValidString(d) || utf8.RuneCountInString(d) > MaxWebhookDescriptionLen {
-		return fmt.Sprintf("must be at most %d characters", MaxWebhookDescriptionLen)
+	if !utf8.ValidString(d) || utf8.RuneCountInString(d) > MaxDescriptionLen {
+		return fmt.Sprintf("must be at most %d characters", MaxDescriptionLen)
 	}
 	return ""
 }
 
 // Endpoint validates the body and returns the endpoint it describes
 // (id, secret and times are the service's).
-func (in NewWebhookEndpoint) Endpoint(p WebhookURLPolicy) (WebhookEndpoint, error) {
+func (in NewEndpoint) Endpoint(p URLPolicy) (Endpoint, error) {
 	var v validation.Collector
-	e := WebhookEndpoint{Events: []string{EventTypeAll}, Enabled: true}
+	e := Endpoint{Events: []string{EventTypeAll}, Enabled: true}
 	if in.URL == nil {
 		v.Add("url", "is required")
 	} else if reason := p.CheckURL(*in.URL); reason != "" {
@@ -270,12 +293,12 @@ func (in NewWebhookEndpoint) Endpoint(p WebhookURLPolicy) (WebhookEndpoint, erro
 	return e, v.Err()
 }
 
-// ParseWebhookPatch reads a merge patch's members: url, events,
+// ParsePatch reads a merge patch's members: url, events,
 // description and enabled; null is refused for each (none is optional in
 // the resource), unknown members are ignored like in every body.
-func ParseWebhookPatch(members map[string]json.RawMessage, p WebhookURLPolicy) (WebhookPatch, error) {
+func ParsePatch(members map[string]json.RawMessage, p URLPolicy) (Patch, error) {
 	var v validation.Collector
-	var patch WebhookPatch
+	var patch Patch
 	for name, raw := range members {
 		if string(raw) == "null" {
 			switch name {
@@ -334,9 +357,9 @@ const (
 	DeliveryFailed    DeliveryState = "failed"
 )
 
-// WebhookDelivery is one event to one endpoint, with the outcome of its
+// Delivery is one event to one endpoint, with the outcome of its
 // last attempt.
-type WebhookDelivery struct {
+type Delivery struct {
 	ID         string `json:"id"`
 	AccountID  string `json:"-"`
 	EndpointID string `json:"-"`
@@ -365,11 +388,11 @@ type WebhookDelivery struct {
 }
 
 // MarshalJSON writes times with millisecond precision.
-func (d WebhookDelivery) MarshalJSON() ([]byte, error) {
-	type plain WebhookDelivery
+func (d Delivery) MarshalJSON() ([]byte, error) {
+	type plain Delivery
 	var next *string
 	if d.NextAttemptAt != nil && d.State == DeliveryPending {
-		s := FormatTime(*d.NextAttemptAt)
+		s := conversations.FormatTime(*d.NextAttemptAt)
 		next = &s
 	}
 	return json.Marshal(struct {
@@ -377,42 +400,29 @@ func (d WebhookDelivery) MarshalJSON() ([]byte, error) {
 		NextAttemptAt *string `json:"nextAttemptAt"`
 		CreatedAt     string  `json:"createdAt"`
 		UpdatedAt     string  `json:"updatedAt"`
-	}{plain(d), next, FormatTime(d.CreatedAt), FormatTime(d.UpdatedAt)})
+	}{plain(d), next, conversations.FormatTime(d.CreatedAt), conversations.FormatTime(d.UpdatedAt)})
 }
 
-// WebhookEvent is an event as a webhook delivers it.
-type WebhookEvent struct {
-	ID       string
-	Type     string
-	Sequence int64
-	Time     time.Time
-	// Payload is the event's JSON, as the feed serves it: id, type,
-	// sequence, timestamp, data.
-	Payload []byte
-	// Trace is the traceparent of the request that made the change.
-	Trace string
-}
-
-// EventLog is the account's event log as webhooks read it (section 11.1).
+// EventLog is the account's event log as webhooks read it (section
+// 11.1): every event of the account after a sequence, in the order the
+// relay numbered them. A conversations.EventStore is one.
 type EventLog interface {
-	// EventsAfter returns up to limit events of accountID with a sequence
-	// greater than after, oldest first.
-	EventsAfter(ctx context.Context, accountID string, after int64, limit int) ([]WebhookEvent, error)
-	// LatestSequence is the sequence of the account's newest event (0
+	ListEvents(ctx context.Context, r conversations.EventRange) ([]conversations.Event, error)
+	// NewestSequence is the sequence of the account's newest event (0
 	// when it has none).
-	LatestSequence(ctx context.Context, accountID string) (int64, error)
+	NewestSequence(ctx context.Context, accountID string) (int64, error)
 }
 
-// WebhookPage is one page of endpoints; Next is set when more follow.
-type WebhookPage struct {
-	Endpoints []WebhookEndpoint
-	Next      *Position
+// EndpointPage is one page of endpoints; Next is set when more follow.
+type EndpointPage struct {
+	Endpoints []Endpoint
+	Next      *conversations.Position
 }
 
 // DeliveryPage is one page of deliveries; Next is set when more follow.
 type DeliveryPage struct {
-	Deliveries []WebhookDelivery
-	Next       *Position
+	Deliveries []Delivery
+	Next       *conversations.Position
 }
 
 // AttemptOutcome is what the store records after an attempt: the
@@ -429,42 +439,54 @@ type AttemptOutcome struct {
 // AttemptRecord is what the store records of one attempt: the outcome of
 // a delivery that had Attempts attempts before and that Claim holds.
 type AttemptRecord struct {
-	ID       string
-	Claim    string
-	Attempts int
-	Outcome  AttemptOutcome
+	AccountID string
+	ID        string
+	Claim     string
+	Attempts  int
+	Outcome   AttemptOutcome
 }
 
-// WebhookStore persists endpoints and deliveries. It decides no rule.
-type WebhookStore interface {
-	InsertEndpoint(ctx context.Context, e WebhookEndpoint) error
+// EndpointRef names one endpoint of one account.
+type EndpointRef struct {
+	AccountID string
+	ID        string
+}
+
+// Store persists endpoints and deliveries. It decides no rule. Every
+// call names the account it reads or writes, except the sweeps that find
+// the engine's work among every account (ClaimFanout, DueDeliveries,
+// OldestPending) and the purges (DeleteFinishedDeliveries, DeleteQuotas);
+// what they return carries its account, and each write that follows
+// names it.
+type Store interface {
+	InsertEndpoint(ctx context.Context, e Endpoint) error
 	CountEndpoints(ctx context.Context, accountID string) (int, error)
-	FindEndpoint(ctx context.Context, accountID, id string) (WebhookEndpoint, error)
-	// FindEndpointsByID reads endpoints of any account (the delivery
-	// engine, which works for every account); ids not found are left out.
-	FindEndpointsByID(ctx context.Context, ids []string) ([]WebhookEndpoint, error)
-	ListEndpoints(ctx context.Context, accountID string, limit int, after *Position) (WebhookPage, error)
+	FindEndpoint(ctx context.Context, accountID, id string) (Endpoint, error)
+	// FindEndpoints reads the endpoints refs name, each in its account;
+	// those not found are left out.
+	FindEndpoints(ctx context.Context, refs []EndpointRef) ([]Endpoint, error)
+	ListEndpoints(ctx context.Context, accountID string, limit int, after *conversations.Position) (EndpointPage, error)
 	// SaveEndpoint stores e if the stored one is still at fromVersion.
-	SaveEndpoint(ctx context.Context, e WebhookEndpoint, fromVersion int64) (bool, error)
+	SaveEndpoint(ctx context.Context, e Endpoint, fromVersion int64) (bool, error)
 	DeleteEndpoint(ctx context.Context, accountID, id string) (bool, error)
 	// TakeQuota counts one request of kind against the endpoint's budget
 	// of limit per window; it returns how long to wait when none is left.
-	TakeQuota(ctx context.Context, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error)
+	TakeQuota(ctx context.Context, accountID, endpointID, kind string, now time.Time, window time.Duration, limit int) (time.Duration, error)
 
 	// InsertDeliveries stores deliveries, skipping any whose (endpoint,
 	// event) is stored already.
-	InsertDeliveries(ctx context.Context, ds []WebhookDelivery) error
-	ListDeliveries(ctx context.Context, accountID, endpointID string, limit int, after *Position) (DeliveryPage, error)
+	InsertDeliveries(ctx context.Context, ds []Delivery) error
+	ListDeliveries(ctx context.Context, accountID, endpointID string, limit int, after *conversations.Position) (DeliveryPage, error)
 	// RequeueDelivery sets a delivery back to pending, due at now, and
 	// drops any claim on it.
 	RequeueDelivery(ctx context.Context, accountID, endpointID, id string, now time.Time) (bool, error)
 	// DueDeliveries lists up to limit pending deliveries due at or
 	// before now, due longest ago first, of endpoints not in busy.
-	DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]WebhookDelivery, error)
+	DueDeliveries(ctx context.Context, now time.Time, busy []string, limit int) ([]Delivery, error)
 	// ClaimDeliveries claims each of ds that is still pending, due at or
 	// before now and at its attempt count: it stays with claim until
 	// leaseUntil. It returns the ids it claimed.
-	ClaimDeliveries(ctx context.Context, ds []WebhookDelivery, now, leaseUntil time.Time, claim string) ([]string, error)
+	ClaimDeliveries(ctx context.Context, ds []Delivery, now, leaseUntil time.Time, claim string) ([]string, error)
 	// FinishAttempts records attempts' outcomes, each only while its
 	// claim still holds its delivery; it reports which it recorded.
 	FinishAttempts(ctx context.Context, rs []AttemptRecord) ([]bool, error)
@@ -480,29 +502,26 @@ type WebhookStore interface {
 
 	// ClaimFanout claims the enabled endpoint whose events were looked at
 	// longest ago (not after now) until leaseUntil.
-	ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (WebhookEndpoint, bool, error)
+	ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (Endpoint, bool, error)
 	// ReleaseFanout stores the endpoint's new cursor and when it is looked
 	// at next, only while claim holds it.
-	ReleaseFanout(ctx context.Context, id, claim string, cursor int64, next time.Time) (bool, error)
+	ReleaseFanout(ctx context.Context, accountID, id, claim string, cursor int64, next time.Time) (bool, error)
 	// MarkEndpointFailing sets failing_since to at unless it is set and
 	// returns the endpoint after; MarkEndpointHealthy clears it.
-	MarkEndpointFailing(ctx context.Context, id string, at time.Time) (WebhookEndpoint, error)
-	MarkEndpointHealthy(ctx context.Context, id string) error
+	MarkEndpointFailing(ctx context.Context, accountID, id string, at time.Time) (Endpoint, error)
+	MarkEndpointHealthy(ctx context.Context, accountID, id string) error
 	// DisableEndpoint disables an enabled endpoint with reason.
-	DisableEndpoint(ctx context.Context, id, reason string, at time.Time) (bool, error)
+	DisableEndpoint(ctx context.Context, accountID, id, reason string, at time.Time) (bool, error)
 }
 
-// NewWebhookEndpointID and NewDeliveryID return fresh ids.
-func NewWebhookEndpointID() string { return newID("whk_") }
+// NewEndpointID and NewDeliveryID return fresh ids.
+func NewEndpointID() string { return validation.NewRandomID("whk_") }
 
-// NewDeliveryID: see NewWebhookEndpointID.
-func NewDeliveryID() string { return newID("dlv_") }
+// NewDeliveryID: see NewEndpointID.
+func NewDeliveryID() string { return validation.NewRandomID("dlv_") }
 
-// NewTestEventID is the id of a webhook.test event.
-func NewTestEventID() string { return newID("evt_") }
-
-// ValidWebhookEndpointID reports whether id has the form of an endpoint id.
-func ValidWebhookEndpointID(id string) bool { return validation.IsRandomID(id, "whk_") }
+// ValidEndpointID reports whether id has the form of an endpoint id.
+func ValidEndpointID(id string) bool { return validation.IsRandomID(id, "whk_") }
 
 // ValidDeliveryID reports whether id has the form of a delivery id.
 func ValidDeliveryID(id string) bool { return validation.IsRandomID(id, "dlv_") }

@@ -1,12 +1,11 @@
-// Package webhook sends webhook deliveries over HTTP (contract section
+// Package delivery sends webhook deliveries over HTTP (contract section
 // 11.3): the dialler that refuses every address the IANA special-purpose
 // registries do not mark globally reachable, checked when dialling, after
 // DNS, on every address (Dialer); one signed POST per attempt (Sender);
 // and the engine that claims fan-out and delivery work from MongoDB with
 // leases and runs it with a bounded number of requests per endpoint
-// (Engine). The rules of what an outcome means are
-// conversations.Webhooks'.
-package webhook
+// (Engine). The rules of what an outcome means are webhook.Service's.
+package delivery
 
 import (
 	"bytes"
@@ -25,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/platform/pkg/tracing"
-	"github.com/acme/platform/services/conversations"
+	"github.com/acme/platform/services/conversations/webhook"
 )
 
 // MaxResponseBody is how much of a response body is read (and dropped).
@@ -86,10 +85,10 @@ func NewSender(d *Dialer, timeout time.Duration, inFlight int) *Sender {
 // trace of the request whose change the event is (see attemptSpan), and
 // the request carries its traceparent, so that the receiver can continue
 // it too.
-func (s *Sender) Send(ctx context.Context, a conversations.Attempt) conversations.AttemptResult {
+func (s *Sender) Send(ctx context.Context, a webhook.Attempt) webhook.AttemptResult {
 	start := time.Now()
 	ctx, span := attemptSpan(ctx, a)
-	result := func(status int, msg string, retryAfter time.Duration) conversations.AttemptResult {
+	result := func(status int, msg string, retryAfter time.Duration) webhook.AttemptResult {
 		if span != nil {
 			span.SetAttributes(attribute.Int("http.response.status_code", status))
 			if msg != "" {
@@ -97,9 +96,9 @@ func (s *Sender) Send(ctx context.Context, a conversations.Attempt) conversation
 			}
 			span.End()
 		}
-		return conversations.AttemptResult{Status: status, Duration: time.Since(start), Error: msg, RetryAfter: retryAfter}
+		return webhook.AttemptResult{Status: status, Duration: time.Since(start), Error: msg, RetryAfter: retryAfter}
 	}
-	sig, err := conversations.SignWebhook(a.Secrets, a.Delivery.EventID, start, a.Delivery.Payload)
+	sig, err := webhook.Sign(a.Secrets, a.Delivery.EventID, start, a.Delivery.Payload)
 	if err != nil {
 		return result(0, "cannot sign: "+err.Error(), 0)
 	}
@@ -147,10 +146,10 @@ func retryAfter(v string, now time.Time) time.Duration {
 		if n <= 0 {
 			return 0
 		}
-		return time.Duration(min(n, int64(conversations.MaxRetryAfter/time.Second))) * time.Second
+		return time.Duration(min(n, int64(webhook.MaxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return min(t.Sub(now), conversations.MaxRetryAfter)
+		return min(t.Sub(now), webhook.MaxRetryAfter)
 	}
 	return 0
 }
@@ -203,7 +202,7 @@ func isTimeout(err error) bool {
 // otherwise): a child of the request that made the change, whose trace
 // the delivery keeps (a root when it kept none), and linked to it too,
 // since the attempt may come long after that request ended.
-func attemptSpan(ctx context.Context, a conversations.Attempt) (context.Context, trace.Span) {
+func attemptSpan(ctx context.Context, a webhook.Attempt) (context.Context, trace.Span) {
 	if !tracing.On() {
 		return ctx, nil
 	}

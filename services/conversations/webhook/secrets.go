@@ -1,4 +1,4 @@
-package conversations
+package webhook
 
 import (
 	"crypto/aes"
@@ -14,37 +14,37 @@ import (
 	"time"
 )
 
-// WebhookSecretPrefix starts every endpoint secret (Standard Webhooks).
-const WebhookSecretPrefix = "whsec_"
+// SecretPrefix starts every endpoint secret (Standard Webhooks).
+const SecretPrefix = "whsec_"
 
-// webhookSecretLen is the number of random bytes of a secret.
-const webhookSecretLen = 32
+// secretLen is the number of random bytes of a secret.
+const secretLen = 32
 
-// NewWebhookSecret returns a secret: "whsec_" and the standard (padded)
+// NewSecret returns a secret: "whsec_" and the standard (padded)
 // base64 of 32 random bytes, which are the HMAC key.
-func NewWebhookSecret() string {
-	b := make([]byte, webhookSecretLen)
+func NewSecret() string {
+	b := make([]byte, secretLen)
 	_, _ = rand.Read(b) // never fails since Go 1.24
-	return WebhookSecretPrefix + base64.StdEncoding.EncodeToString(b)
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b)
 }
 
-// webhookKey is the HMAC key of a secret: its decoded bytes, as the
+// hmacKey is the HMAC key of a secret: its decoded bytes, as the
 // Standard Webhooks libraries decode it.
-func webhookKey(secret string) ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, WebhookSecretPrefix))
+func hmacKey(secret string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, SecretPrefix))
 	if err != nil {
 		return nil, fmt.Errorf("webhook secret is not base64: %w", err)
 	}
 	return key, nil
 }
 
-// SignWebhook returns the webhook-signature header of one attempt: one
+// Sign returns the webhook-signature header of one attempt: one
 // "v1,<base64 HMAC-SHA256 of id.timestamp.body>" per secret, separated by
 // spaces.
-func SignWebhook(secrets []string, id string, timestamp time.Time, body []byte) (string, error) {
+func Sign(secrets []string, id string, timestamp time.Time, body []byte) (string, error) {
 	sigs := make([]string, 0, len(secrets))
 	for _, s := range secrets {
-		key, err := webhookKey(s)
+		key, err := hmacKey(s)
 		if err != nil {
 			return "", err
 		}
@@ -108,7 +108,7 @@ func (b *SecretBox) Open(endpointID string, sealed []byte) (string, error) {
 }
 
 // SigningSecrets opens the secrets of e that sign at now, newest first.
-func (b *SecretBox) SigningSecrets(e WebhookEndpoint, now time.Time) ([]string, error) {
+func (b *SecretBox) SigningSecrets(e Endpoint, now time.Time) ([]string, error) {
 	active := e.activeSecrets(now)
 	out := make([]string, 0, len(active))
 	for _, s := range active {

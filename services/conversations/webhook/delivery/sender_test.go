@@ -1,4 +1,4 @@
-package webhook_test
+package delivery_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/platform/services/conversations/webhook"
+	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
 // TestIncompleteAnswerFails: a 2xx whose body stalls past the timeout, or
@@ -36,9 +36,9 @@ func TestIncompleteAnswerFails(t *testing.T) {
 			w.Write([]byte("ok"))
 		}
 	})
-	allowed, _ := webhook.ParseAllowedCIDRs([]string{"127.0.0.0/8"})
+	allowed, _ := delivery.ParseAllowedCIDRs([]string{"127.0.0.0/8"})
 	const timeout = 300 * time.Millisecond
-	sender := webhook.NewSender(webhook.NewDialer(allowed, nil), timeout, 0)
+	sender := delivery.NewSender(delivery.NewDialer(allowed, nil), timeout, 0)
 
 	r := sender.Send(context.Background(), attempt(srv.URL+"/stall"))
 	if r.Succeeded() || r.Status != 200 || !strings.Contains(r.Error, "no complete response within 300ms") {
