@@ -76,8 +76,9 @@ func (s *Secrets) Count() int {
 
 // Handler wraps h, noting the credentials of each exchange: the
 // Authorization header (a bearer token, a Basic password), and every
-// field of a JSON or form body, sent or answered, whose name holds
-// "password", "secret" or "token".
+// field of a JSON or form body, sent or answered, of the request's query
+// and of the redirect's (Location) whose name holds "password", "secret"
+// or "token", or is an authorization code or its verifier.
 func (s *Secrets) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok {
@@ -89,6 +90,7 @@ func (s *Secrets) Handler(h http.Handler) http.Handler {
 				}
 			}
 		}
+		s.fromQuery(r.URL.RawQuery)
 		if r.Body != nil {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -97,7 +99,19 @@ func (s *Secrets) Handler(h http.Handler) http.Handler {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(&tee{ResponseWriter: w, copy: rec}, r)
 		s.fromBody(w.Header().Get("Content-Type"), rec.Body.Bytes())
+		if loc, err := url.Parse(w.Header().Get("Location")); err == nil {
+			s.fromQuery(loc.RawQuery)
+		}
 	})
+}
+
+func (s *Secrets) fromQuery(raw string) {
+	q, _ := url.ParseQuery(raw)
+	for k, vs := range q {
+		if secretName(k) {
+			s.Add(vs...)
+		}
+	}
 }
 
 // tee writes a response to the client and keeps a copy of its body.
@@ -116,12 +130,7 @@ func (t *tee) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 func (s *Secrets) fromBody(contentType string, body []byte) {
 	switch {
 	case strings.HasPrefix(contentType, "application/x-www-form-urlencoded"):
-		form, _ := url.ParseQuery(string(body))
-		for k, vs := range form {
-			if secretName(k) {
-				s.Add(vs...)
-			}
-		}
+		s.fromQuery(string(body))
 	case strings.Contains(contentType, "json"):
 		var v any
 		if json.Unmarshal(body, &v) == nil {
@@ -155,7 +164,8 @@ func secretName(name string) bool {
 	if n == "token_type" || n == "tokentype" {
 		return false
 	}
-	return strings.Contains(n, "password") || strings.Contains(n, "secret") || strings.Contains(n, "token")
+	return strings.Contains(n, "password") || strings.Contains(n, "secret") || strings.Contains(n, "token") ||
+		n == "code" || n == "code_verifier"
 }
 
 // Leaks lists, for each span that holds a secret anywhere (name,
