@@ -11,6 +11,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/acme/platform/pkg/tracing"
 )
@@ -172,9 +174,11 @@ type Set struct {
 // Mint signs an id token, an access token and a refresh token for s with
 // the active key of the current keyring.
 //
-// A traced request shows the signing as a span of its own.
+// A traced request shows the signing as a span of its own, which names
+// whom the tokens are for (account and user id; no token).
 func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
-	ctx, span := tracing.Start(ctx, "token sign")
+	ctx, span := tracing.Start(ctx, "token sign",
+		trace.WithAttributes(attribute.String("acme.account_id", s.AccountID), attribute.String("enduser.id", s.UserID)))
 	set, err := i.mint(ctx, s)
 	tracing.End(span, err)
 	return set, err
@@ -277,7 +281,8 @@ type ClientToken struct {
 // service client: sub and client_id are the client id, scope the granted
 // scopes; there is no user claim and no sid.
 func (i *Issuer) MintClient(ctx context.Context, c Client) (ClientToken, error) {
-	ctx, span := tracing.Start(ctx, "token sign")
+	ctx, span := tracing.Start(ctx, "token sign",
+		trace.WithAttributes(attribute.String("acme.account_id", c.AccountID), attribute.String("acme.client_id", c.ClientID)))
 	t, err := i.mintClient(ctx, c)
 	tracing.End(span, err)
 	return t, err
