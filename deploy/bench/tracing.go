@@ -123,6 +123,15 @@ func tracingRows(ctx context.Context, s *stack) ([]row, error) {
 			},
 		)
 	}
+	// The exporter sends a batch every 5 s (OTEL_BSP_SCHEDULE_DELAY's
+	// default): a short run may end before the first.
+	for wait := time.Now(); received.Load() == 0 && time.Since(wait) < 15*time.Second; {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if received.Load() == 0 {
 		return nil, fmt.Errorf("tracing: the traced replica exported no span")
 	}
