@@ -40,6 +40,15 @@
 // the code insufficient_scope. A service client sees every conversation of
 // its account, not only those it takes part in.
 //
+// # Second factor
+//
+// A user with a TOTP second factor cannot log in with the password alone:
+// a call that logs in fails with [ErrMFARequired]; ask the user for a code
+// and call [Client.LoginWithOTP] (a current code or an unused recovery
+// code, each accepted once). [Client.EnrollTOTP], [Client.VerifyTOTP] and
+// [Client.RemoveTOTP] manage the user's own factor;
+// [Client.ResetUserMFA] removes a user's for a backend.
+//
 // # Session
 //
 // [Client.Login] logs in (POST /login) and stores the token set; calling it is

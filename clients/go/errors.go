@@ -60,6 +60,11 @@ const (
 	CodeWeakPassword           = "weak_password"            // 400: the password policy refuses a new password
 	CodeUsernameTaken          = "username_taken"           // 409: the account has a user of this name
 	CodeInvalidCurrentPassword = "invalid_current_password" // 403: ChangePassword with a wrong current password
+	// Codes of the second factor.
+	CodeMFARequired = "mfa_required"    // 401: a login of a user with a second factor without a code (403 from ChangePassword)
+	CodeInvalidOTP  = "invalid_otp"     // 403: VerifyTOTP or RemoveTOTP with a wrong, expired or used code
+	CodeMFAEnrolled = "mfa_enrolled"    // 409: EnrollTOTP while a second factor is active
+	CodeMFANotBegun = "mfa_not_started" // 409: VerifyTOTP without EnrollTOTP first
 )
 
 // Error codes of the OAuth 2.0 token endpoint (RFC 6749 section 5.2), the
@@ -102,6 +107,10 @@ var (
 	ErrInsufficientScope    error = codeError(CodeInsufficientScope)
 	ErrInvalidClient        error = codeError(CodeInvalidClient)
 	ErrInvalidScope         error = codeError(CodeInvalidScope)
+	// ErrMFARequired: the user has a second factor; log in again with a
+	// code of it (LoginWithOTP). The answer tells nothing of whether the
+	// password was right.
+	ErrMFARequired error = codeError(CodeMFARequired)
 )
 
 type codeError string

@@ -185,12 +185,41 @@ func (c *Client) obtain(ctx context.Context, refresh string) (set *tokenSet, spe
 	return set, spent, err
 }
 
+// LoginWithOTP logs in with the credentials and a code of the user's
+// second factor (a current TOTP code or an unused recovery code), after
+// Login or any call failed with ErrMFARequired, and stores the token set.
+// A code is accepted once: a later login (when the session cannot be
+// renewed) needs a new one, and fails with ErrMFARequired until it gets
+// it. A wrong code is an *Error with code CodeInvalidCredentials, as a
+// wrong password is.
+func (c *Client) LoginWithOTP(ctx context.Context, otp string) error {
+	if c.client.ClientID != "" {
+		return errors.New("client: LoginWithOTP: a service client has no second factor")
+	}
+	set, err := c.passwordLogin(ctx, otp)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.tokens = set
+	c.stale = false
+	c.gen++
+	c.mu.Unlock()
+	return nil
+}
+
 // login is POST /login with the user's credentials, or the
 // client-credentials grant of a service client.
 func (c *Client) login(ctx context.Context) (*tokenSet, error) {
 	if c.client.ClientID != "" {
 		return c.clientCredentialsToken(ctx)
 	}
+	return c.passwordLogin(ctx, "")
+}
+
+// passwordLogin is POST /login with the user's credentials and otp, a code
+// of their second factor ("" for none).
+func (c *Client) passwordLogin(ctx context.Context, otp string) (*tokenSet, error) {
 	// ChangePassword replaces the password under mu.
 	c.mu.Lock()
 	creds := c.creds
@@ -199,7 +228,8 @@ func (c *Client) login(ctx context.Context) (*tokenSet, error) {
 		Username    string `json:"username"`
 		Password    string `json:"password"`
 		AccountName string `json:"accountName"`
-	}{creds.Username, creds.Password, creds.AccountName})
+		OTP         string `json:"otp,omitempty"`
+	}{creds.Username, creds.Password, creds.AccountName, otp})
 	if err != nil {
 		return nil, fmt.Errorf("client: POST /login: encode request: %w", err)
 	}

@@ -23,6 +23,8 @@ type User struct {
 	CreatedAt   time.Time  `json:"createdAt"`
 	UpdatedAt   time.Time  `json:"updatedAt"`
 	LastLoginAt *time.Time `json:"lastLoginAt"`
+	// MFA names the user's active second factors: ["totp"] or none.
+	MFA []string `json:"mfa"`
 }
 
 // NewUser is a user to create (CreateUser). Name and Email are optional.
@@ -98,6 +100,8 @@ type UserInfo struct {
 	EmailVerified     bool   `json:"email_verified"`
 	AccountID         string `json:"account_id"`
 	AccountName       string `json:"account_name"`
+	// MFA names the user's active second factors: ["totp"] or none.
+	MFA []string `json:"mfa"`
 }
 
 // usersURL is the account service's /users, with segments appended
@@ -226,6 +230,14 @@ func (c *Client) UserInfo(ctx context.Context) (UserInfo, error) {
 // code CodeInvalidCurrentPassword (403); a refused new one
 // CodeWeakPassword; repeated wrong ones are throttled like logins.
 func (c *Client) ChangePassword(ctx context.Context, current, next string) error {
+	return c.ChangePasswordWithOTP(ctx, current, next, "")
+}
+
+// ChangePasswordWithOTP is ChangePassword for a user with a second
+// factor, with a code of it (otp): without one the service answers an
+// *Error with code CodeMFARequired (403), and a wrong password or code is
+// CodeInvalidCurrentPassword alike.
+func (c *Client) ChangePasswordWithOTP(ctx context.Context, current, next, otp string) error {
 	if c.client.ClientID != "" {
 		return errors.New("client: ChangePassword: a service client has no password to change")
 	}
@@ -238,7 +250,8 @@ func (c *Client) ChangePassword(ctx context.Context, current, next string) error
 	_, err = c.call(ctx, request{method: http.MethodPost, url: u}, struct {
 		CurrentPassword string `json:"currentPassword"`
 		NewPassword     string `json:"newPassword"`
-	}{current, next}, &out)
+		OTP             string `json:"otp,omitempty"`
+	}{current, next, otp}, &out)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ func goTests(g *goSuite) []namedTest {
 		{"ClientSecretNeverShows", g.testClientSecretNeverShows},
 		{"NewChecksTheClientCredentials", g.testNewChecksTheClientCredentials},
 		{"UsersByAPI", g.testUsersByAPI},
+		{"SecondFactor", g.testSecondFactor},
 		{"ConversationsFollowsLinkAcrossPages", g.testConversationsFollowsLinkAcrossPages},
 		{"ConversationsBehindAPathPrefix", g.testConversationsBehindAPathPrefix},
 		{"ConversationsStopsOnBreak", g.testConversationsStopsOnBreak},

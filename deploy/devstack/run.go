@@ -88,8 +88,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 	fmt.Fprintf(stdout, "embedded MongoDB-compatible store at %s (data in %s)\n", db.URI(), cfg.dataDir)
 
+	mfaKey, err := ensureKey(cfg.dataDir, mfaKeyFile)
+	if err != nil {
+		return err
+	}
 	account := filepath.Join(cfg.binDir, "account")
 	accountEnv := []string{
+		// TOTP secrets encrypted under the data folder's key.
+		"ACCOUNT_MFA_SECRET_KEY=" + mfaKey,
 		"ACCOUNT_MONGODB_URI=" + db.URI(),
 		"ACCOUNT_HTTP_ADDR=" + cfg.accountAddr,
 		"ACCOUNT_OPS_ADDR=" + cfg.accountOps,
@@ -97,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"ACCOUNT_LOG_LEVEL=info",
 	}
 
-	webhookKey, err := ensureWebhookKey(cfg.dataDir)
+	webhookKey, err := ensureKey(cfg.dataDir, webhookKeyFile)
 	if err != nil {
 		return err
 	}

@@ -29,24 +29,28 @@ const (
 	// webhookKeyFile holds the key that encrypts webhook secrets at rest
 	// (CONVERSATIONS_WEBHOOK_SECRET_KEY), made on the first start.
 	webhookKeyFile = "webhook-secret.key"
+	// mfaKeyFile holds the key that encrypts users' TOTP secrets at rest
+	// (ACCOUNT_MFA_SECRET_KEY), made on the first start.
+	mfaKeyFile = "mfa-secret.key"
 	// demoWebhookFile keeps the demo endpoint's id and secret, as shell
 	// variables: the service shows a secret only once.
 	demoWebhookFile = "demo-webhook.env"
 )
 
-// ensureWebhookKey returns the data folder's key, making it on first use.
-func ensureWebhookKey(dataDir string) (string, error) {
-	path := filepath.Join(dataDir, webhookKeyFile)
+// ensureKey returns the data folder's key of that name, making it on
+// first use: 32 random bytes, base64 (a secret-encrypting key).
+func ensureKey(dataDir, name string) (string, error) {
+	path := filepath.Join(dataDir, name)
 	if data, err := os.ReadFile(path); err == nil {
 		return strings.TrimSpace(string(data)), nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read webhook key: %w", err)
+		return "", fmt.Errorf("read %s: %w", name, err)
 	}
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	key := base64.StdEncoding.EncodeToString(b)
 	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write webhook key: %w", err)
+		return "", fmt.Errorf("write %s: %w", name, err)
 	}
 	return key, nil
 }

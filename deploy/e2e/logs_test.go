@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pquerna/otp/totp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	client "github.com/acme/platform/clients/go"
@@ -19,9 +22,11 @@ import (
 
 // TestLogsHoldNoSecrets runs a full session against both real binaries at
 // debug level: failed logins, bearer failures, logins, listing, token
-// renewal through /token/refresh, a replayed refresh token, logout. Then no
-// password, token, password hash or private key may appear anywhere in
-// either service's output.
+// renewal through /token/refresh, a replayed refresh token, logout, and a
+// second factor enrolled, refused and used (a code, a recovery code). Then
+// no password, token, password hash, private key, TOTP secret, code or
+// recovery code may appear anywhere in either service's output, in the
+// account service's metrics, or in an error body it answered.
 func TestLogsHoldNoSecrets(t *testing.T) {
 	t.Parallel()
 	key, err := token.GenerateKey("ES256")
@@ -72,6 +77,62 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	}
 	bob := s.login(t, "bob")
 	addSet("bob's", bob)
+
+	// Bob enrols a second factor, signs in with a wrong code, a right one
+	// and a recovery code.
+	var errorBodies []string
+	status, _, body := call(t, "POST", s.accountURL+"/mfa/totp", bob.IDToken, "")
+	var enrolment struct{ Secret, OTPAuthURI string }
+	if err := json.Unmarshal(body, &enrolment); status != http.StatusOK || err != nil {
+		t.Fatalf("enrol: %d %s", status, body)
+	}
+	secrets["bob's TOTP secret"] = enrolment.Secret
+	code := func(steps int) string {
+		c, err := totp.GenerateCode(enrolment.Secret, time.Now().Add(time.Duration(steps)*30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Six digits alone may well occur in a log by chance (a duration):
+		// as a JSON string or a form or query value they would be a leak.
+		secrets["a code as JSON ("+c+")"] = `"` + c + `"`
+		secrets["a code as a parameter ("+c+")"] = "=" + c
+		return c
+	}
+	status, _, body = call(t, "POST", s.accountURL+"/mfa/totp/verify", bob.IDToken, `{"code":"`+code(0)+`"}`)
+	var activated struct{ RecoveryCodes []string }
+	if err := json.Unmarshal(body, &activated); status != http.StatusOK || err != nil || len(activated.RecoveryCodes) != 10 {
+		t.Fatalf("verify: %d %s", status, body)
+	}
+	for i, rc := range activated.RecoveryCodes {
+		secrets[fmt.Sprintf("bob's recovery code %d", i)] = rc
+	}
+	otpLogin := func(pw, otp string, want int) {
+		t.Helper()
+		b, _ := json.Marshal(map[string]string{"username": "bob", "password": pw, "accountName": "acme", "otp": otp})
+		resp, err := http.Post(s.accountURL+"/login", "application/json", strings.NewReader(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("login with otp: %d %s, want %d", resp.StatusCode, out, want)
+		}
+		if want != http.StatusOK {
+			errorBodies = append(errorBodies, string(out))
+		}
+	}
+	wrongCode := "000000"
+	if code(1) == wrongCode {
+		wrongCode = "000001"
+	}
+	secrets["a wrong code as JSON"] = `"` + wrongCode + `"`
+	otpLogin(userPassword("bob"), "", http.StatusUnauthorized)
+	otpLogin(userPassword("bob"), wrongCode, http.StatusUnauthorized)
+	otpLogin("Tr0ub4dor&3-wrong", code(1), http.StatusUnauthorized)
+	otpLogin(userPassword("bob"), code(1), http.StatusOK)
+	otpLogin(userPassword("bob"), activated.RecoveryCodes[0], http.StatusOK)
+	otpLogin(userPassword("bob"), activated.RecoveryCodes[0], http.StatusUnauthorized)
 	call(t, "GET", s.convURL+"/v1/conversations", bob.RefreshToken, "")
 	call(t, "GET", s.accountURL+"/definitions", bob.IDToken[:len(bob.IDToken)-5], "")
 
@@ -122,8 +183,29 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		secrets[u.Username+"'s hash digest"] = parts[len(parts)-1]
 	}
 
+	// The account service's metrics.
+	resp, err := http.Get("http://" + s.accountOps + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `account_login_attempts_total{outcome="mfa_required"} 1`) {
+		t.Errorf("the sign-in without a code was not counted as mfa_required")
+	}
+
 	conv.stop(t)
 	account.stop(t)
+	for name, secret := range secrets {
+		if strings.Contains(string(metrics), secret) {
+			t.Errorf("the account service's metrics contain %s", name)
+		}
+		for _, b := range errorBodies {
+			if strings.Contains(b, secret) {
+				t.Errorf("an error body contains %s: %s", name, b)
+			}
+		}
+	}
 	logs := map[string]string{"account": account.Logs.String(), "conversations": conv.Logs.String()}
 	for svc, out := range logs {
 		if strings.Count(out, `"msg":"http request"`) < 3 {

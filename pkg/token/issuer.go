@@ -149,8 +149,8 @@ type Subject struct {
 	// Nonce is the id token's nonce: the one of the authorization request
 	// that started the session, in the id token of its first set only.
 	Nonce string
-	// AMR lists how the user authenticated (RFC 8176: "pwd"); the id
-	// token's amr when not empty.
+	// AMR lists how the user authenticated (RFC 8176: "pwd", and "otp"
+	// after a second factor); the id token's amr when not empty.
 	AMR []string
 }
 

@@ -44,6 +44,17 @@ type User struct {
 	UpdatedAt time.Time
 	// LastLoginAt is the last successful login; zero when never.
 	LastLoginAt time.Time
+	// TOTP is the user's second factor, nil when none is active.
+	TOTP *TOTP
+}
+
+// MFAMethods is what GET /users/{id} and /userinfo say of the user's
+// second factor: ["totp"] when one is active, else empty.
+func (u User) MFAMethods() []string {
+	if u.TOTP != nil {
+		return []string{"totp"}
+	}
+	return []string{}
 }
 
 // Definition is an integration definition of an account.
@@ -96,6 +107,10 @@ type UserStore interface {
 	UpdateUserByID(ctx context.Context, accountID, userID string, ch UserChange) (User, error)
 	// DeleteUser removes a user's document.
 	DeleteUser(ctx context.Context, accountID, userID string) error
+	// ReplacePasswordHash sets the hash next only while the stored one is
+	// still prev (a rehash at login never undoes a password change);
+	// ErrNotFound when it is not.
+	ReplacePasswordHash(ctx context.Context, accountID, userID, prev, next string) error
 	// RecordLogin sets a user's last login time.
 	RecordLogin(ctx context.Context, accountID, userID string, at time.Time) error
 }
@@ -140,16 +155,22 @@ type Store interface {
 	SigningKeyStore
 	LoginThrottleStore
 	ClientStore
+	MFAStore
 	BrowserSessionStore
 	AuthCodeStore
 }
 
-// PasswordHasher hashes and verifies passwords.
+// PasswordHasher hashes and verifies passwords. A password is hashed in
+// its NFKC form; hashes stored before that hold the form as typed.
 type PasswordHasher interface {
 	Hash(ctx context.Context, password string) (string, error)
 	// Verify reports whether password matches hash. An error means the
 	// check could not run (overload, corrupt hash), not a mismatch.
 	Verify(ctx context.Context, hash, password string) (bool, error)
+	// Check is Verify that also reports a match of a hash of the typed
+	// form (stale), which the caller replaces with a hash of the NFKC
+	// form.
+	Check(ctx context.Context, hash, password string) (ok, stale bool, err error)
 	// VerifyDummy spends the same time as Verify on a mismatch, for logins
 	// whose account or user does not exist.
 	VerifyDummy(ctx context.Context, password string) error

@@ -120,6 +120,9 @@ type SignInPage struct {
 	// FormAction is the origin (or private-use scheme) of the redirect
 	// URI, which the page's CSP must allow as a form's redirect target.
 	FormAction string
+	// AskOTP is the second step, for a user with a second factor: the
+	// page asks for the password again and the code.
+	AskOTP bool
 }
 
 // BrowserSessionCookie is a new browser session's cookie value, its end,
@@ -134,7 +137,10 @@ type BrowserSessionCookie struct {
 type SignInAttempt struct {
 	Request                         AuthorizationRequest
 	AccountName, Username, Password string
-	ClientIP                        string
+	// OTP is the code of the user's second factor: "" on the first step;
+	// a user with one is then asked for it (ErrMFARequired).
+	OTP      string
+	ClientIP string
 }
 
 // BrowserSession is a user's single sign-on at the service: while it
@@ -274,11 +280,13 @@ func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authoriz
 	}
 	page := a.page(r)
 	page.AccountName, page.Username = in.AccountName, in.Username
-	if in.AccountName == "" || in.Username == "" || in.Password == "" ||
+	if in.AccountName == "" || in.Username == "" || in.Password == "" || len(in.OTP) > MaxOTPLen ||
 		len(in.AccountName) > MaxAccountNameLen*4 || len(in.Username) > MaxUsernameLen*4 || len(in.Password) > MaxPasswordLen*4 {
 		return Authorization{Page: page}, ErrInvalidCredentials
 	}
-	acc, user, err := a.Sessions.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.ClientIP, r.client.AccountID)
+	acc, user, err := a.Sessions.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.OTP, in.ClientIP, r.client.AccountID)
+	// A user asked for a code (or who sent one) stays on the second step.
+	page.AskOTP = errors.Is(err, ErrMFARequired) || in.OTP != ""
 	if err != nil {
 		return Authorization{Page: page}, err
 	}
@@ -286,7 +294,7 @@ func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authoriz
 	cookie := randomSecret()
 	bs := BrowserSession{
 		ID: HashBrowserSessionCookie(cookie), AccountID: acc.ID, UserID: user.ID, AccountName: acc.Name, Username: user.Username,
-		AuthTime: now, CreatedAt: now, ExpiresAt: now.Add(a.browserSessionTTL()), AMR: passwordAMR,
+		AuthTime: now, CreatedAt: now, ExpiresAt: now.Add(a.browserSessionTTL()), AMR: amrOf(user),
 	}
 	if err := a.Browser.CreateBrowserSession(ctx, bs); err != nil {
 		return Authorization{}, fmt.Errorf("start browser session: %w", err)

@@ -8,18 +8,22 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
 
-// The password policy (CONTRACT.md section 12, after NIST SP 800-63B-4
-// section 3.1.1.2 for a password that is the only factor): long enough,
-// any characters, not a common or breached password, not built on the
-// user's own names.
+// The password policy (after NIST SP 800-63B-4 section 3.1.1.2 for a
+// password that is the only factor; docs/api.md states it): long enough
+// however it is counted, any characters but not only invisible ones, not
+// a common or breached password, not built on the user's own names.
 const (
-	// MinPasswordChars is the least number of characters (Unicode code
-	// points after NFKC normalisation) of a new password.
+	// MinPasswordChars is the least number of characters of a new
+	// password, counted in Unicode code points both as typed and after
+	// NFKC normalisation: the lower count must reach it, so that neither
+	// a ligature ("ﬃ", three letters in NFKC) nor an enclosed form ("⑴")
+	// makes a short password long.
 	MinPasswordChars = 15
 	// MaxPasswordChars is the most a new password may have: well above the
 	// 64 NIST asks to accept, and low enough that hashing one costs what
@@ -39,6 +43,10 @@ const (
 //go:embed data/common-passwords.txt.gz
 var commonPasswords []byte
 
+// blocklistEntries is about how many distinct comparable forms the
+// blocklist has, to size their map once.
+const blocklistEntries = 420_000
+
 // WeakPasswordError refuses a new password that the policy does not
 // accept: Field is the member that carried it, Reason says why in words a
 // person can act on.
@@ -51,9 +59,9 @@ func (e *WeakPasswordError) Error() string { return e.Field + " " + e.Reason }
 // PasswordPolicy decides whether a new password may be set. It is safe for
 // concurrent use.
 type PasswordPolicy struct {
-	// blocked holds the blocklisted passwords that could pass the length
-	// rule, normalised: a shorter one is refused for its length before the
-	// list is looked at, so keeping it would change no answer.
+	// blocked holds every blocklisted password in its comparable form:
+	// a short one padded with spaces or invisible characters reaches the
+	// length rule, and is as common as without them.
 	blocked map[string]struct{}
 }
 
@@ -72,8 +80,7 @@ func LoadPasswordPolicy() (*PasswordPolicy, error) {
 }
 
 // blockedPasswords decompresses the embedded blocklist once per process
-// and keeps the entries that could pass the length rule, normalised: the
-// bytes never change, and decompressing them is most of a subcommand's
+// and keeps its entries in their comparable form: the bytes never change, and decompressing them is most of a subcommand's
 // work (a test calling the command again and again paid it each time).
 // Policies share the map and only read it.
 var blockedPasswords = sync.OnceValues(func() (map[string]struct{}, error) {
@@ -81,22 +88,19 @@ var blockedPasswords = sync.OnceValues(func() (map[string]struct{}, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load password blocklist: %w", err)
 	}
-	blocked := make(map[string]struct{})
+	blocked := make(map[string]struct{}, blocklistEntries)
 	sc := bufio.NewScanner(zr)
 	for sc.Scan() {
 		line := bytes.TrimRight(sc.Bytes(), "\r")
 		var entry string
 		if ascii(line) {
-			// NFKC leaves ASCII as it is: most entries are short ASCII,
-			// dropped here without the cost of normalising them.
-			if len(line) < MinPasswordChars {
-				continue
-			}
-			entry = strings.ToLower(string(line))
+			// NFKC leaves ASCII as it is: most entries are ASCII, spared
+			// the cost of normalising them.
+			entry = strings.ToLower(string(bytes.Join(bytes.Fields(line), nil)))
 		} else {
-			entry = normalizePassword(string(line))
+			entry = comparablePassword(string(line))
 		}
-		if utf8.RuneCountInString(entry) >= MinPasswordChars {
+		if entry != "" {
 			blocked[entry] = struct{}{}
 		}
 	}
@@ -106,30 +110,58 @@ var blockedPasswords = sync.OnceValues(func() (map[string]struct{}, error) {
 	return blocked, nil
 })
 
-// normalizePassword is how passwords are compared with the blocklist and
+// comparablePassword is how passwords are compared with the blocklist and
 // the user's names: NFKC, so that look-alike forms of one character are
-// one, and case-insensitively, so that "PASSWORD…" is as common as
-// "password…". The password itself is hashed as given.
-func normalizePassword(pw string) string {
-	return strings.ToLower(norm.NFKC.String(pw))
+// one; case-insensitively, so that "PASSWORD…" is as common as
+// "password…"; and without whitespace and default-ignorable characters
+// (zero-width spaces, soft hyphens, joiners), which pad or split a
+// common password without making it any less common. The password
+// itself is hashed in its NFKC form, all of it.
+func comparablePassword(pw string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || unicode.Is(unicode.White_Space, r) || isDefaultIgnorable(r) {
+			return -1
+		}
+		return r
+	}, strings.ToLower(norm.NFKC.String(pw)))
+}
+
+// isDefaultIgnorable reports the Unicode property Default_Ignorable_Code_Point
+// (DerivedCoreProperties.txt): Other_Default_Ignorable_Code_Point, format
+// characters (Cf) and variation selectors, less white space, the
+// interlinear annotation characters, the Egyptian format controls and the
+// prepended concatenation marks.
+func isDefaultIgnorable(r rune) bool {
+	switch {
+	case unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r), unicode.Is(unicode.Variation_Selector, r):
+		return true
+	case !unicode.Is(unicode.Cf, r), unicode.Is(unicode.Prepended_Concatenation_Mark, r):
+		return false
+	case r >= 0xFFF9 && r <= 0xFFFB, r >= 0x13430 && r <= 0x1343F:
+		return false
+	}
+	return true
 }
 
 // Check returns nil when pw may be set as a new password of the user in
 // ctx, else a *WeakPasswordError naming field.
 func (p *PasswordPolicy) Check(field, pw string, ctx PasswordContext) error {
 	weak := func(reason string) error { return &WeakPasswordError{Field: field, Reason: reason} }
-	normalized := normalizePassword(pw)
-	switch n := utf8.RuneCountInString(normalized); {
+	typed, normalized := utf8.RuneCountInString(pw), utf8.RuneCountInString(norm.NFKC.String(pw))
+	comparable := comparablePassword(pw)
+	switch n := min(typed, normalized); {
 	case pw == "":
 		return weak("is required")
 	case !utf8.ValidString(pw):
 		return weak("must be valid UTF-8 text")
+	case comparable == "":
+		return weak("must not be made only of spaces or invisible characters")
 	case n < MinPasswordChars:
 		return weak(fmt.Sprintf("must be at least %d characters long (it has %d); a few unrelated words make a long password that is easy to remember", MinPasswordChars, n))
-	case n > MaxPasswordChars || len(pw) > MaxPasswordLen:
+	case max(typed, normalized) > MaxPasswordChars || len(pw) > MaxPasswordLen:
 		return weak(fmt.Sprintf("must be at most %d characters long", MaxPasswordChars))
 	}
-	if _, ok := p.blocked[normalized]; ok {
+	if _, ok := p.blocked[comparable]; ok {
 		return weak("is one of the most common or breached passwords, which attackers try first; choose another")
 	}
 	for _, part := range []struct{ what, value string }{
@@ -137,8 +169,8 @@ func (p *PasswordPolicy) Check(field, pw string, ctx PasswordContext) error {
 		{"the account name", ctx.AccountName},
 		{"the email address's local part", emailLocalPart(ctx.Email)},
 	} {
-		v := normalizePassword(strings.TrimSpace(part.value))
-		if utf8.RuneCountInString(v) >= minContextPart && strings.Contains(normalized, v) {
+		v := comparablePassword(part.value)
+		if utf8.RuneCountInString(v) >= minContextPart && strings.Contains(comparable, v) {
 			return weak("must not contain " + part.what + ", which others know or can guess; choose another")
 		}
 	}

@@ -52,8 +52,8 @@ type Session struct {
 	// authorization code started this session, "" for none: ending the
 	// browser session ends this one too.
 	BrowserSessionID string
-	// AMR is how the user authenticated (RFC 8176), nil for a password
-	// alone: the id tokens of refreshes repeat it.
+	// AMR is how the user authenticated (RFC 8176: "pwd", "otp"), nil
+	// for a password alone: the id tokens of refreshes repeat it.
 	AMR []string
 }
 

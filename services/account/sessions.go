@@ -51,6 +51,9 @@ type Sessions struct {
 	// Users sets a password changed by its user (ChangePassword): the
 	// policy, the hash and the end of every other session.
 	Users *Users
+	// MFA checks the codes of users with a second factor (nil: none can
+	// sign in).
+	MFA *MFA
 	// Now is the clock of sessions (auth_time, exchanges); nil means
 	// time.Now.
 	Now func() time.Time
@@ -61,6 +64,9 @@ type PasswordLogin struct {
 	AccountName, Username, Password string
 	// ClientIP is the caller's address, for the throttle.
 	ClientIP string
+	// OTP is a code of the user's second factor: a current TOTP code or
+	// an unused recovery code; "" when none was given.
+	OTP string
 	// Client is the OAuth client that asks for the user's tokens (the
 	// password grant with client authentication, a confidential or a
 	// public client), nil for none. The session is bound to it, the id
@@ -69,9 +75,13 @@ type PasswordLogin struct {
 	Client *ServiceClient
 }
 
-// LogIn checks the throttle before any password work, then the password,
-// and starts a session. Failures: *LoginThrottledError, ErrInvalidCredentials
-// (for every wrong part alike), or an error of the hasher or the database.
+// LogIn checks the throttle before any password work, then the password
+// and, for a user with a second factor, the code (OTP), and starts a
+// session. Failures: *LoginThrottledError; ErrMFARequired for a user with
+// a second factor and no code, whether the password was right or not;
+// ErrInvalidCredentials for every other wrong part alike (a wrong code
+// after a right password too); or an error of the hasher or the
+// database. Each failure but the throttle's counts as a failed login.
 func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, error) {
 	if in.Client != nil && !in.Client.AllowsGrant(GrantPassword) {
 		return token.Set{}, fmt.Errorf("client %q may not use the password grant: %w", in.Client.ID, ErrUnauthorizedClient)
@@ -83,11 +93,11 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	if in.Client != nil {
 		clientAccount = in.Client.AccountID
 	}
-	acc, user, err := s.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.ClientIP, clientAccount)
+	acc, user, err := s.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.OTP, in.ClientIP, clientAccount)
 	if err != nil {
 		return token.Set{}, err
 	}
-	set, err := s.startSession(ctx, acc.Name, user, clientIDOf(in.Client))
+	set, err := s.startSession(ctx, acc.Name, user, clientIDOf(in.Client), amrOf(user))
 	if err != nil {
 		return token.Set{}, err
 	}
@@ -97,13 +107,17 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 	return set, nil
 }
 
-// checkPassword is every sign-in's check of a password: the throttle
-// before any password work, then the password, counted as a failure or a
+// checkPassword is every sign-in's check of a password and, for a user
+// with a second factor, of a code (otp): the throttle before any password
+// work, then the password and the code, counted as a failure or a
 // success. clientAccount, when not empty, is the account of the client
-// that asks: a user of another account fails like a wrong password.
-// Failures: *LoginThrottledError, ErrInvalidCredentials, or an error of
-// the hasher or the database.
-func (s *Sessions) checkPassword(ctx context.Context, accountName, username, password, clientIP, clientAccount string) (Account, User, error) {
+// that asks: a user of another account fails like a wrong password. A
+// right password whose stored hash is of the form as typed is hashed
+// again in NFKC. Failures: *LoginThrottledError; ErrMFARequired for a
+// user with a second factor and no code, whether the password was right
+// or not; ErrInvalidCredentials for every other wrong part alike; or an
+// error of the hasher or the database.
+func (s *Sessions) checkPassword(ctx context.Context, accountName, username, password, otp, clientIP, clientAccount string) (Account, User, error) {
 	attempt, retryAfter, err := s.Throttle.Begin(ctx, accountName, username, clientIP)
 	if err != nil {
 		return Account{}, User{}, err
@@ -111,43 +125,87 @@ func (s *Sessions) checkPassword(ctx context.Context, accountName, username, pas
 	if retryAfter > 0 {
 		return Account{}, User{}, &LoginThrottledError{RetryAfter: retryAfter}
 	}
-	acc, user, err := s.Authenticator.Authenticate(ctx, accountName, username, password)
-	if err == nil && clientAccount != "" && clientAccount != acc.ID {
+	acc, user, outcome, err := s.Authenticator.check(ctx, accountName, username, password)
+	if err == nil && outcome.ok && clientAccount != "" && clientAccount != acc.ID {
 		// A client acts within its own account only. The password was
 		// checked, so this costs what any failure costs, and counts as one.
-		err = ErrInvalidCredentials
+		outcome.ok = false
+	}
+	if err == nil {
+		err = s.secondFactor(ctx, user, outcome.ok, otp)
 	}
 	switch {
-	case errors.Is(err, ErrInvalidCredentials):
-		if err := attempt.Failed(ctx); err != nil {
-			return Account{}, User{}, err
+	case errors.Is(err, ErrInvalidCredentials), errors.Is(err, ErrMFARequired):
+		if ferr := attempt.Failed(ctx); ferr != nil {
+			return Account{}, User{}, ferr
 		}
-		return Account{}, User{}, ErrInvalidCredentials
+		return Account{}, User{}, err
 	case err != nil:
-		// The password was not checked: the attempt does not count.
+		// The password or the code was not checked: the attempt does
+		// not count.
 		attempt.Abandon(ctx)
 		return Account{}, User{}, err
 	}
 	if err := attempt.Succeeded(ctx); err != nil {
 		return Account{}, User{}, err
 	}
+	if outcome.stale {
+		if err := s.Authenticator.rehash(ctx, user, password); err != nil {
+			return Account{}, User{}, err
+		}
+	}
 	return acc, user, nil
+}
+
+// secondFactor decides a sign-in after the password check (passwordOK):
+// a user with a second factor and no code gets ErrMFARequired whatever
+// the password was, so that the answer tells nothing of it; a wrong
+// password, or a right one with a wrong code, ErrInvalidCredentials. The
+// code is only checked (and spent) after a right password.
+func (s *Sessions) secondFactor(ctx context.Context, user User, passwordOK bool, otp string) error {
+	switch {
+	case user.TOTP != nil && otp == "":
+		return ErrMFARequired
+	case !passwordOK:
+		return ErrInvalidCredentials
+	case user.TOTP == nil:
+		return nil
+	case s.MFA == nil:
+		return ErrInvalidCredentials
+	}
+	ok, err := s.MFA.Verify(ctx, user, otp)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrInvalidCredentials
+	}
+	return nil
+}
+
+// amrOf is how a user signed in (RFC 8176): the password, and a code when
+// they have a second factor, which every sign-in of theirs then checked.
+func amrOf(user User) []string {
+	if user.TOTP != nil {
+		return []string{"pwd", "otp"}
+	}
+	return []string{"pwd"}
 }
 
 // startSession mints the token set of a new session of user, bound to
 // client ("" for none), and stores the session.
-func (s *Sessions) startSession(ctx context.Context, accountName string, user User, clientID string) (token.Set, error) {
+func (s *Sessions) startSession(ctx context.Context, accountName string, user User, clientID string, amr []string) (token.Set, error) {
 	authTime := s.now()
 	set, err := s.Issuer.Mint(ctx, token.Subject{
 		UserID: user.ID, AccountID: user.AccountID, AccountName: accountName, Username: user.Username,
-		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID, AMR: passwordAMR,
+		Name: user.Name, Email: user.Email, AuthTime: authTime, ClientID: clientID, AMR: amr,
 	})
 	if err != nil {
 		return token.Set{}, err
 	}
 	err = s.Store.CreateSession(ctx, Session{
 		ID: set.SessionID, AccountID: user.AccountID, UserID: user.ID, ClientID: clientID,
-		RefreshID: set.RefreshTokenID, AuthTime: authTime, ExpiresAt: set.RefreshExpiresAt,
+		RefreshID: set.RefreshTokenID, AuthTime: authTime, ExpiresAt: set.RefreshExpiresAt, AMR: amr,
 	})
 	if err != nil {
 		return token.Set{}, fmt.Errorf("start session: %w", err)
@@ -163,15 +221,20 @@ type PasswordChange struct {
 	// same client as that one.
 	SessionID    string
 	Current, New string
-	ClientIP     string
+	// OTP is a code of the user's second factor, required when they have
+	// one.
+	OTP      string
+	ClientIP string
 }
 
 // ChangePassword checks the current password, throttled like a login (the
 // same counters), sets the new one under the policy (field newPassword),
 // ends every session of the user and starts a new one, whose token set it
-// returns. Failures: ErrUserGone, a *WeakPasswordError,
-// *LoginThrottledError, ErrInvalidCurrentPassword, or an error of the
-// hasher or the database.
+// returns. A user with a second factor gives a code too: without one the
+// change is ErrOTPRequired, before any password work; a wrong password or
+// a wrong code is ErrInvalidCurrentPassword alike. Failures: ErrUserGone,
+// a *WeakPasswordError, *LoginThrottledError, ErrOTPRequired,
+// ErrInvalidCurrentPassword, or an error of the hasher or the database.
 func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token.Set, error) {
 	user, err := s.Users.Self(ctx, in.AccountID, in.UserID)
 	if err != nil {
@@ -181,6 +244,9 @@ func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token
 	if err != nil {
 		return token.Set{}, err
 	}
+	if user.TOTP != nil && in.OTP == "" {
+		return token.Set{}, ErrOTPRequired
+	}
 	attempt, retryAfter, err := s.Throttle.Begin(ctx, in.AccountName, user.Username, in.ClientIP)
 	if err != nil {
 		return token.Set{}, err
@@ -189,6 +255,13 @@ func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token
 		return token.Set{}, &LoginThrottledError{RetryAfter: retryAfter}
 	}
 	ok, err := s.Authenticator.Hasher.Verify(ctx, user.PasswordHash, in.Current)
+	if err == nil && ok && user.TOTP != nil {
+		err = s.secondFactor(ctx, user, true, in.OTP)
+		ok = err == nil
+		if errors.Is(err, ErrInvalidCredentials) {
+			err = nil
+		}
+	}
 	if err != nil {
 		attempt.Abandon(ctx)
 		return token.Set{}, err
@@ -211,7 +284,7 @@ func (s *Sessions) ChangePassword(ctx context.Context, in PasswordChange) (token
 	if err := s.Users.replacePassword(ctx, in.AccountID, user.ID, in.New); err != nil {
 		return token.Set{}, err
 	}
-	return s.startSession(ctx, in.AccountName, user, clientID)
+	return s.startSession(ctx, in.AccountName, user, clientID, amrOf(user))
 }
 
 // Refresh exchanges a refresh token, presented by client (nil: no client),
@@ -244,10 +317,10 @@ func (s *Sessions) Refresh(ctx context.Context, raw string, client *ServiceClien
 	subject := token.Subject{
 		UserID: user.ID, AccountID: claims.AccountID, AccountName: claims.AccountName,
 		Username: user.Username, Name: user.Name, Email: user.Email, SessionID: claims.SessionID, AuthTime: sess.AuthTime,
-		AMR: sess.amr(),
 		// The session's client, which session checked is the caller: the
 		// id token keeps naming it in aud and azp.
 		ClientID: sess.ClientID,
+		AMR:      sess.amr(),
 	}
 	// The new set is minted first so that its refresh token id is written
 	// by the same conditional update that spends the presented one; the
@@ -408,35 +481,65 @@ type Authenticator struct {
 // Authenticate returns the account and user for valid credentials, or an
 // error wrapping ErrInvalidCredentials for an unknown account, an unknown
 // user, a disabled user or a wrong password alike. Each of those paths runs
-// one password verification, so their timing does not tell them apart.
+// the verifications of one password, so their timing does not tell them
+// apart.
 func (a Authenticator) Authenticate(ctx context.Context, accountName, username, password string) (Account, User, error) {
-	acc, err := a.Accounts.AccountByName(ctx, NormalizeName(accountName))
-	if errors.Is(err, ErrNotFound) {
-		return Account{}, User{}, a.fail(ctx, password)
-	}
+	acc, user, outcome, err := a.check(ctx, accountName, username, password)
 	if err != nil {
-		return Account{}, User{}, fmt.Errorf("authenticate: %w", err)
+		return Account{}, User{}, err
 	}
-	user, err := a.Users.UserByName(ctx, acc.ID, NormalizeName(username))
-	if errors.Is(err, ErrNotFound) {
-		return Account{}, User{}, a.fail(ctx, password)
-	}
-	if err != nil {
-		return Account{}, User{}, fmt.Errorf("authenticate: %w", err)
-	}
-	ok, err := a.Hasher.Verify(ctx, user.PasswordHash, password)
-	if err != nil {
-		return Account{}, User{}, fmt.Errorf("authenticate: %w", err)
-	}
-	if !ok || user.Disabled {
+	if !outcome.ok {
 		return Account{}, User{}, ErrInvalidCredentials
 	}
 	return acc, user, nil
 }
 
-func (a Authenticator) fail(ctx context.Context, password string) error {
+// passwordOutcome is what a password check found: ok for a right password
+// of an enabled user, stale when it matched a hash of the form as typed.
+type passwordOutcome struct{ ok, stale bool }
+
+// check is Authenticate that also returns the user the name found when
+// the password was wrong or the user disabled (the zero User when there
+// is none), so that a sign-in can ask for a second factor without telling
+// whether the password was right.
+func (a Authenticator) check(ctx context.Context, accountName, username, password string) (Account, User, passwordOutcome, error) {
+	acc, err := a.Accounts.AccountByName(ctx, NormalizeName(accountName))
+	if errors.Is(err, ErrNotFound) {
+		return Account{}, User{}, passwordOutcome{}, a.dummy(ctx, password)
+	}
+	if err != nil {
+		return Account{}, User{}, passwordOutcome{}, fmt.Errorf("authenticate: %w", err)
+	}
+	user, err := a.Users.UserByName(ctx, acc.ID, NormalizeName(username))
+	if errors.Is(err, ErrNotFound) {
+		return Account{}, User{}, passwordOutcome{}, a.dummy(ctx, password)
+	}
+	if err != nil {
+		return Account{}, User{}, passwordOutcome{}, fmt.Errorf("authenticate: %w", err)
+	}
+	ok, stale, err := a.Hasher.Check(ctx, user.PasswordHash, password)
+	if err != nil {
+		return Account{}, User{}, passwordOutcome{}, fmt.Errorf("authenticate: %w", err)
+	}
+	return acc, user, passwordOutcome{ok: ok && !user.Disabled, stale: stale}, nil
+}
+
+// rehash replaces a stale hash of user's password (of the form as typed)
+// with one of its NFKC form, unless the password changed meanwhile.
+func (a Authenticator) rehash(ctx context.Context, user User, password string) error {
+	hash, err := a.Hasher.Hash(ctx, password)
+	if err != nil {
+		return err
+	}
+	if err := a.Users.ReplacePasswordHash(ctx, user.AccountID, user.ID, user.PasswordHash, hash); err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("rehash password: %w", err)
+	}
+	return nil
+}
+
+func (a Authenticator) dummy(ctx context.Context, password string) error {
 	if err := a.Hasher.VerifyDummy(ctx, password); err != nil {
 		return fmt.Errorf("authenticate: %w", err)
 	}
-	return ErrInvalidCredentials
+	return nil
 }

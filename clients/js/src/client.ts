@@ -21,6 +21,7 @@ import type {
   NewUser,
   User,
   UserInfo,
+  TotpEnrollment,
   UserPatch,
 } from "./types.js";
 
@@ -165,6 +166,16 @@ export class PlatformClient {
    */
   login(): Promise<void> {
     return this.#session.login();
+  }
+
+  /**
+   * Logs in with a code of the user's second factor (a current TOTP code
+   * or an unused recovery code), after a call failed with a
+   * {@link MfaRequiredError}. A code is accepted once; a wrong one is an
+   * {@link ApiError} `invalid_credentials`, as a wrong password is.
+   */
+  loginWithOtp(otp: string, options: CallOptions = {}): Promise<void> {
+    return this.#session.loginWithOtp(otp, options.signal);
   }
 
   /** Revokes the session's refresh token and forgets the tokens. */
@@ -434,14 +445,59 @@ export class PlatformClient {
    * later logins). A wrong current password is an {@link ApiError} 403
    * `invalid_current_password`; repeated ones are throttled like logins.
    */
-  async changePassword(currentPassword: string, newPassword: string, options: CallOptions = {}): Promise<void> {
+  async changePassword(currentPassword: string, newPassword: string, options: CallOptions & { otp?: string } = {}): Promise<void> {
     if (this.#session.kind !== "password") throw new TypeError("changePassword: a service client has no password");
     const start = Date.now();
     const res = await this.#call("POST", this.accountUrl + "/password", options, {
-      body: JSON.stringify({ currentPassword, newPassword }),
+      body: JSON.stringify(options.otp ? { currentPassword, newPassword, otp: options.otp } : { currentPassword, newPassword }),
       contentType: "application/json",
     });
     this.#session.adopt(start, await res.json(), newPassword);
+  }
+
+  /**
+   * Begins enrolling a TOTP second factor for the client's user: a new
+   * secret and its `otpauth://` URI (show it as a QR code), pending until
+   * {@link verifyTotp}. 409 `mfa_enrolled` while one is active.
+   */
+  async enrollTotp(options: CallOptions = {}): Promise<TotpEnrollment> {
+    if (this.#session.kind !== "password") throw new TypeError("enrollTotp: a service client has no second factor");
+    const res = await this.#call("POST", this.accountUrl + "/mfa/totp", options);
+    return res.json();
+  }
+
+  /**
+   * Activates the pending secret with a current code and returns the 10
+   * recovery codes, shown only now. A wrong code is an {@link ApiError}
+   * 403 `invalid_otp`.
+   */
+  async verifyTotp(code: string, options: CallOptions = {}): Promise<string[]> {
+    if (this.#session.kind !== "password") throw new TypeError("verifyTotp: a service client has no second factor");
+    const res = await this.#call("POST", this.accountUrl + "/mfa/totp/verify", options, {
+      body: JSON.stringify({ code }),
+      contentType: "application/json",
+    });
+    return ((await res.json()) as { recoveryCodes: string[] }).recoveryCodes;
+  }
+
+  /**
+   * Removes the user's second factor, with a code (current or recovery)
+   * or the password. 403 `invalid_otp` or `invalid_current_password` when
+   * wrong; throttled like logins.
+   */
+  async removeTotp(proof: { code: string } | { password: string }, options: CallOptions = {}): Promise<void> {
+    if (this.#session.kind !== "password") throw new TypeError("removeTotp: a service client has no second factor");
+    const res = await this.#call("DELETE", this.accountUrl + "/mfa/totp", options, {
+      body: JSON.stringify(proof),
+      contentType: "application/json",
+    });
+    await res.body?.cancel();
+  }
+
+  /** Removes a user's second factor (`users:write`); every session of the user ends. */
+  async resetUserMfa(id: string, options: CallOptions = {}): Promise<void> {
+    const res = await this.#call("DELETE", this.#userUrl(id) + "/mfa", options);
+    await res.body?.cancel();
   }
 
   /**

@@ -15,6 +15,10 @@ export const ErrorCodes = {
   WeakPassword: "weak_password",
   UsernameTaken: "username_taken",
   InvalidCurrentPassword: "invalid_current_password",
+  MfaRequired: "mfa_required",
+  InvalidOtp: "invalid_otp",
+  MfaEnrolled: "mfa_enrolled",
+  MfaNotStarted: "mfa_not_started",
   NotFound: "not_found",
   MethodNotAllowed: "method_not_allowed",
   Conflict: "conflict",
@@ -114,6 +118,14 @@ export class ApiError extends Error {
     this.url = init.url;
   }
 
+  /**
+   * The error of init: a {@link MfaRequiredError} for the code
+   * `mfa_required`, else an ApiError.
+   */
+  static of(init: ApiErrorInit): ApiError {
+    return init.code === ErrorCodes.MfaRequired ? new MfaRequiredError(init) : new ApiError(init);
+  }
+
   /** Reads a failed response into an ApiError (it consumes the body). */
   static async fromResponse(res: Response, method?: string): Promise<ApiError> {
     const base = {
@@ -132,7 +144,7 @@ export class ApiError extends Error {
     }
     if (isObject(body) && typeof body["code"] === "string") {
       // RFC 9457 problem+json of the services.
-      return new ApiError({
+      return ApiError.of({
         ...base,
         code: body["code"],
         title: str(body["title"]),
@@ -144,9 +156,9 @@ export class ApiError extends Error {
     }
     if (isObject(body) && typeof body["error"] === "string") {
       // RFC 6749 section 5.2 error of POST /oauth2/token.
-      return new ApiError({ ...base, code: body["error"], detail: str(body["error_description"]) });
+      return ApiError.of({ ...base, code: body["error"], detail: str(body["error_description"]) });
     }
-    return new ApiError({ ...base, code: `http_${res.status}`, title: res.statusText || undefined });
+    return ApiError.of({ ...base, code: `http_${res.status}`, title: res.statusText || undefined });
   }
 
   /** A plain object of the fields, for structured logs. */
@@ -164,6 +176,19 @@ export class ApiError extends Error {
       method: this.method,
       url: this.url,
     };
+  }
+}
+
+/**
+ * The user has a second factor: sign in again with a code of it
+ * (`loginWithOtp`). A 401 of `POST /login` and the password grant (a 403
+ * of `changePassword` without `otp`); it never tells whether the password
+ * was right.
+ */
+export class MfaRequiredError extends ApiError {
+  constructor(init: ApiErrorInit) {
+    super(init);
+    this.name = "MfaRequiredError";
   }
 }
 

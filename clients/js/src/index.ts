@@ -14,7 +14,7 @@ export type {
   Page,
   RotateOptions,
 } from "./client.js";
-export { ApiError, ErrorCodes, isApiError, parseRetryAfter } from "./errors.js";
+export { ApiError, ErrorCodes, MfaRequiredError, isApiError, parseRetryAfter } from "./errors.js";
 export type { ApiErrorInit, ErrorCode } from "./errors.js";
 export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind } from "./session.js";
 export type * from "./types.js";

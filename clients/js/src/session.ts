@@ -102,6 +102,19 @@ export class Session {
   }
 
   /**
+   * Logs in with the credentials and a code of the user's second factor,
+   * after any renewal in progress; a later login needs a new code.
+   */
+  async loginWithOtp(otp: string, signal?: AbortSignal): Promise<void> {
+    await this.#flight?.catch(() => undefined);
+    const c = this.#credentials;
+    if ("clientId" in c) throw new TypeError("loginWithOtp: a service client has no second factor");
+    this.#tokens = await this.#passwordLogin(c, otp, signal);
+    this.#stale = false;
+    this.#generation++;
+  }
+
+  /**
    * Takes the token set of a password change (the answer of POST
    * /password, requested at start) as the session's, and the new password
    * for later logins.
@@ -184,12 +197,15 @@ export class Session {
       const token = field(body, "access_token");
       return { tokens: { bearer: token, refresh: undefined, renewAt: renewAt(start, body) }, kind: "client_credentials" };
     }
-    const body = await this.#post(
-      "/login",
-      JSON.stringify({ username: c.username, password: c.password, accountName: c.accountName }),
-      "application/json",
-    );
-    return { tokens: userTokens(start, body), kind: "login" };
+    return { tokens: await this.#passwordLogin(c), kind: "login" };
+  }
+
+  /** POST /login with the user's credentials and otp, a code of their second factor. */
+  async #passwordLogin(c: PasswordCredentials, otp?: string, signal?: AbortSignal): Promise<Tokens> {
+    const start = this.#now(); // expires_in counts from the response: earlier is safe
+    const login = { username: c.username, password: c.password, accountName: c.accountName };
+    const body = await this.#post("/login", JSON.stringify(otp === undefined ? login : { ...login, otp }), "application/json", signal);
+    return userTokens(start, body);
   }
 
   async #refresh(refresh: string): Promise<Tokens> {

@@ -16,6 +16,9 @@ export type User = AccountSchemas["User"];
 export type NewUser = AccountSchemas["NewUser"];
 /** A JSON merge patch of a user: `name`, `email` (null clears), `disabled`. */
 export type UserPatch = AccountSchemas["UserPatch"];
+/** A begun TOTP enrolment: the secret and its `otpauth://` URI. */
+export type TotpEnrollment = AccountSchemas["TOTPEnrolment"];
+
 /** Who the client's user is (OpenID Connect UserInfo). */
 export type UserInfo = AccountSchemas["UserInfo"];
 

@@ -13,7 +13,7 @@ namespace Acme\Platform;
  * client never puts one there (the request's body and headers are not
  * kept, and the services never echo a password or token).
  */
-final class ApiError extends ClientException
+class ApiError extends ClientException
 {
     // One constant for every code of docs/errors.md, and the error codes of
     // the token endpoint (RFC 6749 section 5.2).
@@ -25,6 +25,10 @@ final class ApiError extends ClientException
     public const WEAK_PASSWORD = 'weak_password';
     public const USERNAME_TAKEN = 'username_taken';
     public const INVALID_CURRENT_PASSWORD = 'invalid_current_password';
+    public const MFA_REQUIRED = 'mfa_required';
+    public const INVALID_OTP = 'invalid_otp';
+    public const MFA_ENROLLED = 'mfa_enrolled';
+    public const MFA_NOT_STARTED = 'mfa_not_started';
     public const NOT_FOUND = 'not_found';
     public const METHOD_NOT_ALLOWED = 'method_not_allowed';
     public const CONFLICT = 'conflict';

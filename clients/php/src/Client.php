@@ -34,9 +34,10 @@ use Acme\Platform\Internal\Response;
  * @phpstan-type Definition array{id: string, name: string, type: string, config: array<string, mixed>,
  *     enabled: bool, createdAt: string, updatedAt: string}
  * @phpstan-type User array{id: string, username: string, name: string|null, email: string|null, disabled: bool,
- *     createdAt: string, updatedAt: string, lastLoginAt: string|null}
+ *     createdAt: string, updatedAt: string, lastLoginAt: string|null, mfa: list<string>}
  * @phpstan-type UserInfo array{sub: string, preferred_username: string, name?: string, email?: string,
- *     email_verified: bool, account_id: string, account_name: string}
+ *     email_verified: bool, account_id: string, account_name: string, mfa: list<string>}
+ * @phpstan-type TotpEnrollment array{secret: string, otpauthUri: string}
  */
 final class Client
 {
@@ -179,6 +180,28 @@ final class Client
     {
         $this->loaded = true;
         $this->keep($this->authenticate());
+    }
+
+    /**
+     * Logs in with a code of the user's second factor (a current TOTP code
+     * or an unused recovery code), after a call threw MfaRequiredError. A
+     * code is accepted once: a later login needs a new one. A wrong code
+     * throws ApiError invalid_credentials, as a wrong password does.
+     */
+    public function loginWithOtp(#[\SensitiveParameter] string $otp): void
+    {
+        if ($this->clientSecret !== null) {
+            throw new ClientException('acme/platform: loginWithOtp: a service client has no second factor');
+        }
+        \assert($this->password !== null);
+        $session = $this->tokenRequest('/login', new Secret(self::json([
+            'username' => $this->username,
+            'password' => $this->password->reveal(),
+            'accountName' => $this->accountName,
+            'otp' => $otp,
+        ])), 'application/json', null);
+        $this->loaded = true;
+        $this->keep($session);
     }
 
     /**
@@ -747,16 +770,18 @@ final class Client
     public function changePassword(
         #[\SensitiveParameter] string $currentPassword,
         #[\SensitiveParameter] string $newPassword,
+        #[\SensitiveParameter] ?string $otp = null,
     ): void {
         if ($this->clientSecret !== null) {
             throw new ClientException('acme/platform: changePassword: a service client has no password');
         }
         $start = microtime(true);
         $url = $this->accountUrl . '/password';
-        $response = $this->call('POST', $url, new Secret(self::json([
-            'currentPassword' => $currentPassword,
-            'newPassword' => $newPassword,
-        ])));
+        $body = ['currentPassword' => $currentPassword, 'newPassword' => $newPassword];
+        if ($otp !== null && $otp !== '') {
+            $body['otp'] = $otp;
+        }
+        $response = $this->call('POST', $url, new Secret(self::json($body)));
         $doc = self::decode($response, 'POST', $url);
         $tokens = is_array($doc) ? ($doc['tokens'] ?? null) : null;
         $tokens = is_array($tokens) ? $tokens : null;
@@ -764,6 +789,70 @@ final class Client
         $this->password = new Secret($newPassword);
         $this->loaded = true;
         $this->keep($session);
+    }
+
+    /**
+     * Begins enrolling a TOTP second factor (POST /mfa/totp): a new secret
+     * and its otpauth:// URI, pending until verifyTotp(). 409 mfa_enrolled
+     * while one is active.
+     *
+     * @return TotpEnrollment
+     */
+    public function enrollTotp(): array
+    {
+        $this->userOnly('enrollTotp');
+        $url = $this->accountUrl . '/mfa/totp';
+        /** @var TotpEnrollment */
+        return self::decode($this->call('POST', $url), 'POST', $url);
+    }
+
+    /**
+     * Activates the pending secret with a current code (POST
+     * /mfa/totp/verify) and returns the 10 recovery codes, shown only now.
+     * A wrong code throws ApiError 403 invalid_otp.
+     *
+     * @return list<string>
+     */
+    public function verifyTotp(#[\SensitiveParameter] string $code): array
+    {
+        $this->userOnly('verifyTotp');
+        $url = $this->accountUrl . '/mfa/totp/verify';
+        $doc = self::decode($this->call('POST', $url, new Secret(self::json(['code' => $code]))), 'POST', $url);
+        $codes = is_array($doc) ? ($doc['recoveryCodes'] ?? null) : null;
+        if (!is_array($codes)) {
+            throw new ClientException('acme/platform: POST /mfa/totp/verify: the response holds no recovery codes');
+        }
+        return array_values(array_map('strval', $codes));
+    }
+
+    /**
+     * Removes the user's second factor (DELETE /mfa/totp) with a code
+     * (current or recovery) or the password, exactly one. Wrong: ApiError
+     * 403 invalid_otp or invalid_current_password.
+     */
+    public function removeTotp(
+        #[\SensitiveParameter] ?string $code = null,
+        #[\SensitiveParameter] ?string $password = null,
+    ): void {
+        $this->userOnly('removeTotp');
+        if (($code === null) === ($password === null)) {
+            throw new \InvalidArgumentException('removeTotp: give $code or $password, exactly one');
+        }
+        $proof = $code !== null ? ['code' => $code] : ['password' => $password];
+        $this->call('DELETE', $this->accountUrl . '/mfa/totp', new Secret(self::json($proof)));
+    }
+
+    /** Removes a user's second factor (DELETE /users/{id}/mfa, users:write); every session of the user ends. */
+    public function resetUserMfa(string $userId): void
+    {
+        $this->call('DELETE', $this->userUrl($userId) . '/mfa');
+    }
+
+    private function userOnly(string $op): void
+    {
+        if ($this->clientSecret !== null) {
+            throw new ClientException("acme/platform: {$op}: a service client has no second factor");
+        }
     }
 
     // -- conversations ---------------------------------------------------

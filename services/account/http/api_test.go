@@ -201,7 +201,7 @@ func TestAPI(t *testing.T) {
 	// The OAuth 2.0 endpoints, service clients' scopes and ambiguous
 	// credentials are covered by TestOAuth.
 	a.doc.AssertAllOperationsCovered(t, "* * 503", "* * 429", "* * 413", "* * 415",
-		"* /oauth2/* *", "GET /oauth2/assets/signin.css 200", "* * 403", "GET * 400", "DELETE * 400", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *")
+		"* /oauth2/* *", "GET /oauth2/assets/signin.css 200", "* * 403", "GET * 400", "DELETE * 400", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *", "* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *")
 }
 
 func testLogin(t *testing.T, a *api) {

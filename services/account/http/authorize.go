@@ -148,6 +148,9 @@ type signInView struct {
 const (
 	msgSignInFailed = "The account, username or password is not right, or there were too many attempts. Check them and try again later."
 	msgSignInBroken = "The service could not check your sign-in just now. Please try again in a moment."
+	// msgSignInCode is the second step of a user with a second factor,
+	// shown whether the password was right or not (as mfa_required is).
+	msgSignInCode = "Enter your password again with the 6-digit code from your authenticator app, or one of your recovery codes."
 )
 
 type hiddenField struct{ Name, Value string }
@@ -227,7 +230,7 @@ func (d signInDeps) handleSignIn(c *echo.Context) error {
 	out, err := d.authz.SignIn(c.Request().Context(), account.SignInAttempt{
 		Request:     authorizationRequest(form),
 		AccountName: form.Get("accountName"), Username: form.Get("username"), Password: form.Get("password"),
-		ClientIP: c.RealIP(),
+		OTP: form.Get("otp"), ClientIP: c.RealIP(),
 	})
 	d.metrics.countSignIn(methodPage, err)
 	if err != nil && out.Page.Request.ClientID == "" {
@@ -258,6 +261,9 @@ func (d signInDeps) answer(c *echo.Context, out account.Authorization, redirect 
 		view.Message = msgSignInBroken
 		if status == http.StatusUnauthorized || status == http.StatusTooManyRequests {
 			view.Message = msgSignInFailed
+		}
+		if errors.Is(failed, account.ErrMFARequired) {
+			view.Message = msgSignInCode
 		}
 		if p.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))

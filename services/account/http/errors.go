@@ -30,6 +30,12 @@ const (
 	codeUsernameTaken          = "username_taken"
 	codeInvalidCurrentPassword = "invalid_current_password"
 
+	// Codes of the second factor.
+	codeMFARequired = "mfa_required"
+	codeInvalidOTP  = "invalid_otp"
+	codeMFAEnrolled = "mfa_enrolled"
+	codeMFANotBegun = "mfa_not_started"
+
 	// codeInvalidCSRFToken refuses a sign-in form without this browser's
 	// CSRF token (403).
 	codeInvalidCSRFToken = "invalid_csrf_token"
@@ -71,7 +77,25 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, account.ErrUsernameTaken):
 		return problem.New(http.StatusConflict, codeUsernameTaken, "The account has a user of this name already (names are compared case-insensitively).")
 	case errors.Is(err, account.ErrInvalidCurrentPassword):
-		return problem.New(http.StatusForbidden, codeInvalidCurrentPassword, "The current password is wrong.")
+		return problem.New(http.StatusForbidden, codeInvalidCurrentPassword, "The current password is wrong (or, with a second factor, the password or the code).")
+	case errors.Is(err, account.ErrOTPRequired):
+		// Not a 401: the token is good, and a 401 would tell its client
+		// to sign in again.
+		return problem.New(http.StatusForbidden, codeMFARequired, "A second factor is enrolled: send a code of it (otp) with the current password.")
+	case errors.Is(err, account.ErrMFARequired):
+		return problem.New(http.StatusUnauthorized, codeMFARequired, "A second factor is required: send the code of your authenticator app, or a recovery code, as otp with the password.")
+	case errors.Is(err, account.ErrInvalidOTP):
+		return problem.New(http.StatusForbidden, codeInvalidOTP, "The code is wrong, expired or was used already.")
+	case errors.Is(err, account.ErrMFAEnrolled):
+		return problem.New(http.StatusConflict, codeMFAEnrolled, "A second factor is enrolled already; remove it first.")
+	case errors.Is(err, account.ErrMFANotStarted):
+		return problem.New(http.StatusConflict, codeMFANotBegun, "No enrolment to verify: start one with POST /mfa/totp.")
+	case errors.Is(err, account.ErrMFANotEnrolled):
+		return problem.NotFound("No second factor is enrolled.")
+	case errors.Is(err, account.ErrMFAProofRequired):
+		p := problem.New(http.StatusBadRequest, problem.CodeValidationFailed, "Send either a current code (code) or the password (password), not both.")
+		p.Errors = []problem.FieldError{{Field: "code", Reason: "or password is required, not both"}}
+		return p
 	case errors.Is(err, account.ErrUserGone):
 		return problem.InvalidToken("The user of this token has been deleted or disabled.")
 	case errors.Is(err, account.ErrUserNotFound):
@@ -169,6 +193,9 @@ func oauthErrorFor(err error) (*problem.Problem, oauthError) {
 	switch {
 	case p.Code == problem.CodeInvalidCredentials || p.Code == problem.CodeInvalidToken:
 		p.Status, code = http.StatusBadRequest, codeInvalidGrant
+	case p.Code == codeMFARequired:
+		// A 401 with its own code, as at POST /login: the password grant
+		// asks for the second factor the same way.
 	case p.Code == problem.CodeTooManyRequests:
 		code = codeSlowDown
 	case p.Status == http.StatusServiceUnavailable:

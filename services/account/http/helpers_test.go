@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/testkit/mongotest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
@@ -96,7 +97,9 @@ func addUser(t testing.TB, store *mongostore.Store, hasher account.PasswordHashe
 }
 
 // userManagement is the user management of a test server on store, under
-// the shipped password policy, wired into sessions (for POST /password).
+// the shipped password policy, wired into sessions (for POST /password),
+// with second factors (sessions.MFA: sealed under a random key, on the
+// real clock, throttled by the sessions' throttle).
 func userManagement(t testing.TB, store *mongostore.Store, hasher account.PasswordHasher, sessions *account.Sessions) *account.Users {
 	t.Helper()
 	policy, err := account.LoadPasswordPolicy()
@@ -105,7 +108,21 @@ func userManagement(t testing.TB, store *mongostore.Store, hasher account.Passwo
 	}
 	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
 	sessions.Users = users
+	sessions.MFA = newTestMFA(t, store, hasher, sessions.Throttle, nil)
 	return users
+}
+
+// newTestMFA is the second factor of a test server on store: secrets
+// sealed under a random key, codes on the clock now (nil: the real one).
+func newTestMFA(t testing.TB, store *mongostore.Store, hasher account.PasswordHasher, throttle *account.LoginThrottle, now func() time.Time) *account.MFA {
+	t.Helper()
+	raw, _ := secretbox.NewKey()
+	key, _ := secretbox.ParseKey(raw)
+	box, err := secretbox.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &account.MFA{Store: store, Users: store, Sessions: store, Box: box, Issuer: "Acme Platform", Hasher: hasher, Throttle: throttle, Now: now}
 }
 
 // setUserDisabled disables or re-enables a user in the store alone, as an

@@ -35,6 +35,7 @@ func TestHostileRequests(t *testing.T) {
 		Metrics:     reg,
 		Sessions:    sessions,
 		Users:       users,
+		MFA:         sessions.MFA,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,

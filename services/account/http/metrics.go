@@ -1,6 +1,7 @@
 package http
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ const (
 	outcomeInvalidCredentials = "invalid_credentials" // login: 401
 	outcomeRejected           = "rejected"            // refresh: 401, the token is invalid, expired, revoked or reused
 	outcomeThrottled          = "throttled"           // login: 429, the user or the address is locked
+	outcomeMFARequired        = "mfa_required"        // login: 401 asking for the second factor's code
 	outcomeUnavailable        = "unavailable"         // 503: hashing at capacity, the database unreachable
 	outcomeInvalidRequest     = "invalid_request"     // any other 4xx: a malformed body
 	outcomeError              = "error"               // any other 5xx
@@ -57,8 +59,8 @@ func newAuthMetrics(reg prometheus.Registerer) *authMetrics {
 	m := &authMetrics{
 		logins: registerCounterVec(reg, prometheus.CounterOpts{
 			Name: "account_login_attempts_total",
-			Help: "POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
-		}, outcomeSuccess, outcomeInvalidCredentials, outcomeThrottled, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
+			Help: "POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, mfa_required (401 asking for a code), throttled (429), unavailable (503), invalid_request, error.",
+		}, outcomeSuccess, outcomeInvalidCredentials, outcomeMFARequired, outcomeThrottled, outcomeUnavailable, outcomeInvalidRequest, outcomeError),
 		refreshes: registerCounterVec(reg, prometheus.CounterOpts{
 			Name: "account_token_refreshes_total",
 			Help: "POST /token/refresh requests and refresh_token grants of POST /oauth2/token by outcome: success, rejected (401; invalid_grant on the token endpoint), unavailable (503), invalid_request, error.",
@@ -136,6 +138,9 @@ func registerCounterVec(reg prometheus.Registerer, opts prometheus.CounterOpts, 
 func outcome(err error, unauthorized string) string {
 	if err == nil {
 		return outcomeSuccess
+	}
+	if errors.Is(err, account.ErrMFARequired) {
+		return outcomeMFARequired
 	}
 	return statusOutcome(problemFor(err).Status, unauthorized)
 }

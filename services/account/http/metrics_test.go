@@ -140,8 +140,8 @@ func authCounters(logins, refreshes map[string]int) string {
 		counts     map[string]int
 	}{
 		{"account_login_attempts_total",
-			"POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.",
-			[]string{"error", "invalid_credentials", "invalid_request", "success", "throttled", "unavailable"}, logins},
+			"POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, mfa_required (401 asking for a code), throttled (429), unavailable (503), invalid_request, error.",
+			[]string{"error", "invalid_credentials", "invalid_request", "mfa_required", "success", "throttled", "unavailable"}, logins},
 		{"account_token_refreshes_total",
 			"POST /token/refresh requests and refresh_token grants of POST /oauth2/token by outcome: success, rejected (401; invalid_grant on the token endpoint), unavailable (503), invalid_request, error.",
 			[]string{"error", "invalid_request", "rejected", "success", "unavailable"}, refreshes},
@@ -217,11 +217,12 @@ func TestHandlersShareTheirRegistry(t *testing.T) {
 		}
 	}
 	const want = `
-# HELP account_login_attempts_total POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, throttled (429), unavailable (503), invalid_request, error.
+# HELP account_login_attempts_total POST /login requests and password grants of POST /oauth2/token by outcome: success, invalid_credentials, mfa_required (401 asking for a code), throttled (429), unavailable (503), invalid_request, error.
 # TYPE account_login_attempts_total counter
 account_login_attempts_total{outcome="error"} 0
 account_login_attempts_total{outcome="invalid_credentials"} 0
 account_login_attempts_total{outcome="invalid_request"} 2
+account_login_attempts_total{outcome="mfa_required"} 0
 account_login_attempts_total{outcome="success"} 0
 account_login_attempts_total{outcome="throttled"} 0
 account_login_attempts_total{outcome="unavailable"} 0

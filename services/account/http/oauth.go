@@ -258,7 +258,7 @@ func handleToken(sessions *account.Sessions, authz *account.Authorizations) echo
 			}
 			set, err := sessions.LogIn(ctx, account.PasswordLogin{
 				AccountName: form.Get("account_name"), Username: form.Get("username"), Password: form.Get("password"),
-				ClientIP: c.RealIP(), Client: client,
+				OTP: form.Get("otp"), ClientIP: c.RealIP(), Client: client,
 			})
 			if err != nil {
 				return err
@@ -293,6 +293,7 @@ func passwordGrantParams(form url.Values, authenticated bool) error {
 	}
 	for name, limit := range map[string]int{
 		"account_name": account.MaxAccountNameLen, "username": account.MaxUsernameLen, "password": account.MaxPasswordLen,
+		"otp": account.MaxOTPLen,
 	} {
 		if utf8.RuneCountInString(form.Get(name)) > limit {
 			return invalidRequest(fmt.Sprintf("The parameter %q is too long.", name))
@@ -366,6 +367,9 @@ func grantOutcome(c *echo.Context, err, refused error, name string) string {
 	}
 	if errors.Is(err, refused) {
 		return name
+	}
+	if errors.Is(err, account.ErrMFARequired) {
+		return outcomeMFARequired
 	}
 	// A 401 there is the client's authentication, not the user's.
 	resp, _ := echo.UnwrapResponse(c.Response())

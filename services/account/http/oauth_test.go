@@ -37,6 +37,8 @@ type oauthAPI struct {
 	discovery      map[string]any
 	tokenEndpoint  string
 	revokeEndpoint string
+	// mfa enrols second factors directly, on the test's clock.
+	mfa *account.MFA
 }
 
 func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) *oauthAPI {
@@ -57,6 +59,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	sessions := kit.sessions(store, hasher, throttle)
 	sessions.ReuseGrace = grace
 	sessions.Now = clk.Now
+	sessions.MFA = newTestMFA(t, store, hasher, throttle, clk.Now)
 	authz := &account.Authorizations{Sessions: sessions, Clients: store, Browser: store, Codes: store,
 		IDTokens: kit.verifier, Issuer: base, Now: clk.Now}
 	reg := prometheus.NewRegistry()
@@ -76,6 +79,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 		api:   &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier},
 		reg:   reg,
 		clock: clk,
+		mfa:   sessions.MFA,
 	}
 	accounts := map[string]*account.Account{"acme": &o.acme, "globex": &o.globex}
 	for _, u := range []struct{ acc, user, pw string }{
@@ -273,7 +277,7 @@ func TestOAuth(t *testing.T) {
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /.well-known/jwks.json *", "* /openapi.yaml *", "* /definitions 401", "* /definitions/{id} 401",
 		"POST /definitions 413", "POST /definitions 415", "PUT /definitions/{id} 413", "PUT /definitions/{id} 415",
-		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *",
+		"PUT /definitions/{id} 404", "DELETE /definitions/{id} 404", "* /users *", "* /users/* *", "* /users/*/password *", "* /userinfo *", "* /password *", "* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *",
 		// TestSignIn covers the sign-in flow.
 		"* /oauth2/authorize *", "* /oauth2/signin *", "* /oauth2/logout *", "* /oauth2/assets/* *")
 }

@@ -42,9 +42,13 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.PATCH("/users/:id", handlePatchUser(d.Users), bearer, usersWrite)
 	e.PUT("/users/:id/password", handleSetUserPassword(d.Users), bearer, usersWrite)
 	e.DELETE("/users/:id", handleDeleteUser(d.Users), bearer, usersWrite)
+	e.DELETE("/users/:id/mfa", handleResetUserMFA(d.MFA), bearer, usersWrite)
 	e.GET("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
 	e.POST("/userinfo", handleUserInfo(d.Users), bearer, token.RequireUser)
 	e.POST("/password", handleChangePassword(d.Sessions), bearer, token.RequireUser)
+	e.POST("/mfa/totp", handleBeginTOTP(d.MFA), bearer, token.RequireUser)
+	e.POST("/mfa/totp/verify", handleActivateTOTP(d.MFA), bearer, token.RequireUser)
+	e.DELETE("/mfa/totp", handleRemoveTOTP(d.MFA), bearer, token.RequireUser)
 
 	e.GET("/.well-known/jwks.json", echo.WrapHandler(token.JWKSHandler(d.Keys)))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))

@@ -37,6 +37,8 @@ type Deps struct {
 	// Users manages the users of the caller's account and answers
 	// /userinfo.
 	Users *account.Users
+	// MFA enrols, checks and removes users' second factors.
+	MFA *account.MFA
 	// Verifier checks bearer tokens (id and access).
 	Verifier *token.Verifier
 	Keys     token.KeyringProvider

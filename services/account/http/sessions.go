@@ -20,6 +20,8 @@ type loginRequest struct {
 	Username    string `json:"username"`
 	Password    string `json:"password"`
 	AccountName string `json:"accountName"`
+	// OTP is a code of the user's second factor, when they have one.
+	OTP string `json:"otp"`
 }
 
 type loginResponse struct {
@@ -39,6 +41,9 @@ func (r loginRequest) validate() error {
 	check("username", r.Username, account.MaxUsernameLen)
 	check("password", r.Password, account.MaxPasswordLen)
 	check("accountName", r.AccountName, account.MaxAccountNameLen)
+	if utf8.RuneCountInString(r.OTP) > account.MaxOTPLen {
+		invalid.Add("otp", "is too long")
+	}
 	return invalid.Err()
 }
 
@@ -54,7 +59,7 @@ func handleLogin(sessions *account.Sessions) echo.HandlerFunc {
 			return err
 		}
 		set, err := sessions.LogIn(c.Request().Context(), account.PasswordLogin{
-			AccountName: req.AccountName, Username: req.Username, Password: req.Password, ClientIP: c.RealIP(),
+			AccountName: req.AccountName, Username: req.Username, Password: req.Password, OTP: req.OTP, ClientIP: c.RealIP(),
 		})
 		if err != nil {
 			return err

@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pquerna/otp"
+	"github.com/pquerna/otp/totp"
+
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/services/account"
@@ -213,10 +216,12 @@ func TestSignIn(t *testing.T) {
 	t.Run("FailedSignInOneMessageAndThrottle", func(t *testing.T) { testFailedSignIn(t, s) })
 	t.Run("Logout", func(t *testing.T) { testRPLogout(t, s) })
 	t.Run("PasswordChangeEndsBrowserSession", func(t *testing.T) { testPasswordChangeEndsSSO(t, s) })
+	t.Run("SecondFactorStep", func(t *testing.T) { testSignInSecondFactor(t, s) })
 
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /definitions *", "* /definitions/{id} *", "* /users *", "* /users/* *", "* /users/*/password *",
 		"* /userinfo *", "* /password *", "* /oauth2/revoke *", "* /.well-known/jwks.json *", "* /openapi.yaml *",
+		"* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *",
 		"POST /oauth2/token 401", "POST /oauth2/token 413", "POST /oauth2/token 429")
 }
 
@@ -732,6 +737,68 @@ func testSignInMetrics(t *testing.T, s *signInAPI) {
 		if got := after[key] - before[key]; got != want {
 			t.Errorf("%s rose by %v, want %v", key, got, want)
 		}
+	}
+}
+
+// testSignInSecondFactor: a user with a second factor signs in on the page
+// in two steps: the password alone shows the page again asking for a code
+// (whether the password was right or not); the password with a code
+// computed by an independent implementation (github.com/pquerna/otp)
+// completes the flow, and the id token says amr ["pwd","otp"].
+func testSignInSecondFactor(t *testing.T, s *signInAPI) {
+	ctx := context.Background()
+	carol := addUser(t, s.store, cheapHasher(t), s.acme.ID, "carol", "carol-password")
+	ref := account.SelfRef{AccountID: s.acme.ID, AccountName: "acme", UserID: carol.ID}
+	en, err := s.mfa.Begin(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := func() string {
+		c, err := totp.GenerateCodeCustom(en.Secret, s.clock.Now(), totp.ValidateOpts{Period: 30, Digits: otp.DigitsSix, Algorithm: otp.AlgorithmSHA1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if _, err := s.mfa.Activate(ctx, ref, code()); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(30 * time.Second)
+
+	b := s.newBrowser()
+	p := newPKCE()
+	q := authorizeParams(s.app, appRedirect, p)
+	page := b.get("/oauth2/authorize", q)
+	for _, pw := range []string{"carol-password", "not-carols-password"} {
+		second := b.signIn(t, page, "acme", "carol", pw)
+		if second.status != http.StatusUnauthorized || !strings.Contains(string(second.body), `name="otp"`) ||
+			!strings.Contains(string(second.body), "authenticator app") {
+			t.Fatalf("the password %q alone: %d, want the page asking for a code:\n%s", pw, second.status, second.body)
+		}
+		if strings.Contains(string(second.body), pw) {
+			t.Fatal("the second step shows the password")
+		}
+		page = second
+	}
+	submit := func(otpCode string) response {
+		action, fields := s.form(t, page)
+		fields.Set("password", "carol-password")
+		fields.Set("otp", otpCode)
+		return b.post(action, fields)
+	}
+	wrong := submit("000000x")
+	if wrong.status != http.StatusUnauthorized || !strings.Contains(string(wrong.body), `name="otp"`) {
+		t.Fatalf("a wrong code: %d, want the second step again", wrong.status)
+	}
+	page = wrong
+	back := s.redirected(t, submit(code()), appRedirect)
+	set := s.exchange(s.app.ID, back.Get("code"), appRedirect, p.verifier).tokenSet(t)
+	id, err := s.verifier.Verify(ctx, set.IDToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(id.AMR, ",") != "pwd,otp" {
+		t.Fatalf("amr = %v, want [pwd otp]", id.AMR)
 	}
 }
 

@@ -112,6 +112,13 @@ func (h *countingHasher) Verify(ctx context.Context, hash, pw string) (bool, err
 	return h.PasswordHasher.Verify(ctx, hash, pw)
 }
 
+func (h *countingHasher) Check(ctx context.Context, hash, pw string) (bool, bool, error) {
+	if err := h.pass(ctx); err != nil {
+		return false, false, err
+	}
+	return h.PasswordHasher.Check(ctx, hash, pw)
+}
+
 func (h *countingHasher) VerifyDummy(ctx context.Context, pw string) error {
 	if err := h.pass(ctx); err != nil {
 		return err

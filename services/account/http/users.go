@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v5"
 
@@ -37,10 +38,12 @@ type userResponse struct {
 	CreatedAt   time.Time  `json:"createdAt"`
 	UpdatedAt   time.Time  `json:"updatedAt"`
 	LastLoginAt *time.Time `json:"lastLoginAt"`
+	// MFA names the user's second factors: ["totp"] or [].
+	MFA []string `json:"mfa"`
 }
 
 func userJSON(u account.User) userResponse {
-	r := userResponse{ID: u.ID, Username: u.Username, Disabled: u.Disabled, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt}
+	r := userResponse{ID: u.ID, Username: u.Username, Disabled: u.Disabled, CreatedAt: u.CreatedAt, UpdatedAt: u.UpdatedAt, MFA: u.MFAMethods()}
 	if u.Name != "" {
 		r.Name = &u.Name
 	}
@@ -228,6 +231,8 @@ type userInfo struct {
 	EmailVerified bool   `json:"email_verified"`
 	AccountID     string `json:"account_id"`
 	AccountName   string `json:"account_name"`
+	// MFA names the user's second factors: ["totp"] or [].
+	MFA []string `json:"mfa"`
 }
 
 // handleUserInfo answers GET and POST /userinfo for the user of the token.
@@ -238,7 +243,7 @@ func handleUserInfo(users *account.Users) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		out := userInfo{Subject: u.ID, PreferredUsername: u.Username, AccountID: claims.AccountID, AccountName: claims.AccountName}
+		out := userInfo{Subject: u.ID, PreferredUsername: u.Username, AccountID: claims.AccountID, AccountName: claims.AccountName, MFA: u.MFAMethods()}
 		if u.Name != "" {
 			out.Name = &u.Name
 		}
@@ -253,6 +258,9 @@ func handleUserInfo(users *account.Users) echo.HandlerFunc {
 type changePasswordRequest struct {
 	CurrentPassword string `json:"currentPassword"`
 	NewPassword     string `json:"newPassword"`
+	// OTP is a code of the user's second factor, required when they have
+	// one.
+	OTP string `json:"otp"`
 }
 
 // handleChangePassword changes the password of the token's user and
@@ -272,13 +280,16 @@ func handleChangePassword(sessions *account.Sessions) echo.HandlerFunc {
 		if req.NewPassword == "" {
 			invalid.Add("newPassword", "is required")
 		}
+		if utf8.RuneCountInString(req.OTP) > account.MaxOTPLen {
+			invalid.Add("otp", "is too long")
+		}
 		if err := invalid.Err(); err != nil {
 			return err
 		}
 		claims, _ := token.ClaimsFromContext(c.Request().Context())
 		set, err := sessions.ChangePassword(c.Request().Context(), account.PasswordChange{
 			AccountID: claims.AccountID, AccountName: claims.AccountName, UserID: claims.Subject, SessionID: claims.SessionID,
-			Current: req.CurrentPassword, New: req.NewPassword, ClientIP: c.RealIP(),
+			Current: req.CurrentPassword, New: req.NewPassword, OTP: req.OTP, ClientIP: c.RealIP(),
 		})
 		if err != nil {
 			return err

@@ -1,12 +1,14 @@
 package http_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +52,7 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions:    sessions,
 		Users:       users,
+		MFA:         sessions.MFA,
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
@@ -151,7 +154,8 @@ func TestUsers(t *testing.T) {
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *", "* /oauth2/* *", "GET /oauth2/assets/signin.css 200",
 		"* /definitions *", "* /definitions/{id} *", "* /.well-known/* *", "* /openapi.yaml *",
 		"* /users 401", "* /users/{id} 401", "* /users/{id}/password 401", "POST /userinfo 401", "* /userinfo 400", "GET /users/{id} 400", "DELETE /users/{id} 400",
-		"PATCH /users/{id} 413", "PUT /users/{id}/password 413", "PUT /users/{id}/password 415", "POST /password 413")
+		"PATCH /users/{id} 413", "PUT /users/{id}/password 413", "PUT /users/{id}/password 415", "POST /password 413",
+		"* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *")
 }
 
 func testUserLifecycle(t *testing.T, u *usersAPI) {
@@ -467,6 +471,7 @@ func testUserPaging(t *testing.T, u *usersAPI) {
 	}
 	reader := u.clientToken(acc, token.ScopeUsersRead)
 	var names []string
+	var listed []userJSON
 	path := "/users?limit=2"
 	pages := 0
 	for path != "" {
@@ -479,14 +484,20 @@ func testUserPaging(t *testing.T, u *usersAPI) {
 		for _, p := range page {
 			names = append(names, p.Username)
 		}
+		listed = append(listed, page...)
 		pages++
 		path = ""
 		if link := r.header.Get("Link"); link != "" {
 			path = strings.TrimPrefix(strings.SplitN(link, ">", 2)[0], "<")
 		}
 	}
-	if strings.Join(names, ",") != "p1,p2,p3" || pages != 2 {
-		t.Errorf("pages = %d, names = %v, want p1,p2,p3 oldest first in 2 pages", pages, names)
+	// Oldest first, then by id: users created in the same millisecond
+	// come in id order.
+	ordered := slices.IsSortedFunc(listed, func(a, b userJSON) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	if sorted := slices.Sorted(slices.Values(names)); strings.Join(sorted, ",") != "p1,p2,p3" || pages != 2 || !ordered {
+		t.Errorf("pages = %d, names = %v, want p1,p2,p3 by (createdAt, id) in 2 pages", pages, names)
 	}
 	r := u.call("GET", "/users?username=P2", reader, "")
 	var one []userJSON

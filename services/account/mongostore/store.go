@@ -7,6 +7,7 @@
 //	accounts       {name:1} unique                 AccountByName, ListAccounts (sorted by name)
 //	users          {account_id:1, username:1} unique  UserByName, ListUsers by username
 //	               {account_id:1, created_at:1, _id:1}  ListUsers (oldest first, keyset); by id: _id + account_id
+//	               (the second factor lives in the user's document: every change of it is by _id + account_id)
 //	definitions    {account_id:1, created_at:1, _id:1}  ListDefinitions; Get/Replace/Delete filter on _id + account_id
 //	signing_keys   _id = "keyring:<alg>"           SigningKeys; Create/UpdateSigningKeys (conditional on version)
 //	sessions       _id = sid; {expires_at:1}       RotateRefresh, RevokeSession (by _id); PurgeExpiredSessions
@@ -14,6 +15,7 @@
 //	login_throttle _id = throttle key; {expires_at:1}  TakeLoginAttempt and the rest (by _id); PurgeLoginThrottle
 //	               {account_id:1, browser_session_id:1}  RevokeBrowserSessionSessions
 //	clients        _id = client_id; {account_id:1, created_at:1, _id:1}  ClientByID, Rotate/SetClientDisabled (by _id); ListClients
+//	settings       _id = name                      LoadOrCreateSecret (a generated key, when none is configured)
 //	browser_sessions _id = hash of the cookie; {expires_at:1}  BrowserSessionByID, EndBrowserSession; PurgeExpiredBrowserSessions
 //	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions (a user's browser sessions end with the rest)
 //	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode (conditional on not spent); PurgeAuthCodes
@@ -47,6 +49,7 @@ type Store struct {
 	sessions    *mongo.Collection
 	throttle    *mongo.Collection
 	clients     *mongo.Collection
+	settings    *mongo.Collection
 	browser     *mongo.Collection
 	codes       *mongo.Collection
 	now         func() time.Time
@@ -64,6 +67,7 @@ func New(db *mongo.Database) *Store {
 		sessions:    db.Collection("sessions"),
 		throttle:    db.Collection("login_throttle"),
 		clients:     db.Collection("clients"),
+		settings:    db.Collection("settings"),
 		browser:     db.Collection("browser_sessions"),
 		codes:       db.Collection("auth_codes"),
 		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
@@ -97,6 +101,13 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// LoadOrCreateSecret returns the named secret, generating and storing it
+// on first use, so that every replica shares it (the TOTP secrets' key
+// when none is configured).
+func (s *Store) LoadOrCreateSecret(ctx context.Context, name string, generate func() (string, error)) (string, error) {
+	return mongoconn.LoadOrCreate(ctx, s.settings, name, generate)
 }
 
 type accountDoc struct {
@@ -165,6 +176,10 @@ type userDoc struct {
 	CreatedAt   time.Time `bson:"created_at"`
 	UpdatedAt   time.Time `bson:"updated_at"`
 	LastLoginAt time.Time `bson:"last_login_at,omitempty"`
+	// TOTP is the active second factor, TOTPPending the secret of a begun
+	// enrolment; both absent when none.
+	TOTP        *totpDoc `bson:"totp,omitempty"`
+	TOTPPending []byte   `bson:"totp_pending,omitempty"`
 }
 
 // CreateUser stores a new user of only a name and a password hash (see
@@ -221,6 +236,12 @@ func (d userDoc) domain() account.User {
 	}
 	if !d.LastLoginAt.IsZero() {
 		u.LastLoginAt = d.LastLoginAt.UTC()
+	}
+	if d.TOTP != nil {
+		u.TOTP = &account.TOTP{
+			Sealed: d.TOTP.Sealed, LastStep: d.TOTP.LastStep,
+			RecoveryCodes: d.TOTP.RecoveryCodes, EnrolledAt: d.TOTP.EnrolledAt.UTC(),
+		}
 	}
 	return u
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/argon2"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/acme/platform/pkg/tracing"
 )
@@ -94,7 +95,9 @@ func New(opts Options) (*Hasher, error) {
 	return h, nil
 }
 
-// Hash returns the PHC string of password with a fresh random salt. A
+// Hash returns the PHC string of password, normalised to NFKC, with a
+// fresh random salt: a password typed in another form of the same
+// characters (a ligature, a full-width letter) then logs in as well. A
 // traced request shows it (the wait for a slot included) as a span.
 func (h *Hasher) Hash(ctx context.Context, password string) (encoded string, err error) {
 	ctx, span := tracing.Start(ctx, "password hash")
@@ -104,18 +107,39 @@ func (h *Hasher) Hash(ctx context.Context, password string) (encoded string, err
 		return "", err
 	}
 	defer release()
-	return h.hash(password)
+	return h.hash(norm.NFKC.String(password))
 }
 
-// Verify reports whether password matches the PHC string encoded, using the
-// parameters stored in it. A traced request shows it as a span.
-func (h *Hasher) Verify(ctx context.Context, encoded, password string) (ok bool, err error) {
+// Verify reports whether password matches the PHC string encoded, in its
+// NFKC form or as typed (see Check).
+func (h *Hasher) Verify(ctx context.Context, encoded, password string) (bool, error) {
+	ok, _, err := h.Check(ctx, encoded, password)
+	return ok, err
+}
+
+// Check reports whether password matches the PHC string encoded, using the
+// parameters stored in it. The NFKC form is tried first; when it differs
+// from the password as typed and does not match, the typed form is tried,
+// since hashes stored before passwords were normalised hold that form.
+// stale reports such a match: the caller should store a new hash. Whether
+// a second verification runs depends on the password presented alone,
+// never on the stored hash. A traced request shows it as a span.
+func (h *Hasher) Check(ctx context.Context, encoded, password string) (ok, stale bool, err error) {
 	ctx, span := tracing.Start(ctx, "password verify")
 	defer func() { tracing.End(span, err) }()
 	p, salt, want, err := decode(encoded)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
+	normalized := norm.NFKC.String(password)
+	if ok, err := h.verify(ctx, p, salt, want, normalized); err != nil || ok || normalized == password {
+		return ok, false, err
+	}
+	ok, err = h.verify(ctx, p, salt, want, password)
+	return ok, ok, err
+}
+
+func (h *Hasher) verify(ctx context.Context, p Params, salt, want []byte, password string) (bool, error) {
 	release, err := h.acquire(ctx)
 	if err != nil {
 		return false, err
@@ -125,9 +149,9 @@ func (h *Hasher) Verify(ctx context.Context, encoded, password string) (ok bool,
 	return subtle.ConstantTimeCompare(got, want) == 1, nil
 }
 
-// VerifyDummy runs one verification against a fixed hash with the current
-// parameters, so that a login for an unknown user costs what a wrong
-// password costs.
+// VerifyDummy runs the verifications of a mismatch against a fixed hash
+// with the current parameters, so that a login for an unknown user costs
+// what a wrong password costs.
 func (h *Hasher) VerifyDummy(ctx context.Context, password string) error {
 	_, err := h.Verify(ctx, h.dummy, password)
 	return err

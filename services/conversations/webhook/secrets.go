@@ -1,17 +1,16 @@
 package webhook
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/acme/platform/pkg/secretbox"
 )
 
 // SecretPrefix starts every endpoint secret (Standard Webhooks).
@@ -56,53 +55,35 @@ func Sign(secrets []string, id string, timestamp time.Time, body []byte) (string
 	return strings.Join(sigs, " "), nil
 }
 
-// SecretBox seals endpoint secrets with AES-256-GCM under a key from the
-// configuration, with the endpoint id as associated data, so that a
-// sealed secret copied to another endpoint does not open.
+// SecretBox seals endpoint secrets (package secretbox: AES-256-GCM under
+// a key from the configuration) with the endpoint id as associated data,
+// so that a sealed secret copied to another endpoint does not open.
 type SecretBox struct {
-	aead cipher.AEAD
+	box *secretbox.Box
 }
 
 // SecretBoxKeyLen is the length of the key-encryption key.
-const SecretBoxKeyLen = 32
+const SecretBoxKeyLen = secretbox.KeyLen
 
 // NewSecretBox returns a SecretBox under key (32 bytes).
 func NewSecretBox(key []byte) (*SecretBox, error) {
-	if len(key) != SecretBoxKeyLen {
-		return nil, fmt.Errorf("the webhook secret key must be %d bytes, got %d", SecretBoxKeyLen, len(key))
-	}
-	block, err := aes.NewCipher(key)
+	box, err := secretbox.New(key)
 	if err != nil {
-		return nil, fmt.Errorf("webhook secret key: %w", err)
+		return nil, fmt.Errorf("webhook %w", err)
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("webhook secret key: %w", err)
-	}
-	return &SecretBox{aead: aead}, nil
+	return &SecretBox{box: box}, nil
 }
 
-// Seal encrypts secret for the endpoint endpointID: a random nonce, then
-// the ciphertext and tag.
+// Seal encrypts secret for the endpoint endpointID.
 func (b *SecretBox) Seal(endpointID, secret string) []byte {
-	nonce := make([]byte, b.aead.NonceSize())
-	_, _ = rand.Read(nonce)
-	return b.aead.Seal(nonce, nonce, []byte(secret), []byte(endpointID))
+	return b.box.Seal(endpointID, []byte(secret))
 }
-
-// errSealed: a sealed secret that does not open under the configured key
-// (another key, or another endpoint's secret).
-var errSealed = errors.New("a webhook secret does not open under the configured key")
 
 // Open decrypts a secret Seal made for endpointID.
 func (b *SecretBox) Open(endpointID string, sealed []byte) (string, error) {
-	n := b.aead.NonceSize()
-	if len(sealed) < n {
-		return "", errSealed
-	}
-	plain, err := b.aead.Open(nil, sealed[:n], sealed[n:], []byte(endpointID))
+	plain, err := b.box.Open(endpointID, sealed)
 	if err != nil {
-		return "", errSealed
+		return "", fmt.Errorf("webhook secret: %w", err)
 	}
 	return string(plain), nil
 }

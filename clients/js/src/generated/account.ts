@@ -17,9 +17,14 @@ export interface paths {
          *     returns a set of signed JWTs.
          *
          *     Every reason for a refused login (unknown account, unknown user,
-         *     disabled user, wrong password) gives the same `401` with code
-         *     `invalid_credentials`, in the same time, so that a caller cannot
-         *     tell which part was wrong.
+         *     disabled user, wrong password, a wrong second-factor code) gives
+         *     the same `401` with code `invalid_credentials`, in the same time,
+         *     so that a caller cannot tell which part was wrong.
+         *
+         *     A user with a second factor sends `otp` too (a current TOTP code
+         *     or an unused recovery code); without it the answer is `401`
+         *     `mfa_required`, whether the password was right or not: ask the
+         *     user for the code, then send the whole request again with it.
          *
          *     Each field must be a JSON string: a field of any other JSON type
          *     (for example an object such as `{"$ne": null}`) is a `400`.
@@ -119,8 +124,10 @@ export interface paths {
          *       `scope` may narrow the client's scopes, never widen them
          *       (`invalid_scope`).
          *     * `password` (section 4.3) with `username`, `password` and
-         *       `account_name`: the rules of `POST /login` (throttling, one
-         *       answer for every wrong part), answered in OAuth's shape. A
+         *       `account_name`, and `otp` for a user with a second factor: the
+         *       rules of `POST /login` (throttling, one answer for every wrong
+         *       part, `401` `mfa_required` without `otp`), answered in OAuth's
+         *       shape. A
          *       service client, confidential or public, may use it for users of
          *       its own account (then `account_name` defaults to the client's
          *       account); the session is then the client's, and only it can
@@ -281,7 +288,12 @@ export interface paths {
          *     account, username or password is the page again with one message
          *     (`401`) that does not say which part was wrong; it counts for
          *     the same throttle as `POST /login` (`429` with `Retry-After`,
-         *     the same message). Success starts a browser session (an
+         *     the same message). A user with a second factor is asked for a
+         *     code: the password alone, right or wrong, is the page again
+         *     (`401`) with a field `otp` and a message asking for the password
+         *     and the code of the authenticator app (or a recovery code); a
+         *     wrong code is the one message again, still with `otp`, counted by
+         *     the throttle. Success starts a browser session (an
          *     HttpOnly, SameSite=Lax cookie; `Secure` and `__Host-` prefixed
          *     over https) and redirects to the app with `code`, `state` and
          *     `iss`.
@@ -432,10 +444,11 @@ export interface paths {
          *     256 characters after trimming spaces, no control characters,
          *     stored and compared lower-case) and is unique in the account
          *     (`409` `username_taken`, also for the loser of two concurrent
-         *     creates). `password` must meet the password policy (at least 15
-         *     characters, at most 256; not a common or breached password; not
-         *     containing the username, the account name or the email's local
-         *     part): a refusal is `400` `weak_password`, naming the field and
+         *     creates). `password` must meet the password policy (see
+         *     Passwords above: at least 15 characters counted as typed and in
+         *     NFKC, at most 256; not only invisible characters; not a common or
+         *     breached password; not containing the username, the account name
+         *     or the email's local part): a refusal is `400` `weak_password`, naming the field and
          *     why. `email` is checked for syntax only (at most 254 characters);
          *     `name` is at most 200 characters.
          *
@@ -567,8 +580,96 @@ export interface paths {
          *     `newPassword`), ends every session of the user and answers with
          *     the token set of a new one. A wrong current password is `403`
          *     `invalid_current_password`: the token is good, so not a `401`.
+         *     A user with a second factor sends `otp` too: without it the
+         *     answer is `403` `mfa_required` (nothing is checked), and a wrong
+         *     password or a wrong code is `invalid_current_password` alike.
          */
         post: operations["changePassword"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/users/{id}/mfa": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a user's second factor
+         * @description For a user who lost their authenticator and recovery codes:
+         *     removes the user's second factor (active or begun) and ends every
+         *     session of the user at once. Removing none is not an error.
+         */
+        delete: operations["resetUserMFA"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mfa/totp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Begin enrolling a TOTP second factor
+         * @description With the user's own token: a new secret and its `otpauth://` URI,
+         *     pending until `POST /mfa/totp/verify`; calling again replaces a
+         *     pending one. `409` `mfa_enrolled` while one is active. Not to be
+         *     cached.
+         */
+        post: operations["beginTOTP"];
+        /**
+         * Remove your TOTP second factor
+         * @description With the user's own token and a proof: `code` (a current code or
+         *     an unused recovery code) or `password`, exactly one. Throttled
+         *     like a login, on the same counters. A wrong code is `403`
+         *     `invalid_otp`, a wrong password `403` `invalid_current_password`;
+         *     `404` when none is active. The user's sessions go on.
+         */
+        delete: operations["removeTOTP"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/mfa/totp/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Activate the pending TOTP second factor
+         * @description With a current code of the pending secret (`code`): activates it
+         *     and answers with 10 recovery codes, shown only now (they are
+         *     stored hashed). A wrong code is `403` `invalid_otp` and changes
+         *     nothing; `409` `mfa_not_started` without a pending secret,
+         *     `mfa_enrolled` when one is active. Not to be cached.
+         */
+        post: operations["verifyTOTP"];
         delete?: never;
         options?: never;
         head?: never;
@@ -687,6 +788,12 @@ export interface components {
              *     authentication, else it defaults to the client's account.
              */
             account_name?: string;
+            /**
+             * Format: password
+             * @description `password`: a code of the user's second factor (a current TOTP
+             *     code or an unused recovery code), required when they have one.
+             */
+            otp?: string;
             /** @description `refresh_token`: the refresh token to exchange. */
             refresh_token?: string;
             /** @description The client id (`client_secret_post`, or alone for a public client, `none`). */
@@ -733,7 +840,7 @@ export interface components {
              * @description The error code; switch on it.
              * @enum {string}
              */
-            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "slow_down" | "temporarily_unavailable" | "server_error";
+            error: "invalid_request" | "invalid_client" | "invalid_grant" | "unauthorized_client" | "unsupported_grant_type" | "invalid_scope" | "slow_down" | "temporarily_unavailable" | "server_error" | "mfa_required";
             /** @description Human-readable explanation. */
             error_description?: string;
         };
@@ -748,6 +855,13 @@ export interface components {
             password: string;
             /** @description The name of the account to log in to, compared case-insensitively. */
             accountName: string;
+            /**
+             * Format: password
+             * @description A code of the user's second factor: a current TOTP code (6
+             *     digits) or an unused recovery code. Required when the user has
+             *     one (`401` `mfa_required` without it); ignored otherwise.
+             */
+            otp?: string;
         };
         /** @description A refresh token from a token set. */
         RefreshRequest: {
@@ -939,6 +1053,40 @@ export interface components {
         ChangePasswordRequest: {
             currentPassword: string;
             newPassword: string;
+            /**
+             * Format: password
+             * @description A code of the user's second factor, required when they have one.
+             */
+            otp?: string;
+        };
+        /**
+         * @description A new TOTP secret, pending until `POST /mfa/totp/verify`. Show the
+         *     URI as a QR code, or the secret for typing.
+         * @example {
+         *       "secret": "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP",
+         *       "otpauthUri": "otpauth://totp/Acme%20Platform:jane@demo?algorithm=SHA1&digits=6&issuer=Acme+Platform&period=30&secret=JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP"
+         *     }
+         */
+        TOTPEnrolment: {
+            /** @description The secret, base32 without padding (160 bits). */
+            secret: string;
+            /** @description The Key URI of the secret, with the issuer and the user as `username@account`. */
+            otpauthUri: string;
+        };
+        /**
+         * @description A proof of the second factor: `code`, a current TOTP code (or, to
+         *     remove it, an unused recovery code), or, to remove it,
+         *     `password`, the user's password; exactly one of them.
+         */
+        OTPRequest: {
+            /** Format: password */
+            code?: string;
+            /** Format: password */
+            password?: string;
+        };
+        /** @description The recovery codes, each usable once instead of a code; shown only now. */
+        RecoveryCodes: {
+            recoveryCodes: string[];
         };
         /** @description A user of the account; never its password or hash. */
         User: {
@@ -960,7 +1108,10 @@ export interface components {
              * @description The last successful login; null when never.
              */
             lastLoginAt: string | null;
+            mfa: components["schemas"]["MFAMethods"];
         };
+        /** @description The user's active second factors, `["totp"]` or `[]`; never a secret. */
+        MFAMethods: "totp"[];
         /** @description OpenID Connect Core 1.0 section 5.3.2 claims of the user, plus its account's. */
         UserInfo: {
             sub: string;
@@ -971,6 +1122,7 @@ export interface components {
             email_verified: false;
             account_id: string;
             account_name: string;
+            mfa: components["schemas"]["MFAMethods"];
         };
         /** @description A JSON Web Key Set (RFC 7517) of public signing keys. */
         JWKS: {
@@ -1136,7 +1288,10 @@ export interface components {
                  *       "email": "jane@example.com",
                  *       "email_verified": false,
                  *       "account_id": "acc_0a1b2c3d4e5f6a7b8c9d0e1f",
-                 *       "account_name": "demo"
+                 *       "account_name": "demo",
+                 *       "mfa": [
+                 *         "totp"
+                 *       ]
                  *     }
                  */
                 "application/json": components["schemas"]["UserInfo"];
@@ -1225,8 +1380,11 @@ export interface components {
             };
         };
         /**
-         * @description The current password is wrong (`invalid_current_password`), or the
-         *     bearer is a service client's token (`insufficient_scope`).
+         * @description The current password is wrong, or for a user with a second factor
+         *     the password or the code (`invalid_current_password`: which one is
+         *     not told); a user with a second factor sent no `otp`
+         *     (`mfa_required`); or the bearer is a service client's token
+         *     (`insufficient_scope`).
          */
         PasswordChangeForbidden: {
             headers: {
@@ -1246,7 +1404,43 @@ export interface components {
                     /** @constant */
                     status?: 403;
                     /** @enum {unknown} */
-                    code?: "invalid_current_password" | "insufficient_scope";
+                    code?: "invalid_current_password" | "mfa_required" | "insufficient_scope";
+                };
+            };
+        };
+        /**
+         * @description A second factor is active already (`mfa_enrolled`; remove it
+         *     first), or there is no pending secret to activate
+         *     (`mfa_not_started`).
+         */
+        MFAConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 409;
+                    /** @enum {unknown} */
+                    code?: "mfa_enrolled" | "mfa_not_started";
+                };
+            };
+        };
+        /**
+         * @description The code is wrong, expired or used (`invalid_otp`), the password is
+         *     wrong (`invalid_current_password`), or the bearer is a service
+         *     client's token (`insufficient_scope`).
+         */
+        MFAForbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"] & {
+                    /** @constant */
+                    status?: 403;
+                    /** @enum {unknown} */
+                    code?: "invalid_otp" | "invalid_current_password" | "insufficient_scope";
                 };
             };
         };
@@ -1356,6 +1550,25 @@ export interface components {
                 "application/json": components["schemas"]["OAuthError"];
             };
         };
+        /**
+         * @description Client authentication failed (`invalid_client`, as
+         *     `OAuthInvalidClient`), or the password grant of a user with a
+         *     second factor carried no `otp` (`mfa_required`, whatever the
+         *     password).
+         */
+        OAuthUnauthorized: {
+            headers: {
+                "Cache-Control": components["headers"]["CacheControlNoStore"];
+                "WWW-Authenticate": components["headers"]["WWWAuthenticateBasic"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["OAuthError"] & {
+                    /** @enum {unknown} */
+                    error?: "invalid_client" | "mfa_required";
+                };
+            };
+        };
         /** @description The request body is over 16 KiB (`invalid_request`). */
         OAuthTooLarge: {
             headers: {
@@ -1432,8 +1645,11 @@ export interface components {
             };
         };
         /**
-         * @description The login was refused. The same response is given for an unknown
-         *     account, an unknown or disabled user and a wrong password.
+         * @description The login was refused (`invalid_credentials`). The same response
+         *     is given for an unknown account, an unknown or disabled user, a
+         *     wrong password and a wrong second-factor code. For a user with a
+         *     second factor and no `otp` it is `mfa_required` instead, whatever
+         *     the password.
          */
         InvalidCredentials: {
             headers: {
@@ -1452,6 +1668,8 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"] & {
                     /** @constant */
                     status?: 401;
+                    /** @enum {unknown} */
+                    code?: "invalid_credentials" | "mfa_required";
                 };
             };
         };
@@ -1847,7 +2065,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["OAuthBadRequest"];
-            401: components["responses"]["OAuthInvalidClient"];
+            401: components["responses"]["OAuthUnauthorized"];
             413: components["responses"]["OAuthTooLarge"];
             429: components["responses"]["OAuthSlowDown"];
             503: components["responses"]["OAuthUnavailable"];
@@ -1951,6 +2169,11 @@ export interface operations {
                     username?: string;
                     /** Format: password */
                     password?: string;
+                    /**
+                     * Format: password
+                     * @description The second step: a code of the user's second factor.
+                     */
+                    otp?: string;
                     csrf?: string;
                 };
             };
@@ -2510,6 +2733,135 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    resetUserMFA: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The `id` of a user of the caller's account: `usr_` and 24
+                 *     lowercase hex digits. An id of another account, one that does not
+                 *     exist, or one of another form gives `404`.
+                 * @example usr_5d2c8a0e1f3b4c6d7e8f9a0b
+                 */
+                id: components["parameters"]["UserId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. The response has no body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["InsufficientScope"];
+            404: components["responses"]["UserNotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    beginTOTP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The secret, pending. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TOTPEnrolment"];
+                };
+            };
+            400: components["responses"]["AmbiguousCredentials"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["UserTokenRequired"];
+            409: components["responses"]["MFAConflict"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    removeTOTP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "code": "123456"
+                 *     }
+                 */
+                "application/json": components["schemas"]["OTPRequest"];
+            };
+        };
+        responses: {
+            /** @description Removed. The response has no body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["MFAForbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    verifyTOTP: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "code": "123456"
+                 *     }
+                 */
+                "application/json": components["schemas"]["OTPRequest"];
+            };
+        };
+        responses: {
+            /** @description Active. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecoveryCodes"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["MFAForbidden"];
+            409: components["responses"]["MFAConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

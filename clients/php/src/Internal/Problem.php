@@ -6,6 +6,7 @@ namespace Acme\Platform\Internal;
 
 use Acme\Platform\ApiError;
 use Acme\Platform\FieldError;
+use Acme\Platform\MfaRequiredError;
 
 /**
  * Builds the ApiError of an answer outside 2xx.
@@ -51,7 +52,8 @@ final class Problem
         } elseif (str_starts_with($mediaType, 'text/') || $isJson) {
             $detail = self::excerpt($response->body, 200);
         }
-        return new ApiError(
+        $class = $code === ApiError::MFA_REQUIRED ? MfaRequiredError::class : ApiError::class;
+        return new $class(
             method: $method,
             path: $path,
             status: $response->status,

@@ -48,7 +48,7 @@ from ._events import (
 from ._http import Response, Transport
 from ._links import LinkHeaderError, next_link, resolve_link
 from ._secret import Secret
-from ._types import Conversation, Definition, Message, Page, User, UserInfo
+from ._types import Conversation, Definition, Message, Page, TotpEnrollment, User, UserInfo
 
 __all__ = ["Client", "MemoryTokenStore", "Session", "TokenStore"]
 
@@ -286,6 +286,21 @@ class Client:
             self._loaded = True
             self._keep(self._log_in())
 
+    def login_with_otp(self, otp: str) -> None:
+        """Logs in with a code of the user's second factor (a current TOTP
+        code or an unused recovery code), after a call raised
+        :class:`MfaRequiredError`. A code is accepted once: a later login
+        needs a new one. A wrong code raises :class:`ApiError`
+        ``invalid_credentials``, as a wrong password does."""
+        if self._client_id:
+            raise ClientError(
+                "acme_platform: login_with_otp: a service client has no second factor"
+            )
+        session = self._password_login(otp)
+        with self._lock:
+            self._loaded = True
+            self._keep(session)
+
     def logout(self) -> None:
         """Ends the session: revokes its refresh token (``POST /logout``)
         and forgets the tokens, in the token store too. The next call logs
@@ -379,10 +394,18 @@ class Client:
             )
             logger.debug("obtained an access token with client credentials")
             return session
+        session = self._password_login(None)
+        logger.debug("logged in")
+        return session
+
+    def _password_login(self, otp: Optional[str]) -> Session:
+        """``POST /login`` with the user's credentials and ``otp``, a code of
+        their second factor (``None`` for none)."""
         assert self._password is not None
+        extra = {"otp": otp} if otp is not None else {}
         # Wrapped at once: no local variable holds the password in clear, so
         # that a traceback captured with its locals does not show it.
-        session = self._token_request(
+        return self._token_request(
             "/login",
             Secret(
                 json.dumps(
@@ -390,14 +413,13 @@ class Client:
                         "username": self._username,
                         "password": self._password.reveal(),
                         "accountName": self._account_name,
+                        **extra,
                     }
                 )
             ),
             "application/json",
             None,
         )
-        logger.debug("logged in")
-        return session
 
     def _token_request(
         self,
@@ -704,22 +726,24 @@ class Client:
         url = self._account_url + "/userinfo"
         return cast(UserInfo, self._json(self._call("GET", url, retry=True), "GET", url))
 
-    def change_password(self, current_password: str, new_password: str) -> None:
+    def change_password(
+        self, current_password: str, new_password: str, otp: Optional[str] = None
+    ) -> None:
         """Changes the password of the client's user (``POST /password``).
         The service ends every session of the user and answers with the
         tokens of a new one, which this client keeps (and the new password
         for later logins). A wrong current password raises
         :class:`ApiError` 403 ``invalid_current_password``; repeated ones
-        are throttled like logins (429)."""
+        are throttled like logins (429). A user with a second factor gives
+        ``otp`` too, else :class:`MfaRequiredError` (403)."""
         if self._client_id:
             raise ClientError("acme_platform: change_password: a service client has no password")
         url = self._account_url + "/password"
         start = time.time()
-        resp = self._call_body(
-            "POST",
-            url,
-            Secret(json.dumps({"currentPassword": current_password, "newPassword": new_password})),
-        )
+        body: Dict[str, str] = {"currentPassword": current_password, "newPassword": new_password}
+        if otp:
+            body["otp"] = otp
+        resp = self._call_body("POST", url, Secret(json.dumps(body)))
         doc = self._json(resp, "POST", url)
         tokens = doc.get("tokens") if isinstance(doc, dict) else None
         session = _session_of("/password", start, tokens, ("id_token",))
@@ -728,7 +752,51 @@ class Client:
             self._loaded = True
             self._keep(session)
 
-    def _call_body(self, method: str, url: str, body: Secret) -> Response:
+    def enroll_totp(self) -> TotpEnrollment:
+        """Begins enrolling a TOTP second factor (``POST /mfa/totp``): a new
+        secret, pending until :meth:`verify_totp`. 409 ``mfa_enrolled``
+        while one is active."""
+        if self._client_id:
+            raise ClientError("acme_platform: enroll_totp: a service client has no second factor")
+        url = self._account_url + "/mfa/totp"
+        return cast(TotpEnrollment, self._json(self._call_body("POST", url, None), "POST", url))
+
+    def verify_totp(self, code: str) -> List[str]:
+        """Activates the pending secret with a current code (``POST
+        /mfa/totp/verify``) and returns the 10 recovery codes, shown only
+        now. A wrong code raises :class:`ApiError` 403 ``invalid_otp``."""
+        if self._client_id:
+            raise ClientError("acme_platform: verify_totp: a service client has no second factor")
+        url = self._account_url + "/mfa/totp/verify"
+        doc = self._json(
+            self._call_body("POST", url, Secret(json.dumps({"code": code}))), "POST", url
+        )
+        codes = doc.get("recoveryCodes") if isinstance(doc, dict) else None
+        if not isinstance(codes, list):
+            raise ClientError(
+                "acme_platform: POST /mfa/totp/verify: the response holds no recovery codes"
+            )
+        return [str(c) for c in codes]
+
+    def remove_totp(self, *, code: Optional[str] = None, password: Optional[str] = None) -> None:
+        """Removes the user's second factor (``DELETE /mfa/totp``) with a
+        code (current or recovery) or the password, exactly one. Wrong:
+        403 ``invalid_otp`` or ``invalid_current_password``."""
+        if self._client_id:
+            raise ClientError("acme_platform: remove_totp: a service client has no second factor")
+        if (code is None) == (password is None):
+            raise ClientError("acme_platform: remove_totp: give code or password, exactly one")
+        proof: Dict[str, str] = (
+            {"code": code} if code is not None else {"password": password or ""}
+        )
+        self._call_body("DELETE", self._account_url + "/mfa/totp", Secret(json.dumps(proof)))
+
+    def reset_user_mfa(self, user_id: str) -> None:
+        """Removes a user's second factor (``DELETE /users/{id}/mfa``,
+        ``users:write``); every session of the user ends."""
+        self._call("DELETE", self._user_url(user_id) + "/mfa")
+
+    def _call_body(self, method: str, url: str, body: Optional[Secret]) -> Response:
         """An authenticated request whose JSON body holds a secret (a
         password): renewed once on a 401 invalid_token like _call, never
         retried otherwise (a password is never sent twice by itself)."""

@@ -20,6 +20,10 @@ CODE_INSUFFICIENT_SCOPE = "insufficient_scope"
 CODE_WEAK_PASSWORD = "weak_password"
 CODE_USERNAME_TAKEN = "username_taken"
 CODE_INVALID_CURRENT_PASSWORD = "invalid_current_password"
+CODE_MFA_REQUIRED = "mfa_required"
+CODE_INVALID_OTP = "invalid_otp"
+CODE_MFA_ENROLLED = "mfa_enrolled"
+CODE_MFA_NOT_STARTED = "mfa_not_started"
 CODE_NOT_FOUND = "not_found"
 CODE_METHOD_NOT_ALLOWED = "method_not_allowed"
 CODE_CONFLICT = "conflict"
@@ -163,6 +167,13 @@ class ApiError(ClientError):
         return (_rebuild_api_error, (self.__dict__.copy(),))
 
 
+class MfaRequiredError(ApiError):
+    """The user has a second factor: sign in again with a code of it
+    (:meth:`Client.login_with_otp`). A 401 of ``POST /login`` (a 403 of
+    :meth:`Client.change_password` without ``otp``); it never tells whether
+    the password was right."""
+
+
 def _rebuild_api_error(state: Mapping[str, Any]) -> ApiError:
     keys = (
         "method",
@@ -177,7 +188,8 @@ def _rebuild_api_error(state: Mapping[str, Any]) -> ApiError:
         "retry_after",
         "request_id",
     )
-    return ApiError(**{k: state[k] for k in keys})
+    cls = MfaRequiredError if state["code"] == CODE_MFA_REQUIRED else ApiError
+    return cls(**{k: state[k] for k in keys})
 
 
 def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
@@ -254,7 +266,8 @@ def error_from_response(
         title = reason
         if media_type.startswith("text/") or _is_json(media_type):
             detail = _excerpt(body)
-    return ApiError(
+    cls = MfaRequiredError if code == CODE_MFA_REQUIRED else ApiError
+    return cls(
         method=method,
         path=path,
         status=status,

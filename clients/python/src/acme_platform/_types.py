@@ -65,6 +65,8 @@ class User(TypedDict):
     createdAt: str
     updatedAt: str
     lastLoginAt: Optional[str]
+    #: The user's active second factors: ``["totp"]`` or ``[]``.
+    mfa: List[str]
 
 
 class UserInfo(TypedDict, total=False):
@@ -78,6 +80,15 @@ class UserInfo(TypedDict, total=False):
     email_verified: bool
     account_id: str
     account_name: str
+    mfa: List[str]
+
+
+class TotpEnrollment(TypedDict):
+    """A begun TOTP enrolment: the secret (base32) and its ``otpauth://``
+    URI, to show as a QR code."""
+
+    secret: str
+    otpauthUri: str
 
 
 T = TypeVar("T")

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/web"
 )
@@ -57,6 +59,10 @@ type config struct {
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
 	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
 
+	// Second factor (see docs/decisions.md, "TOTP").
+	MFASecretKey string `envconfig:"MFA_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts users' TOTP secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
+	TOTPIssuer   string `envconfig:"TOTP_ISSUER" default:"Acme Platform" desc:"the issuer authenticator apps show beside a user's TOTP codes"`
+
 	// Sign-in for apps (see docs/signin.md).
 	BrowserSessionTTL  time.Duration `envconfig:"BROWSER_SESSION_TTL" default:"8h" desc:"how long a sign-in on the service's page lasts for single sign-on (ended earlier by logout, a password change, disabling or deleting the user)"`
 	FirstPartyClientID string        `envconfig:"FIRST_PARTY_CLIENT_ID" default:"first-party" desc:"client_id claim of the access tokens of POST /login sessions (RFC 9068)"`
@@ -98,6 +104,12 @@ func (c config) validate() error {
 	}
 	if c.ClientAuthCacheTTL < 0 || c.ClientAuthCacheTTL > maxClientAuthCacheTTL {
 		return fmt.Errorf("configuration: ACCOUNT_CLIENT_AUTH_CACHE_TTL (%v) must be between 0 and %v: a disabled client keeps getting tokens that long", c.ClientAuthCacheTTL, maxClientAuthCacheTTL)
+	}
+	if _, err := secretbox.ParseKey(c.MFASecretKey); err != nil {
+		return fmt.Errorf("configuration: ACCOUNT_MFA_SECRET_KEY %w", err)
+	}
+	if strings.Contains(c.TOTPIssuer, ":") {
+		return errors.New("configuration: ACCOUNT_TOTP_ISSUER must be a name without a colon (authenticator apps split the label at it)")
 	}
 	if c.BrowserSessionTTL < 0 {
 		return errors.New("configuration: ACCOUNT_BROWSER_SESSION_TTL must not be negative")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
@@ -56,7 +58,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	if err != nil {
 		return err
 	}
-	handler, err := newAPIHandler(cfg, logger, registry, store, hasher, keys)
+	handler, mfa, err := newAPIHandler(cfg, logger, registry, store, hasher, keys)
 	if err != nil {
 		return err
 	}
@@ -103,6 +105,9 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			if err := store.EnsureIndexes(ctx); err != nil {
 				return nil, err
 			}
+			if mfa.Box, err = mfaSecretBox(ctx, cfg, store, logger); err != nil {
+				return nil, err
+			}
 			if syncKeys != nil {
 				if err := syncKeys.Sync(ctx); err != nil {
 					return nil, err
@@ -115,10 +120,33 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	}.Run(ctx)
 }
 
+// mfaSecretBox is the box of the users' TOTP secrets: under the configured
+// key, else under one generated into MongoDB (development only), as the
+// conversations service keeps its webhook secrets' key.
+func mfaSecretBox(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger) (*secretbox.Box, error) {
+	key, err := secretbox.ParseKey(cfg.MFASecretKey)
+	if err != nil {
+		return nil, err
+	}
+	if key == nil {
+		logger.Warn("ACCOUNT_MFA_SECRET_KEY is not set: TOTP secrets are encrypted under a key kept in MongoDB beside them; set it in production")
+		stored, err := store.LoadOrCreateSecret(ctx, "mfa_secret_key", secretbox.NewKey)
+		if err != nil {
+			return nil, err
+		}
+		if key, err = secretbox.ParseKey(stored); err != nil {
+			return nil, fmt.Errorf("stored TOTP secret key: %w", err)
+		}
+	}
+	return secretbox.New(key)
+}
+
 // newAPIHandler wires the API. It reads nothing from the database, so it
-// runs before the service listens and fails only on configuration.
+// runs before the service listens and fails only on configuration; the
+// second factor's box is set by the caller before the first request
+// (mfaSecretBox), since its key may come from the database.
 func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Registerer, store *mongostore.Store,
-	hasher *password.Hasher, keys token.KeyringProvider) (http.Handler, error) {
+	hasher *password.Hasher, keys token.KeyringProvider) (http.Handler, *account.MFA, error) {
 	issuer, err := token.NewIssuer(token.IssuerConfig{
 		Issuer:     cfg.Issuer,
 		Audience:   cfg.Audience,
@@ -129,14 +157,14 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		FirstPartyClientID: cfg.FirstPartyClientID,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	verifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{
 		Issuer:   cfg.Issuer,
 		Audience: cfg.Audience,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	refreshVerifier, err := token.NewVerifier(token.KeyringKeySet(keys), token.VerifierConfig{
 		Issuer:   cfg.Issuer,
@@ -144,18 +172,19 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		Uses:     []token.Use{token.UseRefresh},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	proxies, err := trustedProxies(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	throttle := &account.LoginThrottle{Store: store, Policy: loginPolicy(cfg)}
 	policy, err := account.LoadPasswordPolicy()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	users := &account.Users{Store: store, Sessions: store, Throttle: store, Hasher: hasher, Policy: policy}
+	mfa := &account.MFA{Store: store, Users: store, Sessions: store, Issuer: cmp.Or(strings.TrimSpace(cfg.TOTPIssuer), "Acme Platform"), Hasher: hasher, Throttle: throttle}
 	sessions := &account.Sessions{
 		Authenticator: account.Authenticator{Accounts: store, Users: store, Hasher: hasher},
 		Throttle:      throttle,
@@ -165,6 +194,7 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		RefreshTokens: refreshVerifier,
 		ReuseGrace:    cfg.RefreshReuseGrace,
 		Users:         users,
+		MFA:           mfa,
 	}
 	return accounthttp.NewHandler(accounthttp.Deps{
 		Logger:   logger,
@@ -175,13 +205,14 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 			Sessions: sessions, Clients: store, Browser: store, Codes: store, IDTokens: verifier,
 			Issuer: cfg.Issuer, BrowserSessionTTL: cfg.BrowserSessionTTL,
 		},
+		MFA:            mfa,
 		Definitions:    store,
 		Verifier:       verifier,
 		Keys:           keys,
 		IssuerURL:      cfg.Issuer,
 		TrustedProxies: proxies,
 		CORSOrigins:    cfg.CORSOrigins,
-	}), nil
+	}), mfa, nil
 }
 
 // newKeyring builds the signing keys: from the configured files (a mounted

@@ -1,16 +1,15 @@
 package main
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
-	"github.com/acme/platform/services/conversations/webhook"
 	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
@@ -83,12 +82,9 @@ func (c config) webhookSchedule() ([]time.Duration, error) {
 
 // webhookKey decodes WebhookSecretKey; nil when it is not set.
 func (c config) webhookKey() ([]byte, error) {
-	if c.WebhookSecretKey == "" {
-		return nil, nil
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(c.WebhookSecretKey))
-	if err != nil || len(key) != webhook.SecretBoxKeyLen {
-		return nil, errors.New("configuration: CONVERSATIONS_WEBHOOK_SECRET_KEY must be the standard base64 of 32 bytes (openssl rand -base64 32)")
+	key, err := secretbox.ParseKey(c.WebhookSecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: CONVERSATIONS_WEBHOOK_SECRET_KEY %w", err)
 	}
 	return key, nil
 

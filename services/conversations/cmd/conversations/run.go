@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/web"
@@ -277,7 +278,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	}
 	if key == nil {
 		logger.Warn("CONVERSATIONS_WEBHOOK_SECRET_KEY is not set: webhook secrets are encrypted under a key kept in MongoDB beside them; set it in production")
-		stored, err := store.LoadOrCreateSecret(ctx, "webhook_secret_key", newWebhookKey)
+		stored, err := store.LoadOrCreateSecret(ctx, "webhook_secret_key", secretbox.NewKey)
 		if err != nil {
 			return nil, err
 		}
@@ -318,10 +319,4 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 		servicecmd.PurgeEvery(ctx, logger, cfg.WebhookPurgeInterval, "webhook deliveries", purge)
 	})
 	return webhooks, nil
-}
-
-func newWebhookKey() (string, error) {
-	b := make([]byte, webhook.SecretBoxKeyLen)
-	_, _ = rand.Read(b) // never fails since Go 1.24
-	return base64.StdEncoding.EncodeToString(b), nil
 }
