@@ -7,6 +7,7 @@ require (
 	github.com/acme/platform/pkg v0.0.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/coreos/go-oidc/v3 v3.21.0
+	github.com/evanw/esbuild v0.28.2
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/lestrrat-go/jwx/v3 v3.3.0
 	github.com/pquerna/otp v1.5.0

@@ -60,6 +60,9 @@ const (
 	CodeWeakPassword           = "weak_password"            // 400: the password policy refuses a new password
 	CodeUsernameTaken          = "username_taken"           // 409: the account has a user of this name
 	CodeInvalidCurrentPassword = "invalid_current_password" // 403: ChangePassword with a wrong current password
+	// CodeInvalidCSRFToken is the sign-in page's 403 for a form without
+	// this browser's CSRF token: a browser sees it, never an API call.
+	CodeInvalidCSRFToken = "invalid_csrf_token"
 	// Codes of the second factor.
 	CodeMFARequired = "mfa_required"    // 401: a login of a user with a second factor without a code (403 from ChangePassword)
 	CodeInvalidOTP  = "invalid_otp"     // 403: VerifyTOTP or RemoveTOTP with a wrong, expired or used code

@@ -34,6 +34,8 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Token verify ES256: library vs bare", "Token verify EdDSA: library vs golang-jwt",
 		"vs bare argon2id", "vs argon2id + the 3 token signatures", "CPU per login",
 		"Client credentials: POST /oauth2/token", "CPU per token of the account process",
+		"sign-in page → form submitted → redirect → token, vs argon2id + the 3 token signatures",
+		"single sign-on (session present) authorize → redirect → token, vs a client_credentials token",
 		"Users: POST /users vs one argon2id hash + one insert", "Users: GET /users (100 per page) vs driver find",
 		"Listing: GET /v1/conversations vs driver find", "Listing: cost of page 3 vs page 1",
 		"CPU per page of the conversations process",

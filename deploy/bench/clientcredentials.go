@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -113,17 +112,8 @@ func clientCredentialsRows(ctx context.Context, s *stack) ([]row, error) {
 // checkTokenResponse sends req once with Go's client: the answer must be a
 // token, so that what wrk counts are tokens (wrk itself only checks for 2xx).
 func checkTokenResponse(req *http.Request) error {
-	status, body, err := do(http.DefaultClient, req)
-	if err != nil {
-		return err
-	}
-	var resp struct {
-		AccessToken string `json:"access_token"`
-	}
-	if status != http.StatusOK || json.Unmarshal(body, &resp) != nil || resp.AccessToken == "" {
-		return fmt.Errorf("token endpoint answered %d: %s", status, body)
-	}
-	return nil
+	_, err := tokenResponse(http.DefaultClient, req)
+	return err
 }
 
 // createClient creates a service client of the bench account with scopes
@@ -163,17 +153,7 @@ func (s *stack) clientCredentialsToken(ctx context.Context, client *http.Client,
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.SetBasicAuth(url.QueryEscape(id), url.QueryEscape(secret))
-	status, body, err := do(client, req)
-	if err != nil {
-		return "", err
-	}
-	var tok struct {
-		AccessToken string `json:"access_token"`
-	}
-	if status != http.StatusOK || json.Unmarshal(body, &tok) != nil || tok.AccessToken == "" {
-		return "", fmt.Errorf("token endpoint answered %d: %s", status, body)
-	}
-	return tok.AccessToken, nil
+	return tokenResponse(client, req)
 }
 
 // storedClientDoc is what the floor needs of a stored service client.

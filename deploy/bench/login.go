@@ -30,19 +30,14 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 	o := s.o
 	client := loopbackClient(o.workers)
 	bodies := make([]string, o.workers)
-	bare := make([]func() error, o.workers)
-	var params string
 	for i := range o.workers {
 		name, password := benchUser(i)
 		b, _ := json.Marshal(map[string]string{"username": name, "password": password, "accountName": benchAccount})
 		bodies[i] = string(b)
-		hash, err := s.storedHash(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		if bare[i], params, err = bareArgon2id(hash, password); err != nil {
-			return nil, err
-		}
+	}
+	bare, floor, params, err := s.signInFloor(ctx)
+	if err != nil {
+		return nil, err
 	}
 	login := func(ctx context.Context, worker int) error {
 		status, body, err := post(ctx, client, s.accountURL+"/login", bodies[worker])
@@ -51,24 +46,6 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 		}
 		if status != http.StatusOK {
 			return fmt.Errorf("login answered %d: %s", status, body)
-		}
-		return nil
-	}
-	// The floor of a login under the contract: the hash, plus the three
-	// signatures of the token set (access, refresh, id) with a key of the
-	// service's algorithm.
-	sign, err := bareSigner(o.signingAlg)
-	if err != nil {
-		return nil, err
-	}
-	floor := func(_ context.Context, w int) error {
-		if err := bare[w](); err != nil {
-			return err
-		}
-		for range 3 {
-			if err := sign(); err != nil {
-				return err
-			}
 		}
 		return nil
 	}
@@ -116,6 +93,41 @@ func loginRows(ctx context.Context, s *stack) ([]row, error) {
 			ratio:   perCPU, unit: "× bare", id: "login", cmds: cmdsCell(logins, hashes),
 		},
 	}, nil
+}
+
+// signInFloor returns, per worker (each signs in as its own bench user),
+// bare argon2id verification of the user's password with the parameters
+// and salt stored for it, and the floor of a sign-in, the least one does:
+// that verification plus the three signatures of the token set (access,
+// refresh, id) with a key of the service's algorithm.
+func (s *stack) signInFloor(ctx context.Context) (bare []func() error, floor func(context.Context, int) error, params string, err error) {
+	bare = make([]func() error, s.o.workers)
+	for i := range s.o.workers {
+		name, password := benchUser(i)
+		hash, err := s.storedHash(ctx, name)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if bare[i], params, err = bareArgon2id(hash, password); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	sign, err := bareSigner(s.o.signingAlg)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	floor = func(_ context.Context, w int) error {
+		if err := bare[w](); err != nil {
+			return err
+		}
+		for range 3 {
+			if err := sign(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return bare, floor, params, nil
 }
 
 // bareSigner signs a typical signing input once per call with the

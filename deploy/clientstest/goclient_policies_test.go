@@ -223,7 +223,8 @@ func runGoPolicies(t *testing.T, st *stack) {
 			client.CodeInvalidGrant, client.CodeInvalidScope, client.CodeUnauthorizedClient, client.CodeUnsupportedGrantType,
 			client.CodeSlowDown, client.CodeTemporarilyUnavailable, client.CodeServerError,
 			client.CodeMalformedRequest, client.CodeUnsupportedTransferEncoding, client.CodeHeadersTooLarge, client.CodeRequestTimeout,
-			client.CodeWeakPassword, client.CodeUsernameTaken, client.CodeInvalidCurrentPassword,
+			client.CodeWeakPassword, client.CodeUsernameTaken, client.CodeInvalidCurrentPassword, client.CodeInvalidCSRFToken,
+			client.CodeMFARequired, client.CodeInvalidOTP, client.CodeMFAEnrolled, client.CodeMFANotBegun,
 		} {
 			known[c] = true
 		}

@@ -19,24 +19,7 @@ func TestMain(m *testing.M) { mongotest.Main(m) }
 // account binary, and its credentials are kept there: every later start
 // prints the same ones without creating another client.
 func TestDemoClientIsCreatedOnceAndKept(t *testing.T) {
-	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account")
-	if err != nil {
-		t.Fatal(err)
-	}
-	account := filepath.Join(bin, "account")
-	db := mongotest.New(t)
-	env := []string{"ACCOUNT_MONGODB_URI=" + mongotest.URI(t), "ACCOUNT_MONGODB_DATABASE=" + db.Name()}
-	accountCmd := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(t.Context(), account, args...)
-		cmd.Env = append(os.Environ(), env...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("account %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	accountCmd("create-account", demoAccount) // what seedOnce's provisioning does
+	account, env, accountCmd := demoAccountBinary(t)
 	dataDir := t.TempDir()
 
 	var out bytes.Buffer
@@ -77,4 +60,60 @@ func TestDemoClientIsCreatedOnceAndKept(t *testing.T) {
 	if err != nil || renewed.ID == first.ID || renewed.Scopes != demoClientScopes {
 		t.Fatalf("start with an old client: %+v, %v", renewed, err)
 	}
+}
+
+// The demo app's public client is registered once per data folder and
+// address, with the app's redirect and post-logout redirect URIs; the
+// app served at another address gets a client of its own.
+func TestDemoAppClientIsRegisteredForItsAddress(t *testing.T) {
+	account, env, accountCmd := demoAccountBinary(t)
+	dataDir := t.TempDir()
+	var out bytes.Buffer
+	first, err := ensureDemoApp(t.Context(), dataDir, account, "127.0.0.1:8083", env, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(first, "cli_") || !strings.Contains(out.String(), first) ||
+		!strings.Contains(out.String(), "redirect_uri: http://127.0.0.1:8083/callback\n") ||
+		!strings.Contains(out.String(), "post_logout_redirect_uri: http://127.0.0.1:8083/\n") {
+		t.Fatalf("first start: client %q, output %q; want the client with the app's redirect URIs", first, out.String())
+	}
+	again, err := ensureDemoApp(t.Context(), dataDir, account, "127.0.0.1:8083", env, &out)
+	if err != nil || again != first {
+		t.Fatalf("second start: %q, %v; want the first client %q", again, err, first)
+	}
+	if list := accountCmd("list-clients", "--account", demoAccount); strings.Count(list, "cli_") != 1 {
+		t.Fatalf("list-clients after two starts:\n%s\nwant the demo app alone", list)
+	}
+	out.Reset()
+	moved, err := ensureDemoApp(t.Context(), dataDir, account, "127.0.0.1:18083", env, &out)
+	if err != nil || moved == first || !strings.Contains(out.String(), "redirect_uri: http://127.0.0.1:18083/callback\n") {
+		t.Fatalf("start at another address: %q, %v, output %q; want a new client for it", moved, err, out.String())
+	}
+}
+
+// demoAccountBinary builds the account binary and creates the demo
+// account on a fresh database, as seedOnce's provisioning does; it
+// returns the binary, its environment and a runner of its subcommands.
+func demoAccountBinary(t *testing.T) (string, []string, func(args ...string) string) {
+	t.Helper()
+	bin, err := svcproc.Binaries(t.Context(), t.TempDir(), "account")
+	if err != nil {
+		t.Fatal(err)
+	}
+	account := filepath.Join(bin, "account")
+	db := mongotest.New(t)
+	env := []string{"ACCOUNT_MONGODB_URI=" + mongotest.URI(t), "ACCOUNT_MONGODB_DATABASE=" + db.Name()}
+	accountCmd := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), account, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("account %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	accountCmd("create-account", demoAccount)
+	return account, env, accountCmd
 }

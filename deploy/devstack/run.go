@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/acme/platform/deploy/devstack/demoapp"
 	"github.com/acme/platform/pkg/testkit/embeddedmongo"
 )
 
@@ -31,6 +32,10 @@ type stackConfig struct {
 	convOps     string
 	// webhookAddr is where the local webhook receiver listens.
 	webhookAddr string
+	// demoAppAddr is where the demo app is served; jsClient is the
+	// JavaScript client's entry point it bundles.
+	demoAppAddr string
+	jsClient    string
 	// traces: the services export their spans to a receiver at
 	// tracesAddr, which prints each trace.
 	traces     bool
@@ -60,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.convAddr, "conversations-addr", "127.0.0.1:8081", "listen address of the conversations service")
 	fs.StringVar(&cfg.convOps, "conversations-ops-addr", "127.0.0.1:9091", "operations address of the conversations service")
 	fs.StringVar(&cfg.webhookAddr, "webhook-addr", "127.0.0.1:8082", "listen address of the local webhook receiver that prints each verified delivery")
+	fs.StringVar(&cfg.demoAppAddr, "demo-app-addr", "127.0.0.1:8083", "listen address of the demo app (its client's redirect URI is http://ADDR/callback)")
+	fs.StringVar(&cfg.jsClient, "js-client", "clients/js/src/index.ts", "entry point of the JavaScript client's sources, bundled for the demo app")
 	fs.BoolVar(&cfg.traces, "traces", false, "print each trace of both services here (they export OTLP/HTTP to --traces-addr)")
 	fs.StringVar(&cfg.tracesAddr, "traces-addr", "127.0.0.1:4318", "listen address of the local OTLP/HTTP trace receiver (with --traces)")
 	if err := fs.Parse(args); err != nil {
@@ -101,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"ACCOUNT_OPS_ADDR=" + cfg.accountOps,
 		"ACCOUNT_ISSUER=http://" + cfg.accountAddr,
 		"ACCOUNT_LOG_LEVEL=info",
+		// The demo app's page calls both services from its own origin.
+		"ACCOUNT_CORS_ORIGINS=http://" + cfg.demoAppAddr,
 	}
 
 	webhookKey, err := ensureKey(cfg.dataDir, webhookKeyFile)
@@ -120,6 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"CONVERSATIONS_JWKS_URL=http://" + cfg.accountAddr + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=http://" + cfg.accountAddr,
 		"CONVERSATIONS_LOG_LEVEL=info",
+		"CONVERSATIONS_CORS_ORIGINS=http://" + cfg.demoAppAddr,
 	}
 
 	if cfg.traces {
@@ -134,6 +144,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	client, err := ensureDemoClient(ctx, cfg.dataDir, account, accountEnv, stdout)
+	if err != nil {
+		return err
+	}
+	appClientID, err := ensureDemoApp(ctx, cfg.dataDir, account, cfg.demoAppAddr, accountEnv, stdout)
 	if err != nil {
 		return err
 	}
@@ -187,6 +201,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	rc.setSecrets(hook.Secret)
+	if err := startDemoApp(ctx, cfg.demoAppAddr, cfg.jsClient, demoapp.Config{
+		Issuer: "http://" + cfg.accountAddr, ConversationsURL: "http://" + cfg.convAddr,
+		ClientID: appClientID, AccountName: demoAccount,
+	}); err != nil {
+		if isAddrInUse(err.Error()) {
+			err = fmt.Errorf("%w\n%s", err, portsHint)
+		}
+		return err
+	}
 	printBanner(stdout, cfg, client, time.Since(started), logs.Name())
 	fmt.Fprintf(stdout, `local webhook receiver  %s  (endpoint %s of account %q, every event type;
   its id and secret in %s): each verified delivery is printed here, e.g. after
@@ -243,7 +266,7 @@ func service(bin string, env []string, logs io.Writer, last *lastLine) *exec.Cmd
 
 // portsHint says how to move the stack off ports another program holds.
 const portsHint = `another program is using one of the ports; stop it, or choose other ports, e.g.
-  make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080 --account-ops-addr 127.0.0.1:19090 --conversations-addr 127.0.0.1:18081 --conversations-ops-addr 127.0.0.1:19091 --webhook-addr 127.0.0.1:18082 --mongo-addr 127.0.0.1:27118'
+  make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080 --account-ops-addr 127.0.0.1:19090 --conversations-addr 127.0.0.1:18081 --conversations-ops-addr 127.0.0.1:19091 --webhook-addr 127.0.0.1:18082 --demo-app-addr 127.0.0.1:18083 --mongo-addr 127.0.0.1:27118'
 (./bin/devstack --help lists every address; the README's curl lines then need the new ports)`
 
 // exitError says which service stopped, with the last line it wrote (the
@@ -296,6 +319,9 @@ ready in %s
   OpenAPI                 %s/openapi.yaml  %s/openapi.yaml
   logs                    %s
 
+demo app                  http://%s  (open it in a browser and sign in with the
+  demo credentials: the authorization code flow with PKCE, then your conversations, live)
+
 demo credentials: accountName %q, username %q, password %q
 (account %q has a user %q with the same password and no definitions)
 
@@ -318,7 +344,7 @@ demo service client (account %q, scopes %s):
 
 Ctrl-C stops everything; the next "make run" keeps the data.
 `, took.Round(time.Millisecond), a, cfg.accountOps, c, cfg.convOps, a, c, logFile,
-		demoAccount, demoUser, demoPassword, emptyAccount, demoUser,
+		cfg.demoAppAddr, demoAccount, demoUser, demoPassword, emptyAccount, demoUser,
 		a, demoUser, demoPassword, demoAccount, a, c, c,
 		demoAccount, strings.ReplaceAll(demoClientScopes, ",", " "), client.ID, client.Secret,
 		clientFile, clientFile, client.ID, client.Secret, a, c)

@@ -9,14 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	client "github.com/acme/platform/clients/go"
 )
@@ -161,15 +159,9 @@ func rawData(body []byte) (json.RawMessage, bool) {
 
 // startReceiver listens on addr; the server ends with ctx.
 func startReceiver(ctx context.Context, addr string, rc *receiver) (string, error) {
-	ln, err := net.Listen("tcp", addr)
+	at, err := serve(ctx, addr, rc)
 	if err != nil {
 		return "", fmt.Errorf("webhook receiver: %w", err)
 	}
-	srv := &http.Server{Handler: rc, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	return (&url.URL{Scheme: "http", Host: ln.Addr().String(), Path: "/webhooks"}).String(), nil
+	return (&url.URL{Scheme: "http", Host: at.String(), Path: "/webhooks"}).String(), nil
 }

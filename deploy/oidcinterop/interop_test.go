@@ -28,6 +28,7 @@ func TestOpenIDClient(t *testing.T) {
 	for _, tl := range []struct{ program, install string }{
 		{"node", "apt-get install nodejs (Node 20 or later)"},
 		{"npm", "apt-get install npm"},
+		{chromium(), "apt-get install chromium (or CHROMIUM_PATH naming a Chromium)"},
 	} {
 		if _, err := exec.LookPath(tl.program); err != nil {
 			t.Fatalf("%s not found: %s", tl.program, tl.install)
@@ -54,6 +55,8 @@ func TestOpenIDClient(t *testing.T) {
 		})
 	}()
 	env := startAndSeed(t)
+	browser, _ := exec.LookPath(chromium())
+	env = append(env, "CHROMIUM_PATH="+browser)
 	if err := <-installed; err != nil {
 		t.Fatal(err)
 	}
@@ -89,16 +92,31 @@ func startAndSeed(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The demo app listens first: both services allow its origin.
+	app := newDemoApp(t)
+	cors := "_CORS_ORIGINS=" + app.origin
 	pair := svcproc.StartPairForTest(t, bin, mongotest.URI(t), mongotest.New(t).Name(), mongotest.New(t).Name(),
-		[]string{"ACCOUNT_AUDIENCE=" + audience}, []string{"CONVERSATIONS_AUDIENCE=" + audience})
+		[]string{"ACCOUNT_AUDIENCE=" + audience, "ACCOUNT" + cors}, []string{"CONVERSATIONS_AUDIENCE=" + audience, "CONVERSATIONS" + cors})
 	const accountName, username = "interop", "alice"
 	password := randomSecret(t)
 	pair.Account(t, "", "create-account", accountName)
 	pair.Account(t, password+"\n", "create-user", "--account", accountName, "--username", username)
-	// The suite runs the password grant with both: an operator allows it.
+	// The password grant is the operator's choice per client: these two
+	// have it, the apps below do not.
 	confidential := pair.Account(t, "", "create-client", "--account", accountName, "--name", "backend",
 		"--scopes", "definitions:read,definitions:write,conversations:read,conversations:write", "--allow-password-grant")
 	public := pair.Account(t, "", "create-client", "--account", accountName, "--name", "spa", "--public", "--allow-password-grant")
+	// The demo app, and a web app whose redirect URIs land on plain pages
+	// of the demo app's server.
+	demo := pair.Account(t, "", "create-client", "--account", accountName, "--name", "demo-app", "--public",
+		"--redirect-uri", app.origin+"/callback", "--post-logout-redirect-uri", app.origin+"/")
+	web := pair.Account(t, "", "create-client", "--account", accountName, "--name", "web-app", "--public",
+		"--redirect-uri", app.origin+appRedirectPath, "--post-logout-redirect-uri", app.origin+appPostLogoutPath)
+	demoID, webID := clientIDPattern.FindStringSubmatch(demo), clientIDPattern.FindStringSubmatch(web)
+	if demoID == nil || webID == nil {
+		t.Fatalf("create-client --public --redirect-uri printed no client_id:\n%s\n%s", demo, web)
+	}
+	app.serve(t, pair.AccountURL, pair.ConversationsURL, demoID[1], accountName)
 	id, secret := clientIDPattern.FindStringSubmatch(confidential), clientSecretPattern.FindStringSubmatch(confidential)
 	publicID := clientIDPattern.FindStringSubmatch(public)
 	if id == nil || secret == nil || publicID == nil || clientSecretPattern.MatchString(public) {
@@ -115,6 +133,10 @@ func startAndSeed(t *testing.T) []string {
 		"OIDC_TEST_CLIENT_ID=" + id[1],
 		"OIDC_TEST_CLIENT_SECRET=" + secret[1],
 		"OIDC_TEST_PUBLIC_CLIENT_ID=" + publicID[1],
+		"OIDC_TEST_APP_CLIENT_ID=" + webID[1],
+		"OIDC_TEST_APP_REDIRECT_URI=" + app.origin + appRedirectPath,
+		"OIDC_TEST_APP_POST_LOGOUT_URI=" + app.origin + appPostLogoutPath,
+		"OIDC_TEST_DEMO_APP_URL=" + app.origin,
 	}
 }
 

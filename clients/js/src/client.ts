@@ -31,7 +31,11 @@ export interface ClientOptions {
   accountUrl: string;
   /** Base URL of the conversations service, e.g. `http://localhost:8081`. */
   conversationsUrl: string;
-  /** A user's `{ accountName, username, password }`, or a service client's `{ clientId, clientSecret, scope? }`. */
+  /**
+   * A user's `{ accountName, username, password }`, a service client's
+   * `{ clientId, clientSecret, scope? }`, or an app's `{ accessToken }`: a
+   * function returning the access token of its user's sign-in.
+   */
   credentials: Credentials;
   /** The fetch to use; default the global one (Node 20+, browsers). */
   fetch?: typeof globalThis.fetch | undefined;
@@ -433,7 +437,7 @@ export class PlatformClient {
 
   /** Who the client's user is (OpenID Connect UserInfo, `GET /userinfo`). */
   async userInfo(options: CallOptions = {}): Promise<UserInfo> {
-    if (this.#session.kind !== "password") throw new TypeError("userInfo: a service client has no user");
+    if (this.#session.kind === "client_credentials") throw new TypeError("userInfo: a service client has no user");
     const res = await this.#call("GET", this.accountUrl + "/userinfo", options);
     return res.json();
   }
@@ -446,7 +450,7 @@ export class PlatformClient {
    * `invalid_current_password`; repeated ones are throttled like logins.
    */
   async changePassword(currentPassword: string, newPassword: string, options: CallOptions & { otp?: string } = {}): Promise<void> {
-    if (this.#session.kind !== "password") throw new TypeError("changePassword: a service client has no password");
+    if (this.#session.kind !== "password") throw new TypeError("changePassword: only a client given the user's password can change it");
     const start = Date.now();
     const res = await this.#call("POST", this.accountUrl + "/password", options, {
       body: JSON.stringify(options.otp ? { currentPassword, newPassword, otp: options.otp } : { currentPassword, newPassword }),
@@ -765,7 +769,9 @@ function baseUrl(url: string, name: string): string {
 }
 
 function checkCredentials(c: Credentials): Credentials {
-  if (c && "clientId" in c) {
+  if (c && "accessToken" in c) {
+    if (typeof c.accessToken !== "function") throw new TypeError("credentials: accessToken must be a function returning the access token");
+  } else if (c && "clientId" in c) {
     if (!c.clientId || !c.clientSecret) throw new TypeError("credentials: clientId and clientSecret are required");
   } else if (!c || !c.accountName || !c.username || !c.password) {
     throw new TypeError("credentials: accountName, username and password are required");

@@ -48,6 +48,8 @@ export const ErrorCodes = {
   InvalidScope: "invalid_scope",
   UnauthorizedClient: "unauthorized_client",
   UnsupportedGrantType: "unsupported_grant_type",
+  /** The sign-in page's 403 for a form without this browser's CSRF token: a browser sees it, never an API call. */
+  InvalidCsrfToken: "invalid_csrf_token",
 } as const;
 
 /** A code of {@link ErrorCodes}. */

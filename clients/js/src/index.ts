@@ -16,7 +16,7 @@ export type {
 } from "./client.js";
 export { ApiError, ErrorCodes, MfaRequiredError, isApiError, parseRetryAfter } from "./errors.js";
 export type { ApiErrorInit, ErrorCode } from "./errors.js";
-export type { Credentials, PasswordCredentials, ClientCredentials, RenewalKind } from "./session.js";
+export type { Credentials, PasswordCredentials, ClientCredentials, TokenCredentials, RenewalKind } from "./session.js";
 export type * from "./types.js";
 export { nextLink } from "./link.js";
 export { verifyWebhook, WebhookVerificationError, webhookToleranceSeconds } from "./webhooks.js";

@@ -18,7 +18,18 @@ export interface ClientCredentials {
   scope?: string | undefined;
 }
 
-export type Credentials = PasswordCredentials | ClientCredentials;
+/**
+ * An app that signs its user in itself (the authorization code flow with
+ * an OpenID Connect library) hands over its access token: accessToken is
+ * called before each request, with renew true after a service refused the
+ * previous token, and returns a current access token (the library's, which
+ * renews it with its refresh token).
+ */
+export interface TokenCredentials {
+  accessToken: (options: { renew: boolean }) => Promise<string> | string;
+}
+
+export type Credentials = PasswordCredentials | ClientCredentials | TokenCredentials;
 
 /** How the session got its current tokens. */
 export type RenewalKind = "login" | "refresh" | "client_credentials";
@@ -69,12 +80,24 @@ export class Session {
     this.#now = now ?? Date.now;
   }
 
-  get kind(): "password" | "client_credentials" {
-    return "clientId" in this.#credentials ? "client_credentials" : "password";
+  get kind(): "password" | "client_credentials" | "token" {
+    const c = this.#credentials;
+    return "clientId" in c ? "client_credentials" : "accessToken" in c ? "token" : "password";
   }
 
   /** A bearer token that does not expire within the margin. */
   async bearer(): Promise<Bearer> {
+    const c = this.#credentials;
+    if ("accessToken" in c) {
+      const renew = this.#stale;
+      const token = await c.accessToken({ renew });
+      if (typeof token !== "string" || token === "") throw new Error("credentials: accessToken() returned no token");
+      if (renew) {
+        this.#stale = false;
+        this.#generation++;
+      }
+      return { token, generation: this.#generation };
+    }
     const t = this.#tokens;
     if (t && !this.#stale && this.#now() < t.renewAt) {
       return { token: t.bearer, generation: this.#generation };
@@ -86,6 +109,10 @@ export class Session {
 
   /** Logs in with the credentials, after any renewal in progress. */
   async login(): Promise<void> {
+    if ("accessToken" in this.#credentials) {
+      await this.bearer();
+      return;
+    }
     for (;;) {
       const flight = this.#flight;
       if (!flight) {
@@ -109,6 +136,7 @@ export class Session {
     await this.#flight?.catch(() => undefined);
     const c = this.#credentials;
     if ("clientId" in c) throw new TypeError("loginWithOtp: a service client has no second factor");
+    if ("accessToken" in c) throw new TypeError("loginWithOtp: an app that signs its user in itself gives no password here");
     this.#tokens = await this.#passwordLogin(c, otp, signal);
     this.#stale = false;
     this.#generation++;
@@ -189,6 +217,7 @@ export class Session {
 
   async #authenticate(): Promise<{ tokens: Tokens; kind: RenewalKind }> {
     const c = this.#credentials;
+    if ("accessToken" in c) throw new Error("unreachable: an app's tokens are renewed by the app");
     const start = this.#now(); // expires_in counts from the response: earlier is safe
     if ("clientId" in c) {
       const form = new URLSearchParams({ grant_type: "client_credentials", client_id: c.clientId, client_secret: c.clientSecret });

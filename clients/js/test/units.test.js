@@ -43,6 +43,40 @@ test("bad options are refused at construction", () => {
   assert.throws(() => new PlatformClient({ ...ok, accountUrl: "localhost:8080" }), /accountUrl/);
   assert.throws(() => new PlatformClient({ ...ok, credentials: { accountName: "x", username: "u" } }), /password/);
   assert.throws(() => new PlatformClient({ ...ok, credentials: { clientId: "cli_1" } }), /clientSecret/);
+  assert.throws(() => new PlatformClient({ ...ok, credentials: { accessToken: "eyJ" } }), /accessToken must be a function/);
+});
+
+test("an app's access token: asked for before each call, renewed once after a 401 invalid_token", async () => {
+  const asked = [];
+  const sent = [];
+  let refused = false;
+  const fetch = async (url, init) => {
+    sent.push(init.headers.Authorization);
+    if (!refused) {
+      refused = true;
+      return new Response(JSON.stringify({ type: "about:blank", title: "Unauthorized", status: 401, code: "invalid_token" }), {
+        status: 401,
+        headers: { "Content-Type": "application/problem+json" },
+      });
+    }
+    return new Response("[]", { status: 200, headers: { "Content-Type": "application/json" } });
+  };
+  const c = new PlatformClient({
+    accountUrl: "http://a.test",
+    conversationsUrl: "http://c.test",
+    fetch,
+    credentials: {
+      accessToken: ({ renew }) => {
+        asked.push(renew);
+        return renew ? "token-2" : "token-1";
+      },
+    },
+  });
+  assert.deepEqual(await c.listDefinitions(), []);
+  assert.deepEqual(asked, [false, true]);
+  assert.deepEqual(sent, ["Bearer token-1", "Bearer token-2"]);
+  assert.match(String(c), /token credentials/);
+  await assert.rejects(c.changePassword("a", "b"), /only a client given the user's password/);
 });
 
 test("SseParser reads the event stream format in chunks of any size", () => {

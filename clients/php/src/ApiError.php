@@ -58,6 +58,8 @@ class ApiError extends ClientException
     public const INVALID_SCOPE = 'invalid_scope';
     public const UNAUTHORIZED_CLIENT = 'unauthorized_client';
     public const UNSUPPORTED_GRANT_TYPE = 'unsupported_grant_type';
+    /** The sign-in page's 403 for a form without this browser's CSRF token: a browser sees it, never an API call. */
+    public const INVALID_CSRF_TOKEN = 'invalid_csrf_token';
     /** The former name of SERVICE_UNAVAILABLE. */
     public const UNAVAILABLE = self::SERVICE_UNAVAILABLE;
 

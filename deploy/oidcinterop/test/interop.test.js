@@ -7,34 +7,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as oidc from 'openid-client';
+import { audience, conversationsURL, discover, env, issuer, user } from '../testsupport/support.js';
 
-function env(name) {
-  const value = process.env[name];
-  if (!value) {
-    throw new Error(`${name} is not set: run this suite with go test ./deploy/oidcinterop`);
-  }
-  return value;
-}
-
-const issuer = new URL(env('OIDC_TEST_ISSUER'));
-const audience = env('OIDC_TEST_AUDIENCE');
-const conversationsURL = env('OIDC_TEST_CONVERSATIONS_URL');
-const user = {
-  username: env('OIDC_TEST_USERNAME'),
-  password: env('OIDC_TEST_PASSWORD'),
-  account_name: env('OIDC_TEST_ACCOUNT_NAME'),
-};
 const confidentialID = env('OIDC_TEST_CLIENT_ID');
 const confidentialSecret = env('OIDC_TEST_CLIENT_SECRET');
 const publicID = env('OIDC_TEST_PUBLIC_CLIENT_ID');
-
-// discover configures a client by discovery. The services run on plain
-// HTTP on the loopback, which the library refuses unless told.
-function discover(clientID, clientAuth, metadata = {}) {
-  return oidc.discovery(issuer, clientID, metadata, clientAuth, {
-    execute: [oidc.allowInsecureRequests, oidc.enableNonRepudiationChecks],
-  });
-}
 
 const clients = {
   public: () => discover(publicID, oidc.None(), { token_endpoint_auth_method: 'none' }),

@@ -53,6 +53,9 @@ CODE_INVALID_GRANT = "invalid_grant"
 CODE_INVALID_SCOPE = "invalid_scope"
 CODE_UNAUTHORIZED_CLIENT = "unauthorized_client"
 CODE_UNSUPPORTED_GRANT_TYPE = "unsupported_grant_type"
+#: The sign-in page's 403 for a form without this browser's CSRF token:
+#: a browser sees it, never an API call.
+CODE_INVALID_CSRF_TOKEN = "invalid_csrf_token"
 #: The former name of :data:`CODE_SERVICE_UNAVAILABLE`.
 CODE_UNAVAILABLE = CODE_SERVICE_UNAVAILABLE
 
