@@ -28,8 +28,12 @@ import (
 const Scope = "github.com/acme/platform"
 
 // on is whether a recording provider is installed (Setup found an
-// exporter, or a test called Use).
-var on atomic.Bool
+// exporter, or a test called Use); tracer is its tracer of Scope, taken
+// once: asking the SDK's provider for it takes a lock.
+var (
+	on     atomic.Bool
+	tracer atomic.Pointer[trace.Tracer]
+)
 
 // On reports whether spans are recorded: false until Setup found an
 // exporter configured (or Use installed a provider).
@@ -87,6 +91,8 @@ func Setup(ctx context.Context, service, version string) (func(context.Context) 
 // propagators, and turns the helpers on. Setup calls it; tests call it
 // with a provider that records (sdk/trace/tracetest).
 func Use(tp trace.TracerProvider) {
+	t := tp.Tracer(Scope)
+	tracer.Store(&t)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	on.Store(true)
@@ -98,7 +104,7 @@ func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (con
 	if !On() {
 		return ctx, noop.Span{}
 	}
-	return otel.Tracer(Scope).Start(ctx, name, opts...)
+	return (*tracer.Load()).Start(ctx, name, opts...)
 }
 
 // End ends span, marking it failed when err is not nil. The error's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/labstack/echo/v5"
 	"go.opentelemetry.io/otel"
@@ -39,7 +40,9 @@ func endSpan(span trace.Span, c *echo.Context, route string, status int) {
 	if span == nil {
 		return
 	}
-	span.SetName(spanName(c.Request().Method, route))
+	if route != c.Path() { // Path is the name the span started with
+		span.SetName(spanName(c.Request().Method, route))
+	}
 	span.SetAttributes(
 		attribute.String("http.route", openAPIPath(route)),
 		attribute.Int("http.response.status_code", status),
@@ -68,11 +71,17 @@ func spanName(method, route string) string {
 	return methodLabel(method) + " " + openAPIPath(route)
 }
 
+// openAPIPaths caches openAPIPath: routes are few and fixed.
+var openAPIPaths sync.Map // Echo route → OpenAPI path
+
 // openAPIPath turns Echo's "/v1/conversations/:id" into
 // "/v1/conversations/{id}".
 func openAPIPath(route string) string {
 	if !strings.Contains(route, ":") {
 		return route
+	}
+	if p, ok := openAPIPaths.Load(route); ok {
+		return p.(string)
 	}
 	parts := strings.Split(route, "/")
 	for i, p := range parts {
@@ -80,7 +89,9 @@ func openAPIPath(route string) string {
 			parts[i] = "{" + p[1:] + "}"
 		}
 	}
-	return strings.Join(parts, "/")
+	p := strings.Join(parts, "/")
+	openAPIPaths.Store(route, p)
+	return p
 }
 
 // traceIDs returns the trace and span ids of ctx's span when it is
