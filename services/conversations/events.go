@@ -33,7 +33,7 @@ var EventTypes = []EventType{
 func (t EventType) Valid() bool { return slices.Contains(EventTypes, t) }
 
 // Event is one change of a conversation, as the feed, the stream and the
-// webhooks serve it (contract 11.1). It is recorded, pending, by the
+// webhooks serve it. It is recorded, pending, by the
 // change's own single-document write (on the conversation, or on the
 // message for message.created) and copied by the Relay into its account's
 // log, where it gets its Sequence.
@@ -122,7 +122,7 @@ type EventData struct {
 	Message *Message `json:"message,omitempty"`
 }
 
-// VisibleTo reports whether who may see e (contract 11.1): a service
+// VisibleTo reports whether who may see e: a service
 // client every event of its account, a user the events of the
 // conversations it took part in at the time.
 func (e Event) VisibleTo(who Caller) bool {
@@ -132,7 +132,7 @@ func (e Event) VisibleTo(who Caller) bool {
 // NewEventID returns a fresh event id: "evt_" and 96 random bits.
 func NewEventID() string { return newID("evt_") }
 
-// Limits of the feed (contract 11.2).
+// Limits of the feed.
 const (
 	DefaultEventPageSize = 100
 	MaxEventPageSize     = 1000

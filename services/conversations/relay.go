@@ -290,7 +290,7 @@ func (r *Relay) newestSequence(ctx context.Context, accountID string) (int64, er
 	return r.Store.NewestSequence(fenced, accountID)
 }
 
-// ListEvents returns one page of the feed of q.Caller (contract 11.2):
+// ListEvents returns one page of the feed of q.Caller:
 // the events after q.After it may see, oldest first, and the position to
 // continue from.
 //

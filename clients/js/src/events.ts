@@ -23,7 +23,7 @@ export function positionOf(next: string | undefined): number | undefined {
   return after !== null && /^\d+$/.test(after) ? Number(after) : undefined;
 }
 
-/** The page size of the feed when none is given (contract 11.2). */
+/** The page size of the feed when none is given. */
 export const defaultEventPageSize = 100;
 
 /**

@@ -51,7 +51,7 @@ export type WebhookPatch = ConversationsSchemas["WebhookPatch"];
 /** One event to one endpoint, with its last attempt's outcome. */
 export type WebhookDelivery = ConversationsSchemas["WebhookDelivery"];
 
-/** The types of the events of the feed and the stream (contract 11.1). */
+/** The types of the events of the feed and the stream. */
 export type EventType = ConversationsSchemas["EventType"];
 
 /**

@@ -24,7 +24,7 @@ final class EventFeed implements \IteratorAggregate
      * @param \Closure(?int): string       $firstUrl the URL of the first page after a position
      * @param \Closure(string): EventPage  $readPage
      */
-    /** The page size of the feed when none is given (contract 11.2). */
+    /** The page size of the feed when none is given. */
     public const DEFAULT_PAGE_SIZE = 100;
 
     public function __construct(

@@ -16,7 +16,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 )
 
-// The feed and the live stream of events (contract 11.2).
+// The feed and the live stream of events.
 
 // eventParams are the validated parameters of GET /v1/events and
 // /v1/events/stream.

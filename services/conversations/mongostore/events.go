@@ -16,7 +16,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 )
 
-// Events (contract 11.1). A change records its events pending on the
+// Events. A change records its events pending on the
 // document it writes (pending_events, with pending_since the time of the
 // oldest and pending_slot its account's slot), in that same
 // single-document write; the Relay copies them into the events

@@ -13,7 +13,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 )
 
-// The events of contract 11.1: recorded with each change, never lost and
+// The events: recorded with each change, never lost and
 // never invented whatever step stops, one order per account.
 
 func relay(t *testing.T, s *conversations.Service) {

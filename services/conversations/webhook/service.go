@@ -49,7 +49,7 @@ type Service struct {
 	contendedUntil atomic.Int64
 }
 
-// DefaultRetrySchedule is contract 11.3's.
+// DefaultRetrySchedule is the schedule of retries of a failed delivery.
 var DefaultRetrySchedule = []time.Duration{
 	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour,
 }

@@ -8,7 +8,7 @@ use Acme\Platform\ClientException;
 
 /**
  * An event of the feed or the stream: one change of a conversation
- * (contract 11.1). Each of the five types has a class of its own, which
+ *. Each of the five types has a class of its own, which
  * adds what its data carries; a type this version does not know comes as an
  * Event. The shape is versioned with the API: fields may be added, never
  * removed; $data holds the event's whole data as received.

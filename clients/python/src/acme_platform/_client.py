@@ -988,7 +988,7 @@ class Client:
         for page in self.message_pages(conversation_id, limit=limit):
             yield from page.items
 
-    # Webhook endpoints (contract 11.3): a service client with the scopes
+    # Webhook endpoints: a service client with the scopes
     # webhooks:manage and conversations:read.
 
     def _webhook_url(self, webhook_id: str, suffix: str = "") -> str:

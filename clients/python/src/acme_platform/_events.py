@@ -26,7 +26,7 @@ from typing import (
 from ._errors import ClientError, TransportError
 from ._types import Conversation, Message
 
-#: The types of events (contract 11.1).
+#: The types of events.
 EVENT_CONVERSATION_CREATED: Final = "conversation.created"
 EVENT_CONVERSATION_UPDATED: Final = "conversation.updated"
 EVENT_PARTICIPANT_ADDED: Final = "conversation.participant_added"
@@ -242,7 +242,7 @@ def check_position(after: Optional[int]) -> None:
         raise ValueError("after must be a sequence: a whole number, not negative")
 
 
-#: The page size of the feed when none is given (contract 11.2).
+#: The page size of the feed when none is given.
 DEFAULT_EVENT_PAGE_SIZE = 100
 
 

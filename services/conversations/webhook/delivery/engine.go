@@ -402,7 +402,7 @@ func statusClass(status int) string {
 	return strconv.Itoa(status/100) + "xx"
 }
 
-// Metrics are the engine's series (contract 11.3, issue 23).
+// Metrics are the engine's series.
 type Metrics struct {
 	attempts      *prometheus.CounterVec
 	latency       prometheus.Histogram
