@@ -39,6 +39,11 @@ var (
 	ErrInvalidLogoutRequest = errors.New("invalid logout request")
 )
 
+// ErrPendingSignInGone: the second step of a sign-in names no pending
+// step of this browser and request (unknown, used, or expired); the page
+// starts again from the password.
+var ErrPendingSignInGone = errors.New("the sign-in's second step expired or was used")
+
 // ErrInvalidGrant is the one answer to an authorization code that cannot
 // be exchanged: unknown, expired, spent (replay, which also ends the
 // session it started), of another client or redirect URI, or whose PKCE
@@ -64,6 +69,9 @@ const (
 	// MaxAuthorizeParam bounds each parameter of an authorization or
 	// logout request.
 	MaxAuthorizeParam = 2048
+	// PendingSignInTTL is how long the second step of a sign-in (the
+	// code of a second factor) may follow its password step.
+	PendingSignInTTL = 5 * time.Minute
 	// SpentCodeRetention is how long a code stays stored after it
 	// expired, so that a replay still finds it and ends its session.
 	SpentCodeRetention = 24 * time.Hour
@@ -121,8 +129,11 @@ type SignInPage struct {
 	// URI, which the page's CSP must allow as a form's redirect target.
 	FormAction string
 	// AskOTP is the second step, for a user with a second factor: the
-	// page asks for the password again and the code.
+	// page asks for the code only, and carries Pending back.
 	AskOTP bool
+	// Pending is the secret that names the sign-in's pending second step
+	// (PendingSignIn), sent back with the code; "" on the first step.
+	Pending string
 }
 
 // BrowserSessionCookie is a new browser session's cookie value, its end,
@@ -137,10 +148,29 @@ type BrowserSessionCookie struct {
 type SignInAttempt struct {
 	Request                         AuthorizationRequest
 	AccountName, Username, Password string
-	// OTP is the code of the user's second factor: "" on the first step;
-	// a user with one is then asked for it (ErrMFARequired).
-	OTP      string
+	// OTP is the code of the user's second factor, sent on the second
+	// step with Pending (the page's hidden field; "" on the first step).
+	OTP, Pending string
+	// CSRF is the form's CSRF token (checked against the browser's
+	// cookie): a pending second step is bound to it.
+	CSRF     string
 	ClientIP string
+}
+
+// PendingSignIn is the second step of a sign-in, held server-side between
+// the password and the code: never the password, only whose it was and
+// whether it was right. Its ID is the hash of the secret the page carries;
+// it is bound to the browser's CSRF token and to the authorization
+// request, lasts PendingSignInTTL, and is taken once.
+type PendingSignIn struct {
+	ID                             string
+	CSRFHash, RequestHash          string
+	AccountID, AccountName, UserID string
+	// TypedAccountName and TypedUsername are the names as typed: the
+	// keys of the login throttle, and what the page shows.
+	TypedAccountName, TypedUsername string
+	PasswordOK                      bool
+	ExpiresAt                       time.Time
 }
 
 // BrowserSession is a user's single sign-on at the service: while it
@@ -165,6 +195,14 @@ type BrowserSessionStore interface {
 	EndBrowserSession(ctx context.Context, id string) error
 	// PurgeExpiredBrowserSessions deletes the sessions that ended before t.
 	PurgeExpiredBrowserSessions(ctx context.Context, t time.Time) (int64, error)
+	// CreatePendingSignIn stores a sign-in's pending second step.
+	CreatePendingSignIn(ctx context.Context, p PendingSignIn) error
+	// TakePendingSignIn deletes a pending second step and returns it, in
+	// one command: of two concurrent takes one gets it, the other
+	// ErrNotFound.
+	TakePendingSignIn(ctx context.Context, id string) (PendingSignIn, error)
+	// PurgePendingSignIns deletes the pending steps that expired before t.
+	PurgePendingSignIns(ctx context.Context, t time.Time) (int64, error)
 }
 
 // AuthCode is an issued authorization code. Its ID is the hash of the
@@ -269,7 +307,9 @@ func (a *Authorizations) Authorize(ctx context.Context, req AuthorizationRequest
 // request it carries (checked again, as Authorize does), starts a browser
 // session and issues the code. A failed sign-in returns the page to show
 // again with the error: ErrInvalidCredentials or *LoginThrottledError
-// alike, one message, counted by the login throttle.
+// alike, one message, counted by the login throttle. A user with a second
+// factor gets ErrMFARequired and the page of the second step, whether the
+// password was right or not; that step (in.Pending) checks the code.
 func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authorization, error) {
 	r, refusal, err := a.check(ctx, in.Request)
 	if err != nil {
@@ -279,27 +319,98 @@ func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authoriz
 		return a.refuse(in.Request, refusal), nil
 	}
 	page := a.page(r)
+	if in.Pending != "" {
+		return a.codeStep(ctx, r, page, in)
+	}
 	page.AccountName, page.Username = in.AccountName, in.Username
-	if in.AccountName == "" || in.Username == "" || in.Password == "" || len(in.OTP) > MaxOTPLen ||
+	if in.AccountName == "" || in.Username == "" || in.Password == "" ||
 		len(in.AccountName) > MaxAccountNameLen*4 || len(in.Username) > MaxUsernameLen*4 || len(in.Password) > MaxPasswordLen*4 {
 		return Authorization{Page: page}, ErrInvalidCredentials
 	}
-	acc, user, err := a.Sessions.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.OTP, in.ClientIP, r.client.AccountID)
-	// A user asked for a code (or who sent one) stays on the second step.
-	page.AskOTP = errors.Is(err, ErrMFARequired) || in.OTP != ""
+	acc, user, passwordOK, err := a.Sessions.checkPasswordStep(ctx, in.AccountName, in.Username, in.Password, "", in.ClientIP, r.client.AccountID)
+	if errors.Is(err, ErrMFARequired) {
+		p := PendingSignIn{
+			CSRFHash: hashSecret(in.CSRF), RequestHash: requestDigest(in.Request),
+			AccountID: acc.ID, AccountName: acc.Name, UserID: user.ID,
+			TypedAccountName: in.AccountName, TypedUsername: in.Username, PasswordOK: passwordOK,
+			ExpiresAt: a.now().Add(PendingSignInTTL),
+		}
+		return a.pendingPage(ctx, page, p, err)
+	}
 	if err != nil {
 		return Authorization{Page: page}, err
 	}
+	return a.signedIn(ctx, r, acc.ID, acc.Name, user)
+}
+
+// codeStep is the second step of a sign-in: it takes the pending step the
+// page names (once: a replay finds nothing), which must be this browser's
+// (its CSRF token) for this authorization request, and checks the code.
+// A wrong code shows the second step again under a new secret, until the
+// step's end; a missing, spent or expired step the first step again.
+func (a *Authorizations) codeStep(ctx context.Context, r validRequest, page SignInPage, in SignInAttempt) (Authorization, error) {
+	if len(in.Pending) > 256 || len(in.OTP) > MaxOTPLen {
+		return Authorization{Page: page}, ErrInvalidCredentials
+	}
+	p, err := a.Browser.TakePendingSignIn(ctx, hashSecret(in.Pending))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Authorization{Page: page}, ErrPendingSignInGone
+	case err != nil:
+		return Authorization{}, err
+	case !a.now().Before(p.ExpiresAt) || p.CSRFHash != hashSecret(in.CSRF) || p.RequestHash != requestDigest(in.Request):
+		return Authorization{Page: page}, ErrPendingSignInGone
+	}
+	page.AccountName, page.Username = p.TypedAccountName, p.TypedUsername
+	user, err := a.Sessions.checkCodeStep(ctx, p, in.OTP, in.ClientIP)
+	var throttled *LoginThrottledError
+	if errors.Is(err, ErrInvalidCredentials) || errors.As(err, &throttled) {
+		return a.pendingPage(ctx, page, p, err)
+	}
+	if err != nil {
+		return Authorization{}, err
+	}
+	return a.signedIn(ctx, r, p.AccountID, p.AccountName, user)
+}
+
+// pendingPage stores p under a new secret and returns the second step's
+// page with failed.
+func (a *Authorizations) pendingPage(ctx context.Context, page SignInPage, p PendingSignIn, failed error) (Authorization, error) {
+	secret := randomSecret()
+	p.ID = hashSecret(secret)
+	if err := a.Browser.CreatePendingSignIn(ctx, p); err != nil {
+		return Authorization{}, fmt.Errorf("hold the second step: %w", err)
+	}
+	page.AskOTP, page.Pending = true, secret
+	return Authorization{Page: page}, failed
+}
+
+// requestDigest is the hash of an authorization request's parameters,
+// which a pending second step is bound to.
+func requestDigest(r AuthorizationRequest) string {
+	var b strings.Builder
+	for _, v := range []string{r.ClientID, r.RedirectURI, r.ResponseType, r.Scope, r.State, r.Nonce,
+		r.CodeChallenge, r.CodeChallengeMethod, r.Prompt, r.MaxAge, r.LoginHint, r.AccountName} {
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	return hashSecret(b.String())
+}
+
+// signedIn starts the browser session of a user who signed in and issues
+// the request's code.
+func (a *Authorizations) signedIn(ctx context.Context, r validRequest, accountID, accountName string, user User) (Authorization, error) {
 	now := a.now()
 	cookie := randomSecret()
 	bs := BrowserSession{
-		ID: HashBrowserSessionCookie(cookie), AccountID: acc.ID, UserID: user.ID, AccountName: acc.Name, Username: user.Username,
+		ID: HashBrowserSessionCookie(cookie), AccountID: accountID, UserID: user.ID, AccountName: accountName, Username: user.Username,
 		AuthTime: now, CreatedAt: now, ExpiresAt: now.Add(a.browserSessionTTL()), AMR: amrOf(user),
 	}
 	if err := a.Browser.CreateBrowserSession(ctx, bs); err != nil {
 		return Authorization{}, fmt.Errorf("start browser session: %w", err)
 	}
-	if err := a.Sessions.Authenticator.Users.RecordLogin(ctx, acc.ID, user.ID, now); err != nil {
+	if err := a.Sessions.Authenticator.Users.RecordLogin(ctx, accountID, user.ID, now); err != nil {
 		return Authorization{}, fmt.Errorf("record login: %w", err)
 	}
 	out, err := a.issueCode(ctx, r, bs)

@@ -3,9 +3,11 @@
 // and shows the user's conversations, live; a second app then signs in
 // without the page (single sign-on); prompt=login shows the page again;
 // the page passes axe-core and refuses to be framed; signing out ends the
-// single sign-on.
+// single sign-on; a user with a second factor signs in in two steps, the
+// second asking for the code only.
 import { before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -213,4 +215,86 @@ test('signing out of the demo app ends the single sign-on', async () => {
   await onSignInPage();
 
   assert.deepEqual(consoleErrors.filter((m) => /CORS|Access-Control/i.test(m)), []);
+});
+
+/** Decodes base32 (RFC 4648), the alphabet of TOTP secrets. */
+function base32Decode(s) {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+  let bits = 0;
+  let value = 0;
+  const out = [];
+  for (const ch of s.replace(/=+$/, '')) {
+    value = (value << 5) | alphabet.indexOf(ch);
+    bits += 5;
+    if (bits >= 8) {
+      out.push((value >>> (bits - 8)) & 0xff);
+      bits -= 8;
+    }
+  }
+  return Buffer.from(out);
+}
+
+/** The TOTP code (RFC 6238: SHA-1, 6 digits, 30 s) of secret `steps` steps from now. */
+function totp(secret, steps = 0) {
+  const counter = Buffer.alloc(8);
+  counter.writeBigUInt64BE(BigInt(Math.floor(Date.now() / 30000) + steps));
+  const mac = createHmac('sha1', base32Decode(secret)).update(counter).digest();
+  const offset = mac[mac.length - 1] & 0x0f;
+  return String((mac.readUInt32BE(offset) & 0x7fffffff) % 1_000_000).padStart(6, '0');
+}
+
+test('a user with a second factor signs in in two steps, the second asking for the code only', async () => {
+  const mfaUser = { accountName: user.account_name, username: env('OIDC_TEST_MFA_USERNAME'), password: env('OIDC_TEST_MFA_PASSWORD') };
+  // The user enrols a TOTP with their own token.
+  const login = await fetch(`${issuer.origin}/login`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(mfaUser),
+  });
+  assert.equal(login.status, 200, await login.clone().text());
+  const auth = { Authorization: `Bearer ${(await login.json()).tokens.access_token}`, 'Content-Type': 'application/json' };
+  const begun = await fetch(`${issuer.origin}/mfa/totp`, { method: 'POST', headers: auth });
+  assert.equal(begun.status, 200, await begun.clone().text());
+  const { secret } = await begun.json();
+  const verified = await fetch(`${issuer.origin}/mfa/totp/verify`, { method: 'POST', headers: auth, body: JSON.stringify({ code: totp(secret, 0) }) });
+  assert.equal(verified.status, 200, await verified.clone().text());
+
+  const flow = await webAppAuthorization({ prompt: 'login' });
+  await page.goto(flow.url.href);
+  await onSignInPage();
+  await page.locator('input[name="accountName"]').fill(mfaUser.accountName);
+  await page.locator('input[name="username"]').fill(mfaUser.username);
+  await page.locator('input[name="password"]').fill(mfaUser.password);
+  await page.locator('input[name="password"]').press('Enter');
+
+  // The second step: the code only, on the service's page, accessible.
+  const code = page.getByLabel('Code');
+  await code.waitFor();
+  assert.equal(new URL(page.url()).origin, issuer.origin);
+  assert.equal(await page.locator('input[name="password"]').count(), 0, 'the second step asks for the password again');
+  assert.equal(await page.locator('input[name="username"]').count(), 0);
+  assert.deepEqual(await axeViolations(), []);
+  assert.ok(!(await page.content()).includes(mfaUser.password), 'the second step holds the password');
+
+  // The activation spent this step's code: the next one signs in.
+  await code.fill(totp(secret, 1));
+  await code.press('Enter');
+  await page.waitForURL(atRedirectURI);
+  const callback = new URL(page.url());
+  assert.equal(callback.searchParams.get('state'), flow.state);
+  const token = await fetch(`${issuer.origin}/oauth2/token`, {
+    method: 'POST',
+    body: new URLSearchParams({
+      grant_type: 'authorization_code',
+      code: callback.searchParams.get('code'),
+      redirect_uri: redirectURI,
+      client_id: appID,
+      code_verifier: flow.verifier,
+    }),
+  });
+  assert.equal(token.status, 200, await token.clone().text());
+  const idToken = (await token.json()).id_token;
+  const claims = JSON.parse(Buffer.from(idToken.split('.')[1], 'base64url').toString());
+  assert.equal(claims.preferred_username ?? mfaUser.username, mfaUser.username);
+  assert.deepEqual(claims.amr, ['pwd', 'otp']);
 });

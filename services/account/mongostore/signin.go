@@ -158,5 +158,61 @@ func (s *Store) PurgeAuthCodes(ctx context.Context, t time.Time) (int64, error) 
 	return res.DeletedCount, nil
 }
 
+// pendingSignInDoc is a sign-in's pending second step; _id is the hash of
+// the secret its page carries.
+type pendingSignInDoc struct {
+	ID               string    `bson:"_id"`
+	CSRFHash         string    `bson:"csrf_hash"`
+	RequestHash      string    `bson:"request_hash"`
+	AccountID        string    `bson:"account_id"`
+	AccountName      string    `bson:"account_name"`
+	UserID           string    `bson:"user_id"`
+	TypedAccountName string    `bson:"typed_account_name"`
+	TypedUsername    string    `bson:"typed_username"`
+	PasswordOK       bool      `bson:"password_ok"`
+	ExpiresAt        time.Time `bson:"expires_at"`
+}
+
+// CreatePendingSignIn stores a pending second step.
+func (s *Store) CreatePendingSignIn(ctx context.Context, p account.PendingSignIn) error {
+	doc := pendingSignInDoc{
+		ID: p.ID, CSRFHash: p.CSRFHash, RequestHash: p.RequestHash, AccountID: p.AccountID, AccountName: p.AccountName,
+		UserID: p.UserID, TypedAccountName: p.TypedAccountName, TypedUsername: p.TypedUsername, PasswordOK: p.PasswordOK,
+		ExpiresAt: ms(p.ExpiresAt),
+	}
+	if _, err := s.pending.InsertOne(ctx, doc); err != nil {
+		return mongoconn.Wrap(err, "create pending sign-in")
+	}
+	return nil
+}
+
+// TakePendingSignIn deletes a pending second step by _id and returns it
+// (findOneAndDelete: one command, one winner).
+func (s *Store) TakePendingSignIn(ctx context.Context, id string) (account.PendingSignIn, error) {
+	var d pendingSignInDoc
+	err := s.pending.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.PendingSignIn{}, fmt.Errorf("pending sign-in: %w", account.ErrNotFound)
+	}
+	if err != nil {
+		return account.PendingSignIn{}, mongoconn.Wrap(err, "take pending sign-in")
+	}
+	return account.PendingSignIn{
+		ID: d.ID, CSRFHash: d.CSRFHash, RequestHash: d.RequestHash, AccountID: d.AccountID, AccountName: d.AccountName,
+		UserID: d.UserID, TypedAccountName: d.TypedAccountName, TypedUsername: d.TypedUsername, PasswordOK: d.PasswordOK,
+		ExpiresAt: d.ExpiresAt.UTC(),
+	}, nil
+}
+
+// PurgePendingSignIns deletes the pending second steps that expired
+// before t, by the expires_at index.
+func (s *Store) PurgePendingSignIns(ctx context.Context, t time.Time) (int64, error) {
+	res, err := s.pending.DeleteMany(ctx, bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: t.UTC()}}}})
+	if err != nil {
+		return 0, mongoconn.Wrap(err, "purge pending sign-ins")
+	}
+	return res.DeletedCount, nil
+}
+
 // ms is a time as stored: UTC, milliseconds.
 func ms(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }

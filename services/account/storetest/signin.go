@@ -201,3 +201,60 @@ func testClientRegistration(t *testing.T, s account.Store) {
 		t.Fatalf("a client stored without grants: %+v", got)
 	}
 }
+
+// testPendingSignIns: a pending second step is returned as stored by the
+// one take that wins among concurrent ones, then is gone; the expired
+// ones are purged.
+func testPendingSignIns(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	p := account.PendingSignIn{ID: "ps-1", CSRFHash: "c", RequestHash: "r", AccountID: "a1", AccountName: "acme", UserID: "u1",
+		TypedAccountName: "ACME", TypedUsername: "Alice", PasswordOK: true, ExpiresAt: now.Add(5 * time.Minute)}
+	if err := s.CreatePendingSignIn(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make(chan account.PendingSignIn, 8)
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := s.TakePendingSignIn(ctx, "ps-1")
+			if err == nil {
+				results <- got
+			} else {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	close(errs)
+	if len(results) != 1 {
+		t.Fatalf("%d takes of one pending sign-in succeeded, want 1", len(results))
+	}
+	if got := <-results; got != p {
+		t.Fatalf("TakePendingSignIn = %+v, want %+v", got, p)
+	}
+	for err := range errs {
+		if !errors.Is(err, account.ErrNotFound) {
+			t.Fatalf("a losing take: %v, want ErrNotFound", err)
+		}
+	}
+	old := p
+	old.ID, old.ExpiresAt = "ps-old", now.Add(-time.Minute)
+	live := p
+	live.ID = "ps-live"
+	for _, q := range []account.PendingSignIn{old, live} {
+		if err := s.CreatePendingSignIn(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.PurgePendingSignIns(ctx, now); err != nil || n != 1 {
+		t.Fatalf("PurgePendingSignIns = %d, %v, want 1", n, err)
+	}
+	if _, err := s.TakePendingSignIn(ctx, "ps-live"); err != nil {
+		t.Fatalf("a live pending sign-in after the purge: %v", err)
+	}
+}

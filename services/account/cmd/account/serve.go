@@ -79,6 +79,9 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired browser sessions", store.PurgeExpiredBrowserSessions)
 	})
 	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired pending sign-ins", store.PurgePendingSignIns)
+	})
+	background.Go(func() {
 		// Spent codes stay a day past their expiry, so that a replay still
 		// finds its code and ends the session it started.
 		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired authorization codes", func(ctx context.Context, now time.Time) (int64, error) {
