@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -227,8 +226,21 @@ type AuthCodeStore interface {
 	// SpendAuthCode marks a code spent in one conditional update: of two
 	// concurrent exchanges one wins, the other gets ErrConflict.
 	SpendAuthCode(ctx context.Context, id string) error
+	// RedeemAuthCode marks a code spent and returns it, in one
+	// conditional update that also matches r: of two concurrent exchanges
+	// one wins. A code that is unknown, spent, expired at r.Now or does
+	// not match r is ErrConflict, and unchanged.
+	RedeemAuthCode(ctx context.Context, id string, r AuthCodeRedemption) (AuthCode, error)
 	// PurgeAuthCodes deletes the codes that expired before t.
 	PurgeAuthCodes(ctx context.Context, t time.Time) (int64, error)
+}
+
+// AuthCodeRedemption is what a code's exchange must match: its client,
+// redirect URI and PKCE challenge (the S256 of the verifier sent), and an
+// expiry after Now.
+type AuthCodeRedemption struct {
+	ClientID, RedirectURI, CodeChallenge string
+	Now                                  time.Time
 }
 
 // Authorizations is the authorization code flow: the authorization
@@ -285,15 +297,9 @@ func (a *Authorizations) Authorize(ctx context.Context, req AuthorizationRequest
 		(r.AccountName == "" || NormalizeName(r.AccountName) == bs.AccountName) &&
 		(r.LoginHint == "" || NormalizeName(r.LoginHint) == bs.Username) &&
 		(!r.hasMaxAge || r.maxAge > 0 && now.Sub(bs.AuthTime) <= r.maxAge)
-	if reusable {
-		user, err := a.Sessions.Authenticator.Users.UserByID(ctx, bs.AccountID, bs.UserID)
-		switch {
-		case errors.Is(err, ErrNotFound) || err == nil && user.Disabled:
-			reusable = false
-		case err != nil:
-			return Authorization{}, err
-		}
-	}
+	// The user need not be read: disabling or deleting a user ends their
+	// browser sessions in the same store call, and the exchange reads the
+	// user before it starts a session.
 	if reusable {
 		return a.issueCode(ctx, r, bs)
 	}
@@ -617,35 +623,25 @@ func (a *Authorizations) Exchange(ctx context.Context, in CodeExchange) (token.S
 	if len(in.Code) > 256 {
 		return token.Set{}, fmt.Errorf("%w: unknown code", ErrInvalidGrant)
 	}
-	code, err := a.Codes.AuthCodeByID(ctx, hashSecret(in.Code))
+	id := hashSecret(in.Code)
+	if !validVerifier(in.Verifier) {
+		return token.Set{}, a.refusedCode(ctx, id, in)
+	}
+	// The code is checked and spent by one conditional update; only a
+	// refusal reads it again, to say why (and to end a replay's session).
+	code, err := a.Codes.RedeemAuthCode(ctx, id, AuthCodeRedemption{
+		ClientID: in.Client.ID, RedirectURI: in.RedirectURI, CodeChallenge: s256(in.Verifier), Now: a.now(),
+	})
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return token.Set{}, fmt.Errorf("%w: unknown code", ErrInvalidGrant)
+	case errors.Is(err, ErrConflict):
+		return token.Set{}, a.refusedCode(ctx, id, in)
 	case err != nil:
 		return token.Set{}, err
-	case code.Spent:
-		return token.Set{}, a.replayed(ctx, code)
-	}
-	switch {
-	case !a.now().Before(code.ExpiresAt):
-		return token.Set{}, fmt.Errorf("%w: the code expired", ErrInvalidGrant)
-	case code.ClientID != in.Client.ID:
-		return token.Set{}, fmt.Errorf("%w: the code is another client's", ErrInvalidGrant)
-	case code.RedirectURI != in.RedirectURI:
-		return token.Set{}, fmt.Errorf("%w: the redirect_uri differs from the authorization request's", ErrInvalidGrant)
-	case !verifierMatches(in.Verifier, code.CodeChallenge):
-		return token.Set{}, fmt.Errorf("%w: the code_verifier does not match the code_challenge", ErrInvalidGrant)
 	}
 	user, err := a.Sessions.Authenticator.Users.UserByID(ctx, code.AccountID, code.UserID)
 	switch {
 	case errors.Is(err, ErrNotFound) || err == nil && user.Disabled:
 		return token.Set{}, fmt.Errorf("%w: the user is disabled", ErrInvalidGrant)
-	case err != nil:
-		return token.Set{}, err
-	}
-	switch err := a.Codes.SpendAuthCode(ctx, code.ID); {
-	case errors.Is(err, ErrConflict):
-		return token.Set{}, a.replayed(ctx, code)
 	case err != nil:
 		return token.Set{}, err
 	}
@@ -673,6 +669,28 @@ func (a *Authorizations) Exchange(ctx context.Context, in CodeExchange) (token.S
 	return set, nil
 }
 
+// refusedCode is the error of a code that RedeemAuthCode refused: it
+// reads the code to say why, and a spent one (a replay) also ends the
+// session it started.
+func (a *Authorizations) refusedCode(ctx context.Context, id string, in CodeExchange) error {
+	code, err := a.Codes.AuthCodeByID(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: unknown code", ErrInvalidGrant)
+	case err != nil:
+		return err
+	case code.Spent:
+		return a.replayed(ctx, code)
+	case !a.now().Before(code.ExpiresAt):
+		return fmt.Errorf("%w: the code expired", ErrInvalidGrant)
+	case code.ClientID != in.Client.ID:
+		return fmt.Errorf("%w: the code is another client's", ErrInvalidGrant)
+	case code.RedirectURI != in.RedirectURI:
+		return fmt.Errorf("%w: the redirect_uri differs from the authorization request's", ErrInvalidGrant)
+	}
+	return fmt.Errorf("%w: the code_verifier does not match the code_challenge", ErrInvalidGrant)
+}
+
 // replayed ends the session a spent code started. When its exchange has
 // not stored the session yet, a revoked one takes its place, so that the
 // exchange's insert fails.
@@ -692,9 +710,9 @@ func (a *Authorizations) replayed(ctx context.Context, code AuthCode) error {
 	return fmt.Errorf("%w: the code was used before; its session has ended", ErrInvalidGrant)
 }
 
-// verifierMatches checks a PKCE code_verifier (RFC 7636 section 4.1: 43
-// to 128 unreserved characters) against an S256 challenge.
-func verifierMatches(verifier, challenge string) bool {
+// validVerifier reports whether s is a PKCE code_verifier (RFC 7636
+// section 4.1): 43 to 128 unreserved characters.
+func validVerifier(verifier string) bool {
 	if len(verifier) < 43 || len(verifier) > 128 {
 		return false
 	}
@@ -703,8 +721,13 @@ func verifierMatches(verifier, challenge string) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// s256 is the S256 code challenge of a verifier.
+func s256(verifier string) string {
 	sum := sha256.Sum256([]byte(verifier))
-	return subtle.ConstantTimeCompare([]byte(base64.RawURLEncoding.EncodeToString(sum[:])), []byte(challenge)) == 1
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // LogoutRequest is the parameters of /oauth2/logout (OpenID Connect

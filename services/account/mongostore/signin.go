@@ -126,11 +126,16 @@ func (s *Store) AuthCodeByID(ctx context.Context, id string) (account.AuthCode, 
 	if err != nil {
 		return account.AuthCode{}, mongoconn.Wrap(err, "find authorization code")
 	}
+	return authCodeOf(d), nil
+}
+
+// authCodeOf is the code a document stores.
+func authCodeOf(d authCodeDoc) account.AuthCode {
 	return account.AuthCode{
 		ID: d.ID, ClientID: d.ClientID, RedirectURI: d.RedirectURI, CodeChallenge: d.CodeChallenge,
 		AccountID: d.AccountID, AccountName: d.AccountName, UserID: d.UserID, BrowserSessionID: d.BrowserSessionID,
 		SessionID: d.SessionID, Nonce: d.Nonce, AuthTime: d.AuthTime.UTC(), ExpiresAt: d.ExpiresAt.UTC(), AMR: d.AMR, Spent: d.Spent,
-	}, nil
+	}
 }
 
 // SpendAuthCode marks a code spent, conditional on its not being spent:
@@ -146,6 +151,25 @@ func (s *Store) SpendAuthCode(ctx context.Context, id string) error {
 		return fmt.Errorf("authorization code: %w", account.ErrConflict)
 	}
 	return nil
+}
+
+// RedeemAuthCode marks a code spent and returns it, in one
+// findOneAndUpdate whose filter is the whole check: not spent, of the
+// client, redirect URI and challenge, not expired.
+func (s *Store) RedeemAuthCode(ctx context.Context, id string, r account.AuthCodeRedemption) (account.AuthCode, error) {
+	var d authCodeDoc
+	err := s.codes.FindOneAndUpdate(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "spent", Value: false}, {Key: "client_id", Value: r.ClientID},
+			{Key: "redirect_uri", Value: r.RedirectURI}, {Key: "code_challenge", Value: r.CodeChallenge},
+			{Key: "expires_at", Value: bson.D{{Key: "$gt", Value: r.Now.UTC()}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "spent", Value: true}}}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.AuthCode{}, fmt.Errorf("authorization code: %w", account.ErrConflict)
+	}
+	if err != nil {
+		return account.AuthCode{}, mongoconn.Wrap(err, "redeem authorization code")
+	}
+	return authCodeOf(d), nil
 }
 
 // PurgeAuthCodes deletes the codes that expired before t, by the

@@ -18,7 +18,7 @@
 //	settings       _id = name                      LoadOrCreateSecret (a generated key, when none is configured)
 //	browser_sessions _id = hash of the cookie; {expires_at:1}  BrowserSessionByID, EndBrowserSession; PurgeExpiredBrowserSessions
 //	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions (a user's browser sessions end with the rest)
-//	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode (conditional on not spent); PurgeAuthCodes
+//	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode, RedeemAuthCode (conditional on not spent); PurgeAuthCodes
 //	pending_signins _id = hash of the page's secret; {expires_at:1}  TakePendingSignIn (by _id); PurgePendingSignIns
 //
 // No operation spans two documents, so no transaction is needed anywhere

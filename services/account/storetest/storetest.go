@@ -63,6 +63,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ClientRegistration", testClientRegistration},
 		{"BrowserSessions", testBrowserSessions},
 		{"AuthCodesAreSpentOnce", testAuthCodes},
+		{"AuthCodesAreRedeemedOnceWhenTheyMatch", testRedeemAuthCode},
 		{"PendingSignInsAreTakenOnce", testPendingSignIns},
 	}
 	for _, tc := range tests {
