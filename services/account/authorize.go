@@ -250,8 +250,12 @@ type Authorizations struct {
 	// stores sessions.
 	Sessions *Sessions
 	Clients  ClientStore
-	Browser  BrowserSessionStore
-	Codes    AuthCodeStore
+	// ClientCache remembers the clients the authorization endpoint read,
+	// for its TTL (nil: read at every request); it must not be the
+	// ClientAuthenticator's, whose entries are bound to a secret.
+	ClientCache *ClientCache
+	Browser     BrowserSessionStore
+	Codes       AuthCodeStore
 	// IDTokens verifies the id_token_hint of a logout.
 	IDTokens *token.Verifier
 	// Issuer is the iss of every authorization response (RFC 9207).
@@ -434,7 +438,7 @@ func (a *Authorizations) check(ctx context.Context, req AuthorizationRequest) (v
 	if req.ClientID == "" || len(req.ClientID) > MaxClientIDLen {
 		return validRequest{}, nil, ErrUnknownClient
 	}
-	client, err := a.Clients.ClientByID(ctx, req.ClientID)
+	client, err := a.client(ctx, req.ClientID)
 	if errors.Is(err, ErrNotFound) || err == nil && client.Disabled {
 		return validRequest{}, nil, ErrUnknownClient
 	}
@@ -497,6 +501,21 @@ func (a *Authorizations) check(ctx context.Context, req AuthorizationRequest) (v
 		r.maxAge, r.hasMaxAge = time.Duration(n)*time.Second, true
 	}
 	return r, nil, nil
+}
+
+// client is the client of an authorization request, from the cache when
+// it was read less than its TTL ago.
+func (a *Authorizations) client(ctx context.Context, id string) (ServiceClient, error) {
+	now := a.now()
+	if c, ok := a.ClientCache.lookup(id, now); ok {
+		return c, nil
+	}
+	c, err := a.Clients.ClientByID(ctx, id)
+	if err != nil {
+		return ServiceClient{}, err
+	}
+	a.ClientCache.remember(c, now)
+	return c, nil
 }
 
 // checkScope checks an authorization request's scope: OpenID Connect's

@@ -217,12 +217,34 @@ func TestSignIn(t *testing.T) {
 	t.Run("Logout", func(t *testing.T) { testRPLogout(t, s) })
 	t.Run("PasswordChangeEndsBrowserSession", func(t *testing.T) { testPasswordChangeEndsSSO(t, s) })
 	t.Run("SecondFactorStep", func(t *testing.T) { testSignInSecondFactor(t, s) })
+	t.Run("ClientCacheTTL", func(t *testing.T) { testAuthorizeClientCache(t, s) })
 
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /definitions *", "* /definitions/{id} *", "* /users *", "* /users/* *", "* /users/*/password *",
 		"* /userinfo *", "* /password *", "* /oauth2/revoke *", "* /.well-known/jwks.json *", "* /openapi.yaml *",
 		"* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *",
 		"POST /oauth2/token 401", "POST /oauth2/token 413", "POST /oauth2/token 429")
+}
+
+// testAuthorizeClientCache: the authorization endpoint reuses a client it
+// read for the cache's TTL (one second here), then sees it disabled.
+func testAuthorizeClientCache(t *testing.T, s *signInAPI) {
+	app := s.registerApp(s.acme, "cached app", appRedirect)
+	q := authorizeParams(app, appRedirect, newPKCE())
+	b := s.newBrowser()
+	if r := b.get("/oauth2/authorize", q); r.status != http.StatusOK {
+		t.Fatalf("authorize: %d %s", r.status, r.body)
+	}
+	if err := s.store.SetClientDisabled(context.Background(), s.acme.ID, app.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get("/oauth2/authorize", q); r.status != http.StatusOK {
+		t.Fatalf("authorize of a client disabled within the TTL: %d, want the page from the cache", r.status)
+	}
+	s.clock.Advance(time.Second)
+	if r := b.get("/oauth2/authorize", q); r.status != http.StatusBadRequest {
+		t.Fatalf("authorize of a disabled client after the TTL: %d, want 400", r.status)
+	}
 }
 
 func testFullFlow(t *testing.T, s *signInAPI) {

@@ -205,8 +205,8 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		Users:    users,
 		Sessions: sessions,
 		Authorizations: &account.Authorizations{
-			Sessions: sessions, Clients: store, Browser: store, Codes: store, IDTokens: verifier,
-			Issuer: cfg.Issuer, BrowserSessionTTL: cfg.BrowserSessionTTL,
+			Sessions: sessions, Clients: store, ClientCache: account.NewClientCache(cfg.ClientAuthCacheTTL, 0),
+			Browser: store, Codes: store, IDTokens: verifier, Issuer: cfg.Issuer, BrowserSessionTTL: cfg.BrowserSessionTTL,
 		},
 		MFA:            mfa,
 		Definitions:    store,
