@@ -7,11 +7,11 @@
 // second asking for the code only.
 import { before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHmac } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import axe from 'axe-core';
+import { generate } from 'otplib';
 import { chromium } from 'playwright-core';
 import { conversationsURL, env, issuer, user } from '../testsupport/support.js';
 
@@ -146,16 +146,7 @@ test('a second app signs in without the page while the session lasts; prompt=log
   assert.deepEqual(shown, [], 'single sign-on showed a page');
 
   // The code is the app's: redeemed with its verifier.
-  const token = await fetch(`${issuer.origin}/oauth2/token`, {
-    method: 'POST',
-    body: new URLSearchParams({
-      grant_type: 'authorization_code',
-      code: callback.searchParams.get('code'),
-      redirect_uri: redirectURI,
-      client_id: appID,
-      code_verifier: sso.verifier,
-    }),
-  });
+  const token = await exchange(callback.searchParams.get('code'), sso.verifier);
   assert.equal(token.status, 200, await token.clone().text());
   assert.ok((await token.json()).id_token);
 
@@ -217,30 +208,21 @@ test('signing out of the demo app ends the single sign-on', async () => {
   assert.deepEqual(consoleErrors.filter((m) => /CORS|Access-Control/i.test(m)), []);
 });
 
-/** Decodes base32 (RFC 4648), the alphabet of TOTP secrets. */
-function base32Decode(s) {
-  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
-  let bits = 0;
-  let value = 0;
-  const out = [];
-  for (const ch of s.replace(/=+$/, '')) {
-    value = (value << 5) | alphabet.indexOf(ch);
-    bits += 5;
-    if (bits >= 8) {
-      out.push((value >>> (bits - 8)) & 0xff);
-      bits -= 8;
-    }
-  }
-  return Buffer.from(out);
-}
+/** The TOTP code (RFC 6238, otplib) of secret `steps` 30-second steps from now. */
+const totp = (secret, steps = 0) => generate({ secret, epoch: Math.floor(Date.now() / 1000) + 30 * steps });
 
-/** The TOTP code (RFC 6238: SHA-1, 6 digits, 30 s) of secret `steps` steps from now. */
-function totp(secret, steps = 0) {
-  const counter = Buffer.alloc(8);
-  counter.writeBigUInt64BE(BigInt(Math.floor(Date.now() / 30000) + steps));
-  const mac = createHmac('sha1', base32Decode(secret)).update(counter).digest();
-  const offset = mac[mac.length - 1] & 0x0f;
-  return String((mac.readUInt32BE(offset) & 0x7fffffff) % 1_000_000).padStart(6, '0');
+/** Exchanges a code of the web app for its token response. */
+function exchange(code, verifier) {
+  return fetch(`${issuer.origin}/oauth2/token`, {
+    method: 'POST',
+    body: new URLSearchParams({
+      grant_type: 'authorization_code',
+      code,
+      redirect_uri: redirectURI,
+      client_id: appID,
+      code_verifier: verifier,
+    }),
+  });
 }
 
 test('a user with a second factor signs in in two steps, the second asking for the code only', async () => {
@@ -256,7 +238,7 @@ test('a user with a second factor signs in in two steps, the second asking for t
   const begun = await fetch(`${issuer.origin}/mfa/totp`, { method: 'POST', headers: auth });
   assert.equal(begun.status, 200, await begun.clone().text());
   const { secret } = await begun.json();
-  const verified = await fetch(`${issuer.origin}/mfa/totp/verify`, { method: 'POST', headers: auth, body: JSON.stringify({ code: totp(secret, 0) }) });
+  const verified = await fetch(`${issuer.origin}/mfa/totp/verify`, { method: 'POST', headers: auth, body: JSON.stringify({ code: await totp(secret, 0) }) });
   assert.equal(verified.status, 200, await verified.clone().text());
 
   const flow = await webAppAuthorization({ prompt: 'login' });
@@ -277,21 +259,12 @@ test('a user with a second factor signs in in two steps, the second asking for t
   assert.ok(!(await page.content()).includes(mfaUser.password), 'the second step holds the password');
 
   // The activation spent this step's code: the next one signs in.
-  await code.fill(totp(secret, 1));
+  await code.fill(await totp(secret, 1));
   await code.press('Enter');
   await page.waitForURL(atRedirectURI);
   const callback = new URL(page.url());
   assert.equal(callback.searchParams.get('state'), flow.state);
-  const token = await fetch(`${issuer.origin}/oauth2/token`, {
-    method: 'POST',
-    body: new URLSearchParams({
-      grant_type: 'authorization_code',
-      code: callback.searchParams.get('code'),
-      redirect_uri: redirectURI,
-      client_id: appID,
-      code_verifier: flow.verifier,
-    }),
-  });
+  const token = await exchange(callback.searchParams.get('code'), flow.verifier);
   assert.equal(token.status, 200, await token.clone().text());
   const idToken = (await token.json()).id_token;
   const claims = JSON.parse(Buffer.from(idToken.split('.')[1], 'base64url').toString());
