@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -69,13 +70,10 @@ func relayRows(ctx context.Context, s *stack) ([]row, error) {
 			return nil, fmt.Errorf("relay with %d replicas: %w", n, err)
 		}
 		runs = append(runs, r)
+		fmt.Fprintln(os.Stderr, "  "+describeRelayRun(r)) // kept should the next run fail
 	}
 	one, three := runs[0], runs[1]
-	describe := func(r relayRun) string {
-		return fmt.Sprintf("%d replica(s): p50 %s, p99 %s; %.1f commands per event (%.0f in %s for %.0f events: %s)",
-			r.replicas, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.commandsPerEvent,
-			r.commands, r.took.Round(100*time.Millisecond), r.events, r.byName)
-	}
+	describe := describeRelayRun
 	latency := float64(three.p99) / float64(max(one.p99, time.Microsecond))
 	cost := three.commandsPerEvent / max(one.commandsPerEvent, 1e-9)
 	load := fmt.Sprintf("%d writers × %d messages, one every %v each, spread over the replicas", relayWriters, relayMessages(s.o), relayPace)
@@ -91,6 +89,12 @@ func relayRows(ctx context.Context, s *stack) ([]row, error) {
 		ratio:   spread{median: cost, min: cost, max: cost, n: 1}, unit: "× 1 replica",
 		target: "≤ 1.10", hasGoal: true, met: cost <= 1.1, id: "relay",
 	}}, nil
+}
+
+func describeRelayRun(r relayRun) string {
+	return fmt.Sprintf("%d replica(s): p50 %s, p99 %s; %.1f commands per event (%.0f in %s for %.0f events: %s)",
+		r.replicas, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.commandsPerEvent,
+		r.commands, r.took.Round(100*time.Millisecond), r.events, r.byName)
 }
 
 // relayRun starts n-1 replicas beside s.conv, runs the load through all n

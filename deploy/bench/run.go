@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.out, "out", "", "also write the table, with the machine, into this Markdown file between its markers")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login, client-credentials and listing")
 	fs.StringVar(&o.signingAlg, "signing-alg", "RS256", "ACCOUNT_SIGNING_ALG of the measured account service")
-	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "stop the whole run after this long")
+	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "stop the whole run after this long (a full run takes about 20 minutes)")
 	fs.IntVar(&o.conversations, "conversations", 1000, "conversations of the caller in the listing measure")
 	fs.IntVar(&o.depth, "depth", 50, "the deep page compared with the first in the listing measure")
 	fs.IntVar(&o.messages, "messages", 1000, "messages of the listed conversation in the messages measure")
@@ -108,19 +108,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	var rows []row
+	// A measure that fails is a row saying so; the others still run, and
+	// the run fails at the end.
+	var failed []string
+	measured := func(name string, got []row, err error) {
+		if err != nil {
+			fmt.Fprintf(stderr, "measure %s failed: %v\n", name, err)
+			failed = append(failed, name)
+			rows = append(rows, row{measure: name, failures: strings.NewReplacer("|", "\\|", "\n", " ").Replace(err.Error()), id: name})
+			return
+		}
+		rows = append(rows, got...)
+	}
 	for _, alg := range []string{"RS256", "ES256", "EdDSA"} {
-		if !want("verify-" + strings.ToLower(alg)) {
+		name := "verify-" + strings.ToLower(alg)
+		if !want(name) {
 			continue
 		}
 		fmt.Fprintf(stderr, "measuring token verification, %s…\n", alg)
 		got, err := verifyRows(ctx, o, alg)
-		if err != nil {
-			return err
+		if err == nil {
+			err = profileInProcess(ctx, o, alg)
 		}
-		if err := profileInProcess(ctx, o, alg); err != nil {
-			return err
-		}
-		rows = append(rows, got...)
+		measured(name, got, err)
 	}
 
 	store := "none (token measures only)"
@@ -168,16 +178,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				continue
 			}
 			fmt.Fprintf(stderr, "measuring %s…\n", m.name)
-			if m.ownDatabase {
-				if err := s.freshConversations(ctx, m.name); err != nil {
-					return err
-				}
+			began := time.Now()
+			var err error
+			if m.ownDatabase || s.conv == nil {
+				// A measure before may have failed with the service
+				// stopped.
+				err = s.freshConversations(ctx, m.name)
 			}
-			got, err := m.rows(ctx, s)
-			if err != nil {
-				return err
+			var got []row
+			if err == nil {
+				got, err = m.rows(ctx, s)
 			}
-			rows = append(rows, got...)
+			measured(m.name, got, err)
+			fmt.Fprintf(stderr, "%s took %s\n", m.name, time.Since(began).Round(time.Second))
 		}
 	}
 
@@ -204,6 +217,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(missed) > 0 {
 		fmt.Fprintf(stderr, "\ntargets missed (see docs/benchmarks.md for why): %s\n", strings.Join(missed, "; "))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("measures failed: %s (their rows say why)", strings.Join(failed, ", "))
 	}
 	return nil
 }

@@ -88,7 +88,10 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 		s.store = "embedded FerretDB 1.24 on SQLite (the store of make run) in a process of its own, behind its command-serialising proxy"
 	}
 	s.driverCmds = &commandCounter{}
-	s.client, err = mongoconn.Connect(s.uri, 5*time.Second, s.driverCmds.monitor())
+	// The harness's own client waits as long as the services do: its
+	// heartbeats time out after this too, and a store busy with three
+	// replicas and other builds beside them once took longer than 5 s.
+	s.client, err = mongoconn.Connect(s.uri, 30*time.Second, s.driverCmds.monitor())
 	if err != nil {
 		return nil, err
 	}
@@ -113,18 +116,24 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 	s.convURL, s.convOps = "http://"+addrs[2], addrs[3]
 	pprof := fmt.Sprint(o.profileDir != "")
 	// Production settings throughout (argon2id parameters, RS256 keys,
-	// throttle): only addresses, databases and logging differ.
+	// throttle): only addresses, databases, logging and the requests'
+	// database budget differ. The budget is dbBudget, not the 3 s
+	// default: on the embedded store, which runs one command at a time,
+	// a request queues behind the replicas' and the harness's commands,
+	// and a 503 would end a measure that a deployment's database would
+	// have served.
 	s.accountEnv = []string{
 		"ACCOUNT_MONGODB_URI=" + s.uri, "ACCOUNT_MONGODB_DATABASE=" + s.accountDB,
 		"ACCOUNT_HTTP_ADDR=" + addrs[0], "ACCOUNT_OPS_ADDR=" + addrs[1],
 		"ACCOUNT_ISSUER=" + s.accountURL, "ACCOUNT_LOG_LEVEL=warn", "ACCOUNT_OPS_PPROF=" + pprof,
-		"ACCOUNT_SIGNING_ALG=" + o.signingAlg,
+		"ACCOUNT_SIGNING_ALG=" + o.signingAlg, "ACCOUNT_MONGODB_TIMEOUT=" + dbBudget,
 	}
 	s.convEnv = []string{
 		"CONVERSATIONS_MONGODB_URI=" + s.uri, "CONVERSATIONS_MONGODB_DATABASE=" + s.convDB,
 		"CONVERSATIONS_HTTP_ADDR=" + addrs[2], "CONVERSATIONS_OPS_ADDR=" + addrs[3],
 		"CONVERSATIONS_JWKS_URL=" + s.accountURL + "/.well-known/jwks.json",
 		"CONVERSATIONS_ISSUER=" + s.accountURL, "CONVERSATIONS_LOG_LEVEL=warn", "CONVERSATIONS_OPS_PPROF=" + pprof,
+		"CONVERSATIONS_MONGODB_TIMEOUT=" + dbBudget,
 		// The events measure opens its idle streams as one service client.
 		fmt.Sprintf("CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER=%d", o.idleStreams+10),
 	}
@@ -142,6 +151,10 @@ func newStack(ctx context.Context, o benchOptions, bin string) (s *stack, err er
 	s.firstConversationsRun = s.conv.Ready
 	return s, nil
 }
+
+// dbBudget is the services' *_MONGODB_TIMEOUT in the bench (see
+// newStack), as in deploy/clientstest.
+const dbBudget = "30s"
 
 // readyTimeout bounds a service's start, stopTimeout its graceful stop.
 const (

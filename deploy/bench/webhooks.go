@@ -82,9 +82,21 @@ func newHookSink() (*hookSink, error) {
 	return k, nil
 }
 
-// waitCount waits until the sink has counted n requests.
+// stallAfter is how long a wait for deliveries goes on without one
+// arriving before it gives up: on the shared embedded store a run can
+// take minutes, and only a run that stopped moving has failed.
+const stallAfter = 2 * time.Minute
+
+// waitCount waits until the sink has counted n requests, or until none
+// has arrived for stallAfter.
 func (k *hookSink) waitCount(ctx context.Context, n int64) error {
+	last, moved := k.count.Load(), time.Now()
 	for k.count.Load() < n {
+		if c := k.count.Load(); c != last {
+			last, moved = c, time.Now()
+		} else if time.Since(moved) > stallAfter {
+			return fmt.Errorf("the receiver got %d of %d deliveries, none in the last %v", c, n, stallAfter)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the receiver got %d of %d deliveries: %w", k.count.Load(), n, ctx.Err())

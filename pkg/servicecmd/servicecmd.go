@@ -188,6 +188,22 @@ func (s Service) initialise(ctx context.Context) (http.Handler, error) {
 	}
 }
 
+// EnsureIndexes runs ensure (a store's index creation at start) bounded
+// by max(timeout, MinIndexBudget), so that a database that stops
+// answering while a service starts fails that Init attempt, which is
+// then retried, instead of holding it until the database answers again.
+// Not the bare *_MONGODB_TIMEOUT: building a new index on a large
+// collection may rightly take longer than one request's budget.
+func EnsureIndexes(ctx context.Context, timeout time.Duration, ensure func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, max(timeout, MinIndexBudget))
+	defer cancel()
+	return ensure(ctx)
+}
+
+// MinIndexBudget is the least time EnsureIndexes gives one start's index
+// creation.
+const MinIndexBudget = time.Minute
+
 // NewRegistry returns a metrics registry with the Go runtime and process
 // collectors; the API's request metrics are added by pkg/web.
 func NewRegistry() *prometheus.Registry {

@@ -51,25 +51,24 @@ type PartitionLease struct {
 // take each other's; their relays may then overlap, which the order
 // survives.
 type PartitionStore interface {
-	// Heartbeat records member as live until now+ttl, with its count of
-	// partitions, and returns the members of that count live at now,
-	// member included.
-	Heartbeat(ctx context.Context, count int, member string, now time.Time, ttl time.Duration) ([]string, error)
-	// LeaveMembers removes member's heartbeat (a replica stopping).
-	LeaveMembers(ctx context.Context, member string) error
-	// PartitionLeases returns the stored leases of the count partitions
-	// (a partition never taken has none).
-	PartitionLeases(ctx context.Context, count int) ([]PartitionLease, error)
+	// RenewPartitions extends holder's leases of ps, and its membership
+	// among the replicas sharing the count partitions (joining when it is
+	// not a member), until now+ttl, and returns the partitions it
+	// renewed: those holder still held, expired or not; a partition taken
+	// over since is not renewed.
+	RenewPartitions(ctx context.Context, count int, ps []int, holder string, now time.Time, ttl time.Duration) ([]int, error)
+	// PartitionState returns the stored leases of the count partitions
+	// (a partition never taken has none) and the members of count live
+	// at now.
+	PartitionState(ctx context.Context, count int, now time.Time) ([]PartitionLease, []string, error)
 	// AcquirePartition gives partition p of count to holder until now+ttl
 	// when it is free, expired (at now) or held by holder already; false
 	// when another holder's lease runs.
 	AcquirePartition(ctx context.Context, count, p int, holder string, now time.Time, ttl time.Duration) (bool, error)
-	// RenewPartitions extends holder's leases of ps until now+ttl and
-	// returns the partitions it renewed: those holder still held, expired
-	// or not; a partition taken over since is not renewed.
-	RenewPartitions(ctx context.Context, count int, ps []int, holder string, now time.Time, ttl time.Duration) ([]int, error)
-	// ReleasePartition frees p if holder holds it.
-	ReleasePartition(ctx context.Context, count, p int, holder string) error
+	// ReleasePartitions frees those of ps that holder holds.
+	ReleasePartitions(ctx context.Context, count int, ps []int, holder string) error
+	// LeaveMembers ends member's membership (a replica stopping).
+	LeaveMembers(ctx context.Context, count int, member string) error
 }
 
 // DefaultRelayPartitions and DefaultRelayLease are the defaults of the
@@ -95,6 +94,16 @@ func (rp *RelayPartitions) Held() []int {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	return slices.Sorted(maps.Keys(rp.held))
+}
+
+// Slots returns the account slots (PendingSlot) of the partitions held
+// whose fence has not passed, in increasing order.
+func (rp *RelayPartitions) Slots() []int {
+	slots, _ := rp.slots()
+	if slots == nil {
+		return []int{}
+	}
+	return slots
 }
 
 // slots returns the slots of the partitions held whose fence has not
@@ -174,8 +183,10 @@ func (rp *RelayPartitions) Run(ctx context.Context) {
 	}
 }
 
-// Tick renews the leases held, announces this replica, and takes or
-// releases partitions towards its share.
+// Tick renews the leases held and this replica's membership, reads the
+// leases and the members, and takes or releases partitions towards its
+// share. When the shares hold, that is two commands, whatever the number
+// of partitions.
 func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	rp.mu.Lock()
 	if rp.held == nil {
@@ -183,30 +194,27 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	}
 	held := slices.Sorted(maps.Keys(rp.held))
 	rp.mu.Unlock()
-	if len(held) > 0 {
-		sent := time.Now()
-		renewed, err := rp.Store.RenewPartitions(ctx, rp.Count, held, rp.Holder, sent, rp.Lease)
-		if err != nil {
-			return err // the fences run out on their own
-		}
-		rp.mu.Lock()
-		for _, p := range held {
-			if slices.Contains(renewed, p) {
-				rp.held[p] = rp.fence(sent)
-			} else {
-				delete(rp.held, p) // taken over while this replica stalled
-			}
-		}
-		held = slices.Sorted(maps.Keys(rp.held))
-		rp.mu.Unlock()
+	sent := time.Now()
+	renewed, err := rp.Store.RenewPartitions(ctx, rp.Count, held, rp.Holder, sent, rp.Lease)
+	if err != nil {
+		return err // the fences run out on their own
 	}
-	live, err := rp.Store.Heartbeat(ctx, rp.Count, rp.Holder, time.Now(), rp.Lease)
+	rp.mu.Lock()
+	for _, p := range held {
+		if slices.Contains(renewed, p) {
+			rp.held[p] = rp.fence(sent)
+		} else {
+			delete(rp.held, p) // taken over while this replica stalled
+		}
+	}
+	held = slices.Sorted(maps.Keys(rp.held))
+	rp.mu.Unlock()
+	leases, live, err := rp.Store.PartitionState(ctx, rp.Count, time.Now())
 	if err != nil {
 		return err
 	}
-	leases, err := rp.Store.PartitionLeases(ctx, rp.Count)
-	if err != nil {
-		return err
+	if !slices.Contains(live, rp.Holder) {
+		live = append(live, rp.Holder) // joined by the renewal above
 	}
 	now := time.Now()
 	target := (rp.Count + len(live) - 1) / max(len(live), 1)
@@ -265,19 +273,14 @@ func (rp *RelayPartitions) release(ctx context.Context, ps []int) error {
 	rp.mu.Unlock()
 	rp.inflight.Lock() // after the command in flight, if any
 	defer rp.inflight.Unlock()
-	for _, p := range ps {
-		if err := rp.Store.ReleasePartition(ctx, rp.Count, p, rp.Holder); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rp.Store.ReleasePartitions(ctx, rp.Count, ps, rp.Holder)
 }
 
 func (rp *RelayPartitions) releaseAll(ctx context.Context) {
 	if err := rp.release(ctx, rp.Held()); err != nil && rp.Logger != nil {
 		rp.Logger.Warn("release relay partitions", "error", err.Error())
 	}
-	if err := rp.Store.LeaveMembers(ctx, rp.Holder); err != nil && rp.Logger != nil {
+	if err := rp.Store.LeaveMembers(ctx, rp.Count, rp.Holder); err != nil && rp.Logger != nil {
 		rp.Logger.Warn("leave relay members", "error", err.Error())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 )
@@ -49,6 +50,9 @@ type Relay struct {
 	// Copied, when set, is told of the events a round appended (the
 	// stream hub wakes at once on it).
 	Copied func(n int)
+	// Ordered, when set, is told of the accounts a round appended events
+	// of (their webhooks are fanned out by this replica).
+	Ordered func(accountIDs []string)
 	// Partitions, when set, limits the relay to the partitions this
 	// replica leases, each command fenced by its partition's lease; nil:
 	// every account (one relay, or tests).
@@ -123,9 +127,13 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 		}
 	}
 	copied := 0
+	accounts := map[string]bool{}
 	defer func() {
 		if copied > 0 && r.Copied != nil {
 			r.Copied(copied)
+		}
+		if len(accounts) > 0 && r.Ordered != nil {
+			r.Ordered(slices.Collect(maps.Keys(accounts)))
 		}
 	}()
 	// The newest sequence of each account this round knows of: read once,
@@ -171,6 +179,9 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 				return copied, err
 			}
 			copied += n
+			if n > 0 {
+				accounts[e.AccountID] = true
+			}
 		}
 		for _, p := range batch {
 			fenced, done, held := r.fence(ctx, p.Events[0].AccountID)

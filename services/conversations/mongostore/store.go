@@ -70,10 +70,10 @@
 //	    the leased purge of events older than the retention.
 //
 // event_floors: {_id (account), sequence}: the position purged through.
-// leases: {_id (name), holder, expires_at}: the purge's lease and the
-// relay's partitions (relay/<count>/<partition>), read by _id.
-// relay_members: {_id (replica), partitions, expires_at}: the replicas
-// sharing the partitions; a handful of documents, read whole.
+// leases: {_id (name), holder, expires_at}: the purges' leases, the
+// relay's partitions (relay/<count>/<partition>) and the replicas sharing
+// them (relay/<count>/members/<replica>), read by _id and by a range of
+// _id (partitions.go).
 //
 // Paging is keyset, never skip: the cost of a page does not grow with its
 // depth. A large deployment shards conversations and messages on
@@ -116,7 +116,6 @@ type Store struct {
 	webhooks      *mongo.Collection
 	deliveries    *mongo.Collection
 	quotas        *mongo.Collection
-	members       *mongo.Collection
 }
 
 var (
@@ -142,7 +141,6 @@ func New(db *mongo.Database) *Store {
 		webhooks:    db.Collection("webhooks"),
 		deliveries:  db.Collection("webhook_deliveries"),
 		quotas:      db.Collection("webhook_quotas"),
-		members:     db.Collection("relay_members"),
 	}
 }
 

@@ -19,15 +19,19 @@ import (
 //
 // webhooks: {_id, account_id, url, events[], description, enabled,
 // disabled_reason, secrets[{sealed, not_after}], event_cursor,
-// failing_since, fanout_at, fanout_claim, created_at, updated_at, version}
+// failing_since, slot, created_at, updated_at, version}: slot is the
+// account's (conversations.PendingSlot), so that a replica's fan-out
+// sweep reads the endpoints of its relay's partitions only. Documents
+// written before it have no slot (and may hold fanout_at and
+// fanout_claim, no longer read).
 //
 //	by_account        {account_id:1, created_at:-1, _id:-1}
 //	    the account's endpoints newest first, keyset-paged; the count
-//	    against the limit of 20 (equality on account_id).
-//	by_fanout         {enabled:1, fanout_at:1}
-//	    the enabled endpoint of any account whose events were looked at
-//	    longest ago: equality on enabled, the oldest fanout_at first (a
-//	    lease: a claimed endpoint's fanout_at is its lease's end).
+//	    against the limit of 20; the endpoints of the accounts whose
+//	    events a relay just ordered (equality on account_id).
+//	by_sweep          {enabled:1, slot:1}
+//	    the enabled endpoints of the accounts of some slots (and of no
+//	    slot): the fan-out's recovery sweep.
 //
 // webhook_deliveries: {_id, account_id, endpoint_id, event_id, event_type,
 // event_time, payload, state, attempts, response_status, duration_ms,
@@ -65,8 +69,7 @@ type webhookDoc struct {
 	Secrets        []sealedDoc `bson:"secrets"`
 	EventCursor    int64       `bson:"event_cursor"`
 	FailingSince   *time.Time  `bson:"failing_since"`
-	FanoutAt       time.Time   `bson:"fanout_at"`
-	FanoutClaim    string      `bson:"fanout_claim"`
+	Slot           *int        `bson:"slot,omitempty"`
 	CreatedAt      time.Time   `bson:"created_at"`
 	UpdatedAt      time.Time   `bson:"updated_at"`
 	Version        int64       `bson:"version"`
@@ -83,6 +86,8 @@ func toWebhookDoc(e webhook.Endpoint) webhookDoc {
 		Enabled: e.Enabled, DisabledReason: e.DisabledReason, EventCursor: e.EventCursor,
 		FailingSince: utcPtr(e.FailingSince), CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC(), Version: e.Version,
 	}
+	slot := conversations.PendingSlot(e.AccountID)
+	d.Slot = &slot
 	for _, s := range e.Secrets {
 		d.Secrets = append(d.Secrets, sealedDoc{Sealed: s.Sealed, NotAfter: utcPtr(s.NotAfter)})
 	}
@@ -164,8 +169,8 @@ func (s *Store) webhookIndexes() []struct {
 			Options: options.Index().SetName("by_account"),
 		}},
 		{s.webhooks, mongo.IndexModel{
-			Keys:    bson.D{{Key: "enabled", Value: 1}, {Key: "fanout_at", Value: 1}},
-			Options: options.Index().SetName("by_fanout"),
+			Keys:    bson.D{{Key: "enabled", Value: 1}, {Key: "slot", Value: 1}},
+			Options: options.Index().SetName("by_sweep"),
 		}},
 		{s.deliveries, mongo.IndexModel{
 			Keys:    bson.D{{Key: "endpoint_id", Value: 1}, {Key: "event_id", Value: 1}},
@@ -197,9 +202,7 @@ func endpointFilter(accountID, id string) bson.D {
 
 // InsertEndpoint implements webhook.Store.
 func (s *Store) InsertEndpoint(ctx context.Context, e webhook.Endpoint) error {
-	d := toWebhookDoc(e)
-	d.FanoutAt = e.CreatedAt.UTC()
-	_, err := s.webhooks.InsertOne(ctx, d)
+	_, err := s.webhooks.InsertOne(ctx, toWebhookDoc(e))
 	return mongoconn.Wrap(err, "insert webhook endpoint")
 }
 
@@ -266,9 +269,8 @@ func (s *Store) ListEndpoints(ctx context.Context, accountID string, limit int, 
 	return webhook.EndpointPage{Endpoints: items, Next: next}, nil
 }
 
-// SaveEndpoint implements webhook.Store: one update
-// conditional on the version read. The fan-out's fields (its lease) are
-// not the caller's and stay; a cursor moved by an enable is stored.
+// SaveEndpoint implements webhook.Store: one update conditional on the
+// version read; a cursor moved by an enable is stored.
 func (s *Store) SaveEndpoint(ctx context.Context, e webhook.Endpoint, fromVersion int64) (bool, error) {
 	d := toWebhookDoc(e)
 	filter := append(endpointFilter(e.AccountID, e.ID), bson.E{Key: "version", Value: fromVersion})
@@ -568,38 +570,45 @@ func (s *Store) DeleteQuotas(ctx context.Context, before time.Time) (int64, erro
 	return res.DeletedCount, nil
 }
 
-// ClaimFanout implements webhook.Store: a sweep of every account's
-// enabled endpoints (by_fanout), the one query here that names no
-// account; the endpoint it returns carries its own.
-func (s *Store) ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (webhook.Endpoint, bool, error) {
-	var d webhookDoc
-	err := s.webhooks.FindOneAndUpdate(ctx,
-		bson.D{{Key: "enabled", Value: true}, {Key: "fanout_at", Value: bson.D{{Key: "$lte", Value: now.UTC()}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "fanout_claim", Value: claim}, {Key: "fanout_at", Value: leaseUntil.UTC()}}}},
-		options.FindOneAndUpdate().SetSort(bson.D{{Key: "fanout_at", Value: 1}}).SetHint("by_fanout").
-			SetReturnDocument(options.After),
-	).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return webhook.Endpoint{}, false, nil
+// EndpointsOf implements webhook.Store: one read of
+// by_account's equality range per account.
+func (s *Store) EndpointsOf(ctx context.Context, accountIDs []string) ([]webhook.Endpoint, error) {
+	if len(accountIDs) == 0 {
+		return nil, nil
 	}
-	if err != nil {
-		return webhook.Endpoint{}, false, mongoconn.Wrap(err, "claim webhook fan-out")
-	}
-	return d.domain(), true, nil
+	out, err := findAll(ctx, s.webhooks, bson.D{{Key: "account_id", Value: bson.D{{Key: "$in", Value: accountIDs}}}},
+		options.Find().SetHint("by_account"), webhookDoc.domain)
+	return out, mongoconn.Wrap(err, "find webhook endpoints of accounts")
 }
 
-// ReleaseFanout implements webhook.Store. The cursor only
-// moves forward; a PATCH that re-enabled the endpoint meanwhile (and
-// moved the cursor to the newest event) wins.
-func (s *Store) ReleaseFanout(ctx context.Context, accountID, id, claim string, cursor int64, next time.Time) (bool, error) {
-	res, err := s.webhooks.UpdateOne(ctx,
-		append(endpointFilter(accountID, id), bson.E{Key: "fanout_claim", Value: claim},
-			bson.E{Key: "event_cursor", Value: bson.D{{Key: "$lte", Value: cursor}}}),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "event_cursor", Value: cursor}, {Key: "fanout_at", Value: next.UTC()}, {Key: "fanout_claim", Value: ""}}}})
-	if err != nil {
-		return false, mongoconn.Wrap(err, "release webhook fan-out")
+// EnabledEndpoints implements webhook.Store (by_sweep: one
+// equality range per slot, and one for the endpoints stored without).
+func (s *Store) EnabledEndpoints(ctx context.Context, slots []int) ([]webhook.Endpoint, error) {
+	filter := bson.D{{Key: "enabled", Value: true}}
+	if slots != nil {
+		in := bson.A{nil}
+		for _, slot := range slots {
+			in = append(in, slot)
+		}
+		filter = append(filter, bson.E{Key: "slot", Value: bson.D{{Key: "$in", Value: in}}})
 	}
-	return res.MatchedCount == 1, nil
+	out, err := findAll(ctx, s.webhooks, filter, options.Find().SetHint("by_sweep"), webhookDoc.domain)
+	return out, mongoconn.Wrap(err, "find enabled webhook endpoints")
+}
+
+// AdvanceCursors implements webhook.Store: a $max by _id and account
+// for each endpoint, sent together.
+func (s *Store) AdvanceCursors(ctx context.Context, cursors []webhook.CursorMove) error {
+	if len(cursors) == 0 {
+		return nil
+	}
+	models := make([]mongo.WriteModel, 0, len(cursors))
+	for _, c := range cursors {
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(endpointFilter(c.AccountID, c.EndpointID)).
+			SetUpdate(bson.D{{Key: "$max", Value: bson.D{{Key: "event_cursor", Value: c.Cursor}}}}))
+	}
+	_, err := s.webhooks.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	return mongoconn.Wrap(err, "advance webhook cursors")
 }
 
 // MarkEndpointFailing implements webhook.Store.

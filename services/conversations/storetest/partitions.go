@@ -38,7 +38,7 @@ func testPartitionLeases(t *testing.T, s *conversations.Service) {
 	}
 	holders := func() map[int]string {
 		t.Helper()
-		leases, err := st.PartitionLeases(ctx, 16)
+		leases, _, err := st.PartitionState(ctx, 16, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,10 +62,7 @@ func testPartitionLeases(t *testing.T, s *conversations.Service) {
 	// A released partition is free at once; a release by another holder
 	// does nothing.
 	acquire(1, "a", 9*time.Second, true)
-	if err := st.ReleasePartition(ctx, 16, 0, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.ReleasePartition(ctx, 16, 1, "b"); err != nil {
+	if err := st.ReleasePartitions(ctx, 16, []int{0, 1}, "b"); err != nil {
 		t.Fatal(err)
 	}
 	if h := holders(); h[0] != "" || h[1] != "a" {
@@ -83,8 +80,9 @@ func testPartitionLeases(t *testing.T, s *conversations.Service) {
 	}
 }
 
-// testRelayMembers: a replica's heartbeat counts it live until it expires
-// or it leaves, among the replicas of its count of partitions.
+// testRelayMembers: a replica's renewal counts it live until it expires
+// or it leaves, among the replicas of its count of partitions, whether it
+// holds partitions or not.
 func testRelayMembers(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	st := s.Store
@@ -92,10 +90,13 @@ func testRelayMembers(t *testing.T, s *conversations.Service) {
 	const ttl = 5 * time.Second
 	beat := func(member string, count int, at time.Duration, want ...string) {
 		t.Helper()
-		live, err := st.Heartbeat(ctx, count, member, t0.Add(at), ttl)
+		if _, err := st.RenewPartitions(ctx, count, nil, member, t0.Add(at), ttl); err != nil {
+			t.Fatal(err)
+		}
+		_, live, err := st.PartitionState(ctx, count, t0.Add(at))
 		slices.Sort(live)
 		if err != nil || !slices.Equal(live, want) {
-			t.Fatalf("%s's heartbeat at %v: %v, %v; want %v", member, at, live, err, want)
+			t.Fatalf("%s's renewal at %v: members %v, %v; want %v", member, at, live, err, want)
 		}
 	}
 	beat("a", 16, 0, "a")
@@ -103,10 +104,21 @@ func testRelayMembers(t *testing.T, s *conversations.Service) {
 	beat("c", 8, time.Second, "c")
 	beat("b", 16, 5*time.Second, "b") // a's expired
 	beat("a", 16, 6*time.Second, "a", "b")
-	if err := st.LeaveMembers(ctx, "b"); err != nil {
+	if err := st.LeaveMembers(ctx, 16, "b"); err != nil {
 		t.Fatal(err)
 	}
 	beat("a", 16, 7*time.Second, "a")
+	// A member holding partitions renews them and itself together.
+	if got, err := st.AcquirePartition(ctx, 16, 3, "a", t0.Add(7*time.Second), ttl); err != nil || !got {
+		t.Fatalf("acquire: %v %v", got, err)
+	}
+	if got, err := st.RenewPartitions(ctx, 16, []int{3}, "a", t0.Add(11*time.Second), ttl); err != nil || !slices.Equal(got, []int{3}) {
+		t.Fatalf("renew: %v %v", got, err)
+	}
+	leases, live, err := st.PartitionState(ctx, 16, t0.Add(15*time.Second))
+	if err != nil || !slices.Equal(live, []string{"a"}) || len(leases) != 1 || leases[0].Partition != 3 || leases[0].Holder != "a" {
+		t.Fatalf("after a renewal of both: leases %+v, members %v, %v", leases, live, err)
+	}
 }
 
 // testPartitionsAreShared: replicas' RelayPartitions hold every partition
@@ -223,6 +235,11 @@ func testStalledHolderOrdersNothing(t *testing.T, s *conversations.Service) {
 	}
 	if err := a.Tick(ctx); err != nil || slices.Contains(a.Held(), 0) {
 		t.Fatalf("a still holds %v after b took over: %v", a.Held(), err)
+	}
+	// b renews first: on a loaded machine a's tick alone can outlast b's
+	// fence (three quarters of 300 ms), and b would order nothing.
+	if err := b.Tick(ctx); err != nil || len(b.Held()) == 0 {
+		t.Fatalf("b's renewal: holds %v, %v", b.Held(), err)
 	}
 	if _, err := (&conversations.Relay{Store: s.Store, Partitions: b}).RelayOnce(ctx); err != nil {
 		t.Fatal(err)

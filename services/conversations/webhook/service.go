@@ -1,10 +1,12 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
@@ -331,55 +333,104 @@ func (w *Service) RetryDelivery(ctx context.Context, who conversations.Caller, e
 	return nil
 }
 
-// FanOut takes one enabled endpoint whose events were looked at longest
-// ago (a lease, so that replicas share the work and a crashed one's
-// endpoint is taken over), records a delivery for each new event it
-// subscribes to, and moves its cursor past them. It reports whether it
-// found an endpoint to look at. Deliveries are keyed by (endpoint,
-// event): an event recorded twice (a fan-out that lost its lease after
-// inserting) is stored once.
-func (w *Service) FanOut(ctx context.Context, claim string, every, lease time.Duration) (bool, error) {
-	if w.Events == nil {
-		return false, nil
+// FanOutAccounts records, for each account, a delivery of each event
+// after an enabled endpoint's cursor that the endpoint subscribes to,
+// and moves the cursors past the events read. The replica whose relay
+// ordered an account's events calls it for that account (no other
+// replica looks for them), and FanOutSweep finds what a replica that
+// died left. It returns the accounts with more events than one read
+// takes. Deliveries are keyed by (endpoint, event) and cursors only move
+// forward, so two replicas fanning out one account at once (a partition
+// changing hands) store each delivery once.
+func (w *Service) FanOutAccounts(ctx context.Context, accountIDs []string) ([]string, error) {
+	if w.Events == nil || len(accountIDs) == 0 {
+		return nil, nil
+	}
+	endpoints, err := w.Store.EndpointsOf(ctx, accountIDs)
+	if err != nil {
+		return nil, err
+	}
+	return w.fanOut(ctx, endpoints)
+}
+
+// FanOutSweep fans out the accounts of slots (conversations.PendingSlot;
+// nil: every account) that have an enabled endpoint, whether their
+// events were fanned out or not: the recovery of what a replica left
+// when it died between ordering events and fanning them out. It returns
+// the accounts with more events than one read takes.
+func (w *Service) FanOutSweep(ctx context.Context, slots []int) ([]string, error) {
+	if w.Events == nil || slots != nil && len(slots) == 0 {
+		return nil, nil
+	}
+	endpoints, err := w.Store.EnabledEndpoints(ctx, slots)
+	if err != nil {
+		return nil, err
+	}
+	if slots != nil {
+		endpoints = slices.DeleteFunc(endpoints, func(e Endpoint) bool {
+			return !slices.Contains(slots, conversations.PendingSlot(e.AccountID))
+		})
+	}
+	return w.fanOut(ctx, endpoints)
+}
+
+// fanOut reads, for each account of the endpoints, the events after the
+// lowest cursor of its enabled endpoints (one read an account), stores
+// the deliveries of all accounts in one write, and then advances the
+// cursors in one more: a crash between the two costs a repeat that the
+// unique (endpoint, event) index absorbs.
+func (w *Service) fanOut(ctx context.Context, endpoints []Endpoint) ([]string, error) {
+	byAccount := map[string][]Endpoint{}
+	for _, e := range endpoints {
+		if e.Enabled {
+			byAccount[e.AccountID] = append(byAccount[e.AccountID], e)
+		}
 	}
 	now := w.now()
-	e, ok, err := w.Store.ClaimFanout(ctx, now, now.Add(lease), claim)
-	if err != nil || !ok {
-		return false, err
-	}
-	events, err := w.Events.ListEvents(ctx, conversations.EventRange{AccountID: e.AccountID, After: e.EventCursor, Limit: fanoutBatch})
-	if err != nil {
-		return true, err
-	}
-	cursor := e.EventCursor
 	var ds []Delivery
-	for _, ev := range events {
-		cursor = max(cursor, ev.Sequence)
-		if !e.Subscribed(string(ev.Type)) {
-			continue
+	var more []string
+	var cursors []CursorMove
+	for _, account := range slices.Sorted(maps.Keys(byAccount)) {
+		es := byAccount[account]
+		after := slices.MinFunc(es, func(a, b Endpoint) int { return cmp.Compare(a.EventCursor, b.EventCursor) }).EventCursor
+		events, err := w.Events.ListEvents(ctx, conversations.EventRange{AccountID: account, After: after, Limit: fanoutBatch})
+		if err != nil {
+			return more, err
+		}
+		if len(events) == fanoutBatch {
+			more = append(more, account)
 		}
 		// As the feed writes it: the stored data as it is, not validated
 		// again by json.Marshal for every endpoint that reads the event.
-		payload, err := ev.AppendJSON(nil)
-		if err != nil {
-			return true, fmt.Errorf("encode event %s: %w", ev.ID, err)
+		payloads := make([][]byte, len(events))
+		for i, ev := range events {
+			if payloads[i], err = ev.AppendJSON(nil); err != nil {
+				return more, fmt.Errorf("encode event %s: %w", ev.ID, err)
+			}
 		}
-		ds = append(ds, w.newDelivery(e, ev.ID, string(ev.Type), ev.Timestamp, payload, now))
+		for _, e := range es {
+			cursor := e.EventCursor
+			for i, ev := range events {
+				if ev.Sequence <= e.EventCursor {
+					continue
+				}
+				cursor = max(cursor, ev.Sequence)
+				if e.Subscribed(string(ev.Type)) {
+					ds = append(ds, w.newDelivery(e, ev.ID, string(ev.Type), ev.Timestamp, payloads[i], now))
+				}
+			}
+			if cursor > e.EventCursor {
+				cursors = append(cursors, CursorMove{AccountID: e.AccountID, EndpointID: e.ID, Cursor: cursor})
+			}
+		}
 	}
 	if len(ds) > 0 {
 		if err := w.Store.InsertDeliveries(ctx, ds); err != nil {
-			return true, err
+			return more, err
 		}
 		w.wake()
 	}
-	next := now.Add(every)
-	if len(events) == fanoutBatch {
-		next = now // more are waiting
-	}
-	if _, err := w.Store.ReleaseFanout(ctx, e.AccountID, e.ID, claim, cursor, next); err != nil {
-		return true, err
-	}
-	return true, nil
+	return more, w.Store.AdvanceCursors(ctx, cursors)
 }
 
 // Attempt is one claimed delivery, ready to send.

@@ -497,18 +497,28 @@ type Store interface {
 	// started before t.
 	DeleteQuotas(ctx context.Context, before time.Time) (int64, error)
 
-	// ClaimFanout claims the enabled endpoint whose events were looked at
-	// longest ago (not after now) until leaseUntil.
-	ClaimFanout(ctx context.Context, now, leaseUntil time.Time, claim string) (Endpoint, bool, error)
-	// ReleaseFanout stores the endpoint's new cursor and when it is looked
-	// at next, only while claim holds it.
-	ReleaseFanout(ctx context.Context, accountID, id, claim string, cursor int64, next time.Time) (bool, error)
+	// EndpointsOf reads the endpoints of the accounts, enabled or not
+	// (the fan-out of what their relay just ordered).
+	EndpointsOf(ctx context.Context, accountIDs []string) ([]Endpoint, error)
+	// EnabledEndpoints reads the enabled endpoints of the accounts of
+	// slots (nil: of every account), and may return others' (the
+	// fan-out's recovery sweep).
+	EnabledEndpoints(ctx context.Context, slots []int) ([]Endpoint, error)
+	// AdvanceCursors moves each endpoint's event cursor forward to the
+	// sequence given, never back (an enable that moved it further wins).
+	AdvanceCursors(ctx context.Context, cursors []CursorMove) error
 	// MarkEndpointFailing sets failing_since to at unless it is set and
 	// returns the endpoint after; MarkEndpointHealthy clears it.
 	MarkEndpointFailing(ctx context.Context, accountID, id string, at time.Time) (Endpoint, error)
 	MarkEndpointHealthy(ctx context.Context, accountID, id string) error
 	// DisableEndpoint disables an enabled endpoint with reason.
 	DisableEndpoint(ctx context.Context, accountID, id, reason string, at time.Time) (bool, error)
+}
+
+// CursorMove is an endpoint's event cursor moved forward by a fan-out.
+type CursorMove struct {
+	AccountID, EndpointID string
+	Cursor                int64
 }
 
 // NewEndpointID and NewDeliveryID return fresh ids.

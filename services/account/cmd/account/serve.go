@@ -105,7 +105,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			"mongodb": mongoReady,
 		},
 		Init: func(ctx context.Context) (http.Handler, error) {
-			if err := store.EnsureIndexes(ctx); err != nil {
+			if err := servicecmd.EnsureIndexes(ctx, cfg.MongoDBTimeout, store.EnsureIndexes); err != nil {
 				return nil, err
 			}
 			if mfa.Box, err = mfaSecretBox(ctx, cfg, store, logger); err != nil {

@@ -54,7 +54,7 @@ type config struct {
 	WebhookTimeout             time.Duration `envconfig:"WEBHOOK_TIMEOUT" default:"15s" desc:"how long a delivery attempt waits for a 2xx"`
 	WebhookRetrySchedule       []string      `envconfig:"WEBHOOK_RETRY_SCHEDULE" default:"5s,5m,30m,2h,5h,10h,10h" desc:"comma-separated waits before each retry after a failed attempt (each ±20 %); the attempt after the last fails the delivery"`
 	WebhookDisableAfter        time.Duration `envconfig:"WEBHOOK_DISABLE_AFTER" default:"120h" desc:"an endpoint failing without a single success for this long is disabled"`
-	WebhookPollInterval        time.Duration `envconfig:"WEBHOOK_POLL_INTERVAL" default:"1s" desc:"how often a replica looks for new events and due deliveries; a retry it recorded is claimed when due, a delivery it recorded at once"`
+	WebhookPollInterval        time.Duration `envconfig:"WEBHOOK_POLL_INTERVAL" default:"1s" desc:"how often a replica looks for due deliveries that no replica told it of (spaced out to 16 times it while it finds none), and a sixtieth of how often it sweeps its relay's accounts for events not fanned out; the events its relay orders are fanned out at once, a delivery it records claimed at once, a retry it recorded when due"`
 	WebhookLease               time.Duration `envconfig:"WEBHOOK_LEASE" default:"0" desc:"how long a replica's claim on a delivery holds before another replica may take it; 0 means twice WEBHOOK_TIMEOUT plus 15s"`
 	WebhookWorkers             int           `envconfig:"WEBHOOK_WORKERS" default:"64" desc:"delivery attempts one replica makes at once"`
 	WebhookPerEndpoint         int           `envconfig:"WEBHOOK_PER_ENDPOINT" default:"4" desc:"delivery attempts one replica makes at once to one endpoint"`

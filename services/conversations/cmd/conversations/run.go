@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,11 +154,20 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		default:
 		}
 	}
+	// The webhook engine, once Init has made it, fans out what this
+	// replica's relay orders, and sweeps the accounts of partitions it
+	// takes over; its first sweep covers what was ordered before.
+	var engine atomic.Pointer[delivery.Engine]
 	// One relay at a time orders an account: the one of the replica
 	// leasing its partition.
 	partitions := &conversations.RelayPartitions{
 		Store: store, Holder: holder, Count: cfg.RelayPartitions, Lease: cfg.RelayLease, Logger: logger,
-		Gained: wake,
+		Gained: func() {
+			wake()
+			if e := engine.Load(); e != nil {
+				e.SweepSoon()
+			}
+		},
 	}
 	recorded := func(accountID string, n int) {
 		events.recorded.Add(float64(n))
@@ -171,6 +181,11 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		Copied: func(n int) {
 			events.ordered.Add(float64(n))
 			hub.Wake()
+		},
+		Ordered: func(accounts []string) {
+			if e := engine.Load(); e != nil {
+				e.Ordered(accounts)
+			}
 		},
 	}
 	relayPartitions(registry, cfg.RelayPartitions, func() int { return len(partitions.Held()) })
@@ -207,7 +222,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			},
 		},
 		Init: func(ctx context.Context) (http.Handler, error) {
-			if err := store.EnsureIndexes(ctx); err != nil {
+			if err := servicecmd.EnsureIndexes(ctx, cfg.MongoDBTimeout, store.EnsureIndexes); err != nil {
 				return nil, err
 			}
 			// The relay and the purge query by the indexes just made.
@@ -230,7 +245,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions.Slots, &engine)
 			if err != nil {
 				return nil, err
 			}
@@ -267,10 +282,13 @@ func newCursorSecret() (string, error) {
 }
 
 // startWebhooks builds the webhooks' use cases and starts this replica's
-// delivery engine and the leased purge of deliveries, which end with ctx
-// (background waits for them); holder names this replica in the lease.
+// delivery engine (stored in started) and the leased purge of
+// deliveries, which end with ctx (background waits for them); holder
+// names this replica in the lease, and slots returns the account slots
+// its relay orders (the engine's fan-out sweep looks at those).
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
+	slots func() []int, started *atomic.Pointer[delivery.Engine],
 ) (*webhook.Service, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -297,7 +315,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	dialer := delivery.NewDialer(allowed, nil)
 	sender := delivery.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &delivery.Engine{
-		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease,
+		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Slots: slots,
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: delivery.NewMetrics(registry),
 	}
 	webhooks := &webhook.Service{
@@ -306,6 +324,7 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 		RetrySchedule: schedule, DisableAfter: cfg.WebhookDisableAfter, Wake: engine.Wake,
 	}
 	engine.Webhooks = webhooks
+	started.Store(engine)
 	background.Go(func() { engine.Run(ctx) })
 	purge := func(ctx context.Context, now time.Time) (int64, error) {
 		// One replica at a time, as the events' purge.

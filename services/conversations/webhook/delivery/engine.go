@@ -7,12 +7,14 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/webhook"
 )
 
@@ -20,21 +22,30 @@ import (
 // none.
 const DefaultWorkers = 64
 
-// Engine delivers webhooks from one replica: it claims fan-out work (an
-// endpoint's new events become deliveries) and due deliveries from
-// MongoDB with leases, so that every replica takes part and a crashed
-// replica's claims fall due again when their lease ends. Each endpoint
-// has at most PerEndpoint requests in flight on this replica, and the
-// replica at most Workers, so an endpoint that hangs takes only its own
-// slots.
+// Engine delivers webhooks from one replica. It fans out the accounts
+// whose events this replica's relay ordered (Ordered: their new events
+// become deliveries), sweeping now and then for what a replica that
+// died left, and claims due deliveries from MongoDB with leases, so that
+// a crashed replica's claims fall due again when their lease ends. Each
+// endpoint has at most PerEndpoint requests in flight on this replica,
+// and the replica at most Workers, so an endpoint that hangs takes only
+// its own slots.
 type Engine struct {
 	Webhooks *webhook.Service
 	Sender   *Sender
 	Logger   *slog.Logger
-	// Poll is how often the engine looks for work when not woken: by a
-	// delivery recorded here, a slot that frees, or a retry this replica
-	// recorded falling due.
+	// Poll is how often the engine looks for due deliveries when not
+	// woken (by a delivery recorded here, a slot that frees, or a retry
+	// this replica recorded falling due); polls that find nothing space
+	// out up to idlePolls intervals.
 	Poll time.Duration
+	// Sweep is how often the fan-out sweeps the accounts of Slots for
+	// events not fanned out (0: every sweepPolls × Poll).
+	Sweep time.Duration
+	// Slots returns the account slots (conversations.PendingSlot) whose
+	// events this replica's relay orders (nil: every account, one
+	// replica); the sweep looks at those only.
+	Slots func() []int
 	// Lease is how long a claim holds: longer than an attempt's timeout.
 	Lease time.Duration
 	// Workers bounds the requests in flight on this replica, PerEndpoint
@@ -46,7 +57,30 @@ type Engine struct {
 	wake chan struct{}
 	once sync.Once
 	due  dueTimes
+
+	fanMu      sync.Mutex
+	fanPending map[string]bool // accounts to fan out
+	fanSweep   bool            // sweep at the next pass
+	fanWake    chan struct{}
 }
+
+// idlePolls bounds the wait between polls for due deliveries that find
+// nothing, in poll intervals: the deliveries a replica records and the
+// retries it schedules wake it, so the poll only finds what another
+// replica left (its retries, its claims after a crash).
+const idlePolls = 16
+
+// sweepPolls is the fan-out's sweep interval in poll intervals, when
+// Sweep is not set. The sweep finds what no pass fanned out: a
+// replica's partitions taken over (SweepSoon) aside, only the events
+// ordered while an endpoint created on another replica was being
+// stored, with none of its account's after them.
+const sweepPolls = 60
+
+// fanoutSpacing is the least time between two fan-out passes: the events
+// ordered meanwhile are fanned out together (one read of the log an
+// account, one write of the deliveries and one of the cursors a pass).
+const fanoutSpacing = 100 * time.Millisecond
 
 // maxDueTimes bounds the due times an engine keeps; beyond them a retry
 // is found by the poll.
@@ -100,11 +134,16 @@ func (h *timeHeap) Pop() any {
 func (e *Engine) init() {
 	e.once.Do(func() {
 		e.wake = make(chan struct{}, 1)
+		e.fanWake = make(chan struct{}, 1)
+		e.fanPending = map[string]bool{}
 		if e.Logger == nil {
 			e.Logger = slog.New(slog.DiscardHandler)
 		}
 		if e.Poll <= 0 {
 			e.Poll = time.Second
+		}
+		if e.Sweep <= 0 {
+			e.Sweep = sweepPolls * e.Poll
 		}
 		if e.Workers <= 0 {
 			e.Workers = DefaultWorkers
@@ -128,6 +167,36 @@ func (e *Engine) Wake() {
 	}
 }
 
+// Ordered tells the engine that this replica's relay ordered events of
+// the accounts: it fans them out at its next pass.
+func (e *Engine) Ordered(accountIDs []string) {
+	e.init()
+	e.fanMu.Lock()
+	for _, a := range accountIDs {
+		e.fanPending[a] = true
+	}
+	e.fanMu.Unlock()
+	e.signalFanOut()
+}
+
+// SweepSoon makes the next fan-out pass a sweep (this replica took over
+// relay partitions, whose accounts' events a replica that died may have
+// ordered without fanning them out).
+func (e *Engine) SweepSoon() {
+	e.init()
+	e.fanMu.Lock()
+	e.fanSweep = true
+	e.fanMu.Unlock()
+	e.signalFanOut()
+}
+
+func (e *Engine) signalFanOut() {
+	select {
+	case e.fanWake <- struct{}{}:
+	default:
+	}
+}
+
 // newClaim is a token naming one claim of this replica.
 func newClaim() string {
 	var b [12]byte
@@ -147,26 +216,79 @@ func (e *Engine) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// fanOutLoop turns new events into deliveries: it takes endpoints whose
-// turn has come until none is left, then waits for the next poll.
+// fanOutLoop turns new events into deliveries: when woken (Ordered,
+// SweepSoon) or when a sweep is due, at most once every fanoutSpacing.
+// Accounts whose pass failed or that have more events wait for the next
+// pass.
 func (e *Engine) fanOutLoop(ctx context.Context) {
-	t := time.NewTicker(e.Poll)
-	defer t.Stop()
+	sweep := time.NewTimer(0) // at start: what waited while no replica ran
+	defer sweep.Stop()
 	for {
-		for ctx.Err() == nil {
-			worked, err := e.Webhooks.FanOut(ctx, newClaim(), e.Poll, e.Lease)
-			if err != nil && ctx.Err() == nil {
-				e.Logger.WarnContext(ctx, "webhook fan-out", "error", err.Error())
-				break
-			}
-			if !worked {
-				break
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-e.fanWake:
+		case <-sweep.C:
+			e.fanMu.Lock()
+			e.fanSweep = true
+			e.fanMu.Unlock()
+		}
+		began := time.Now()
+		e.fanMu.Lock()
+		accounts := slices.Collect(maps.Keys(e.fanPending))
+		clear(e.fanPending)
+		sweeping := e.fanSweep
+		e.fanSweep = false
+		e.fanMu.Unlock()
+		var more []string
+		var err error
+		if sweeping {
+			// The sweep covers the accounts ordered meanwhile that have
+			// endpoints, when this replica holds them, and the rest have
+			// none to fan out to, but a partition may have moved since
+			// the relay ordered them: those are fanned out as well.
+			var slots []int
+			if e.Slots != nil {
+				slots = e.Slots()
+			}
+			more, err = e.Webhooks.FanOutSweep(ctx, slots)
+			if err == nil && slots != nil {
+				accounts = slices.DeleteFunc(accounts, func(a string) bool { return slices.Contains(slots, conversations.PendingSlot(a)) })
+			} else if err == nil {
+				accounts = nil
+			}
+			sweep.Reset(e.Sweep)
+		}
+		if err == nil && len(accounts) > 0 {
+			var m []string
+			m, err = e.Webhooks.FanOutAccounts(ctx, accounts)
+			more = append(more, m...)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			e.Logger.WarnContext(ctx, "webhook fan-out", "error", err.Error())
+			more = append(more, accounts...) // again at the next pass
+			if sweeping {
+				e.SweepSoon()
+			}
+		}
+		if len(more) > 0 {
+			e.Ordered(more)
+		}
+		wait := fanoutSpacing - time.Since(began)
+		if err != nil {
+			wait = max(wait, min(e.Poll, time.Second)) // the store is failing
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 	}
 }
@@ -251,15 +373,20 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 		defer mu.Unlock()
 		return webhook.Slots{Free: e.Workers - total, PerEndpoint: e.PerEndpoint, InFlight: maps.Clone(inFlight)}
 	}
-	t := time.NewTicker(e.Poll)
-	defer t.Stop()
+	// poll fires when the engine looks for due deliveries unasked: every
+	// Poll, spaced out to idlePolls × Poll while those polls find none.
+	idle := e.Poll
+	poll := time.NewTimer(idle)
+	defer poll.Stop()
 	// due fires when the earliest retry this replica recorded is due.
 	due := time.NewTimer(e.Poll)
 	defer due.Stop()
+	polled := false
 	for {
 		// A claim sees due what is due a millisecond before it starts
 		// (the store keeps milliseconds).
 		claimed := time.Now().Add(-time.Millisecond)
+		found := false
 		for ctx.Err() == nil {
 			room := slots()
 			if room.Free <= 0 {
@@ -269,6 +396,7 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 			if err != nil && ctx.Err() == nil {
 				e.Logger.WarnContext(ctx, "claim webhook deliveries", "error", err.Error())
 			}
+			found = found || len(attempts) > 0 || more
 			for _, a := range attempts {
 				endpoint := a.Delivery.EndpointID
 				mu.Lock()
@@ -298,12 +426,23 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 		} else {
 			due.Stop()
 		}
+		switch {
+		case found:
+			idle = e.Poll
+		case polled:
+			idle = min(2*idle, idlePolls*e.Poll)
+		}
+		if polled || found {
+			poll.Reset(idle)
+		}
+		polled = false
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
 		case <-freed:
-		case <-t.C:
+		case <-poll.C:
+			polled = true
 		case <-due.C:
 		}
 	}

@@ -219,15 +219,7 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 		Poll:     poll,
 	}
 	wh.Wake = engine.Wake
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		engine.Run(ctx)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runEngine(t, ctx, cancel, engine)
 	if _, err := wh.SendTest(ctx, client, e.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -273,4 +265,104 @@ func TestRetryKeepsItsSchedule(t *testing.T) {
 	} else {
 		t.Logf("retry %s after the first attempt", gap.Round(time.Millisecond))
 	}
+}
+
+// TestFanOutFollowsTheRelay: with polls an hour apart, the events a
+// replica's relay orders reach its endpoints because the relay tells the
+// engine (Ordered); events ordered by a replica that died before its
+// fan-out reach them through the sweep of the replica that takes its
+// partitions over (SweepSoon), the sweep looking only at the accounts
+// this replica holds.
+func TestFanOutFollowsTheRelay(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	store, wh := newWebhooks(t)
+	wh.Events = store
+	var mu sync.Mutex
+	got := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get("webhook-id")] = true
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	const account = "acc_fanout"
+	var held sync.Map // the account slots this replica's relay orders
+	engine := &delivery.Engine{
+		Webhooks: wh,
+		Sender:   delivery.NewSender(delivery.NewDialer([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), 5*time.Second, 0),
+		Poll:     time.Hour,
+		Slots: func() []int {
+			slots := []int{}
+			held.Range(func(k, _ any) bool { slots = append(slots, k.(int)); return true })
+			return slots
+		},
+	}
+	wh.Wake = engine.Wake
+	client := conversations.Caller{AccountID: account, ID: "cli_fanout", Client: true}
+	u := srv.URL + "/hook"
+	e, _, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runEngine(t, ctx, cancel, engine)
+	svc := &conversations.Service{Store: store}
+	user := conversations.Caller{AccountID: account, ID: "usr_9f86d081884c7d659a2feaa0"}
+	order := func(relay *conversations.Relay) {
+		t.Helper()
+		if _, err := svc.CreateConversation(ctx, user, conversations.Conversation{Participants: []string{user.ID}, Status: conversations.StatusOpen}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := relay.RelayOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := func(want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute) // far below the poll
+		for {
+			page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, d := range page.Deliveries {
+				mu.Lock()
+				if d.State == webhook.DeliverySucceeded && got[d.EventID] {
+					n++
+				}
+				mu.Unlock()
+			}
+			if n == want && len(page.Deliveries) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d deliveries succeeded within a minute (%d recorded)", what, n, want, len(page.Deliveries))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	order(&conversations.Relay{Store: store, Ordered: engine.Ordered})
+	delivered(1, "ordered by this replica's relay")
+	// Another replica's relay ordered this event and died before fanning
+	// it out; this replica then takes the account's partition.
+	order(&conversations.Relay{Store: store})
+	held.Store(conversations.PendingSlot(account), true)
+	engine.SweepSoon()
+	delivered(2, "left by a replica that died")
+}
+
+// runEngine runs engine until the test ends, then stops it and waits for
+// it (cancel ends ctx).
+func runEngine(t *testing.T, ctx context.Context, cancel context.CancelFunc, engine *delivery.Engine) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		engine.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }

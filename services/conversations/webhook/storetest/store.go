@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,8 +81,8 @@ func testEndpointScope(t *testing.T, store Store) {
 	if ok, err := store.DisableEndpoint(ctx, other, e.ID, "stolen", t0); err != nil || ok {
 		t.Errorf("DisableEndpoint from another account: %v %v", ok, err)
 	}
-	if ok, err := store.ReleaseFanout(ctx, other, e.ID, "", 99, t0); err != nil || ok {
-		t.Errorf("ReleaseFanout from another account: %v %v", ok, err)
+	if err := store.AdvanceCursors(ctx, []webhook.CursorMove{{AccountID: other, EndpointID: e.ID, Cursor: 99}}); err != nil {
+		t.Errorf("AdvanceCursors from another account: %v", err)
 	}
 	if ok, err := store.DeleteEndpoint(ctx, other, e.ID); err != nil || ok {
 		t.Errorf("DeleteEndpoint from another account: %v %v", ok, err)
@@ -277,46 +279,113 @@ func testQuota(t *testing.T, store Store) {
 	}
 }
 
-func testFanoutLease(t *testing.T, store Store) {
+// testFanOutCursors: the fan-out reads the endpoints of accounts,
+// enabled or not; the sweep the enabled ones of some slots; a cursor only
+// moves forward.
+func testFanOutCursors(t *testing.T, store Store) {
 	ctx := context.Background()
-	older := insertEndpoint(t, store, "acc_fan", t0)
-	newer := insertEndpoint(t, store, "acc_fan", t0.Add(time.Second))
-	off := insertEndpoint(t, store, "acc_fan", t0.Add(-time.Hour))
+	a := insertEndpoint(t, store, "acc_sweep_a", t0)
+	off := insertEndpoint(t, store, "acc_sweep_a", t0.Add(time.Second))
+	b := insertEndpoint(t, store, "acc_sweep_b", t0)
 	if ok, err := store.DisableEndpoint(ctx, off.AccountID, off.ID, "off", t0); err != nil || !ok {
 		t.Fatal(err)
 	}
-	now := t0.Add(time.Minute)
-	// The enabled endpoint looked at longest ago first, each once within
-	// its lease; a disabled one never.
-	e, ok, err := store.ClaimFanout(ctx, now, now.Add(time.Minute), "one")
-	if err != nil || !ok || e.ID != older.ID || e.AccountID != older.AccountID {
-		t.Fatalf("first claim: %+v %v %v", e, ok, err)
+	ids := func(es []webhook.Endpoint) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.ID)
+		}
+		slices.Sort(out)
+		return out
 	}
-	e2, ok, err := store.ClaimFanout(ctx, now, now.Add(time.Minute), "two")
-	if err != nil || !ok || e2.ID != newer.ID {
-		t.Fatalf("second claim: %+v %v %v", e2, ok, err)
+	sorted := func(s ...string) []string { slices.Sort(s); return s }
+	if got, err := store.EndpointsOf(ctx, []string{"acc_sweep_a"}); err != nil || !slices.Equal(ids(got), sorted(a.ID, off.ID)) {
+		t.Errorf("EndpointsOf: %v %v", ids(got), err)
 	}
-	if _, ok, _ := store.ClaimFanout(ctx, now, now.Add(time.Minute), "three"); ok {
-		t.Fatal("an endpoint was claimed within another's lease, or a disabled one")
+	if got, err := store.EnabledEndpoints(ctx, nil); err != nil || !slices.Equal(ids(got), sorted(a.ID, b.ID)) {
+		t.Errorf("EnabledEndpoints of every account: %v %v", ids(got), err)
 	}
-	// Only its claim releases it, and the cursor moves forward only.
-	if ok, _ := store.ReleaseFanout(ctx, e.AccountID, e.ID, "two", 5, now); ok {
-		t.Error("another claim released the endpoint")
+	// A store may return other slots' endpoints too; it must return
+	// those of the slots asked.
+	got, err := store.EnabledEndpoints(ctx, []int{conversations.PendingSlot("acc_sweep_b")})
+	if err != nil || !slices.Contains(ids(got), b.ID) || slices.Contains(ids(got), off.ID) {
+		t.Errorf("EnabledEndpoints of acc_sweep_b's slot: %v %v", ids(got), err)
 	}
-	if ok, err := store.ReleaseFanout(ctx, e.AccountID, e.ID, "one", 5, now); err != nil || !ok {
-		t.Fatalf("release: %v %v", ok, err)
+	move := func(c int64) {
+		t.Helper()
+		if err := store.AdvanceCursors(ctx, []webhook.CursorMove{{AccountID: a.AccountID, EndpointID: a.ID, Cursor: c}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got, _ := store.FindEndpoint(ctx, e.AccountID, e.ID); got.EventCursor != 5 {
-		t.Errorf("cursor %d after release, want 5", got.EventCursor)
+	move(5)
+	move(3)
+	if got, _ := store.FindEndpoint(ctx, a.AccountID, a.ID); got.EventCursor != 5 {
+		t.Errorf("cursor %d after 5 then 3, want 5", got.EventCursor)
 	}
-	back, ok, err := store.ClaimFanout(ctx, now, now.Add(time.Minute), "four")
-	if err != nil || !ok || back.ID != e.ID {
-		t.Fatalf("claim after release: %+v %v %v", back, ok, err)
+}
+
+// testFanOutSweep: a sweep fans out only the accounts of the slots its
+// replica holds, and fan-outs repeated by two replicas (a partition
+// changing hands) store each delivery once and never move a cursor back.
+func testFanOutSweep(t *testing.T, store Store) {
+	ctx := context.Background()
+	box, err := webhook.NewSecretBox([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if ok, _ := store.ReleaseFanout(ctx, back.AccountID, back.ID, "four", 3, now); ok {
-		t.Error("a release moved the cursor backwards")
+	wh := &webhook.Service{Store: store, Events: store, Box: box}
+	svc := &conversations.Service{Store: store}
+	relay := &conversations.Relay{Store: store}
+	url := "https://hooks.example.com/in"
+	accounts := []string{"acc_sweep_a", "acc_sweep_b"} // slots 73 and 16
+	endpoints := map[string]string{}
+	for _, account := range accounts {
+		client := conversations.Caller{AccountID: account, ID: "cli_sweep", Client: true}
+		e, _, err := wh.CreateEndpoint(ctx, client, webhook.NewEndpoint{URL: &url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		endpoints[account] = e.ID
+		user := conversations.Caller{AccountID: account, ID: "usr_9f86d081884c7d659a2feaa0"}
+		for range 3 {
+			if _, err := svc.CreateConversation(ctx, user, conversations.Conversation{Participants: []string{user.ID}, Status: conversations.StatusOpen}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	if got, _ := store.FindEndpoint(ctx, e.AccountID, e.ID); got.EventCursor != 5 {
-		t.Errorf("cursor %d, want 5", got.EventCursor)
+	if _, err := relay.RelayOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func(account string) int {
+		t.Helper()
+		page, err := wh.ListDeliveries(ctx, conversations.Caller{AccountID: account, ID: "cli_sweep", Client: true}, endpoints[account], 100, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Deliveries)
+	}
+	if _, err := wh.FanOutSweep(ctx, []int{conversations.PendingSlot(accounts[0])}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := count(accounts[0]), count(accounts[1]); a != 3 || b != 0 {
+		t.Fatalf("a sweep holding only %s: deliveries %d and %d, want 3 and 0", accounts[0], a, b)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if _, err := wh.FanOutAccounts(ctx, accounts); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if a, b := count(accounts[0]), count(accounts[1]); a != 3 || b != 3 {
+		t.Fatalf("after fan-outs repeated: deliveries %d and %d, want 3 each", a, b)
+	}
+	for _, account := range accounts {
+		e, err := store.FindEndpoint(ctx, account, endpoints[account])
+		if err != nil || e.EventCursor != 3 {
+			t.Fatalf("%s: cursor %d %v, want 3", account, e.EventCursor, err)
+		}
 	}
 }

@@ -45,7 +45,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"EndpointPagesCoverEverythingOnceInOrder", testEndpointPaging},
 		{"SaveEndpointIsCompareAndSet", testSaveEndpointCAS},
 		{"QuotaWindows", testQuota},
-		{"FanoutLease", testFanoutLease},
+		{"FanOutCursors", testFanOutCursors},
+		{"FanOutSweep", testFanOutSweep},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -112,11 +113,13 @@ func testRules(t *testing.T, store Store) {
 	if _, err := relay.RelayOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // a second fan-out finds nothing new
-		if _, err := wh.FanOut(ctx, "fanout-1", time.Second, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(time.Second)
+	// Fanned out as the relay's replica does; then a sweep finds
+	// nothing new.
+	if _, err := wh.FanOutAccounts(ctx, []string{client.AccountID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wh.FanOutSweep(ctx, nil); err != nil {
+		t.Fatal(err)
 	}
 	page, err := wh.ListDeliveries(ctx, client, e.ID, 10, nil)
 	if err != nil || len(page.Deliveries) != 1 || page.Deliveries[0].EventType != "message.created" {
@@ -216,7 +219,7 @@ func testRules(t *testing.T, store Store) {
 	if _, err := wh.UpdateEndpoint(ctx, client, e.ID, webhook.Patch{Enabled: &enable}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wh.FanOut(ctx, "fanout-2", time.Second, time.Minute); err != nil {
+	if _, err := wh.FanOutAccounts(ctx, []string{client.AccountID}); err != nil {
 		t.Fatal(err)
 	}
 	page, _ = wh.ListDeliveries(ctx, client, e.ID, 10, nil)
