@@ -40,61 +40,51 @@ images: ## build both container images (needs a Docker engine)
 # clone elsewhere reuses the cache a previous clone filled.
 export GOFLAGS += -trimpath
 
-# make test tests every package with one set of build flags, without
-# -race: the race detector compiles the standard library and every
-# dependency a second time (its instrumented build), about a tenth of a
-# cold run, and runs the tests it watches several times slower; make
-# test-race runs every package that runs our code in its own process with
-# it (see docs/decisions.md). The packages start in the order given, the
-# longest first (deploy/gotest.sh): started last, one of them would run
-# alone at the end while the other core idles. First the three suites of
-# processes (client suites, end-to-end, the bench harness), then the HTTP
-# suites, then the longest of the rest as a warm run measured them.
-HTTP_SUITES := $(addprefix github.com/acme/platform/services/,account/http conversations/http)
-BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench oidcinterop observabilitytest devstack)
-STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest prereqstest)
-EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
-LONGEST := $(wordlist 1,3,$(BINARY_TESTS)) $(HTTP_SUITES) $(addprefix github.com/acme/platform/,pkg/testkit/mongoproc services/account/mongostore pkg/token pkg/testkit/internal/wireproxy services/account/password services/account/cmd/account services/account/signing)
-# Listed once per make run, when vet or test first needs it (go list of
-# every module takes about a CPU-second), and not by targets that do not.
-TEST_PACKAGES = $(eval TEST_PACKAGES := $(LONGEST) $(filter-out $(LONGEST),$(shell $(GO) list $(PACKAGES))))$(TEST_PACKAGES)
+# make test runs every package's tests with plain go test, without -race
+# (make test-race runs the packages that run our code with it; see
+# docs/decisions.md). Tests that start processes (the embedded store, the
+# service binaries, the client toolchains) run with -count=1: their outcome
+# depends on more than go test can see. Every other package keeps go test's
+# cache, so a warm run re-runs only what changed.
+ALL_PACKAGES = $(eval ALL_PACKAGES := $(shell $(GO) list $(PACKAGES)))$(ALL_PACKAGES)
+# A package's tests start processes when its test binary links the embedded
+# store's launcher or the service launcher, or its tests run os/exec.
+PROCESS_FOUND = $(eval PROCESS_FOUND := $(sort $(shell $(GO) list -test -f '{{if and (not .ForTest) (eq .Name "main")}}{{.ImportPath}} {{join .Deps " "}}{{end}}' $(PACKAGES) | grep -E ' github.com/acme/platform/(pkg/testkit/mongoproc|deploy/internal/svcproc)( |$$)' | cut -d' ' -f1 | sed 's/\.test$$//') $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PACKAGES) | grep -E ' os/exec( |$$)' | cut -d' ' -f1)))$(PROCESS_FOUND)
+# The longest start first, so that none starts last and runs alone while
+# the other core idles: the suites of processes, then the HTTP suites.
+LONGEST := $(addprefix github.com/acme/platform/,deploy/clientstest deploy/e2e deploy/bench services/account/http services/conversations/http)
+PROCESS_PACKAGES = $(filter $(PROCESS_FOUND),$(LONGEST)) $(filter-out $(LONGEST),$(PROCESS_FOUND))
+CACHED_PACKAGES = $(filter-out $(PROCESS_PACKAGES),$(ALL_PACKAGES))
 # What make test-race runs: every package whose tests run our code in their
 # own process (the tests that run the service binaries as processes, the
 # static checks of the deploy files and the embedded store's packages gain
 # nothing from it).
-RACE_PACKAGES = $(filter-out $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE),$(TEST_PACKAGES))
+BINARY_TESTS := $(addprefix github.com/acme/platform/deploy/,clientstest e2e bench oidcinterop observabilitytest devstack)
+STATIC_CHECKS := $(addprefix github.com/acme/platform/deploy/,composetest imagetest k8stest docstest prereqstest)
+EMBEDDED_STORE := $(addprefix github.com/acme/platform/,pkg/testkit/embeddedmongo pkg/testkit/cmd/embeddedmongo)
+RACE_PACKAGES = $(filter-out $(BINARY_TESTS) $(STATIC_CHECKS) $(EMBEDDED_STORE),$(ALL_PACKAGES))
 CLIENT_TESTS := github.com/acme/platform/deploy/clientstest
-# Test binaries run at once; most of their time is spent waiting on the
-# embedded store or on a service process, so more than the two cores.
+# Test binaries run at once; the process tests mostly wait on the embedded
+# store or a service process, so more than the two cores.
 TEST_PARALLEL ?= 6
-# Parallel tests at once within one test binary (a test binary runs
-# GOMAXPROCS at a time by default): the end-to-end tests mostly wait on the
-# processes they start (key rotations, outages, drains).
+# Parallel tests at once within one test binary: the end-to-end tests
+# mostly wait on the processes they start.
 TESTS_PER_BINARY ?= 4
-# The service binaries are built once for every test that runs them
-# (SERVICE_BINARIES, see deploy/internal/svcproc). So is the embedded store
-# (EMBEDDEDMONGO_BIN, see pkg/testkit/mongoproc): each test binary that
-# needs a database would otherwise run go list and go build to find it up
-# to date, about a CPU-second each.
-# The tests get a $TMPDIR of their own, so the embedded store processes
-# they start (pkg/testkit/mongoproc) are theirs alone; none may still run
-# EMBEDDED_EXIT_WAIT seconds after the tests.
+# The service binaries and the embedded store are built once for every test
+# that runs them (SERVICE_BINARIES, see deploy/internal/svcproc;
+# EMBEDDEDMONGO_BIN, see pkg/testkit/mongoproc). The process tests get a
+# $TMPDIR of their own, so the embedded store processes they start are
+# theirs alone; none may still run EMBEDDED_EXIT_WAIT seconds after them.
 EMBEDDED_EXIT_WAIT := 10
-# The test binaries, the service binaries and the embedded store that make
-# test builds go without DWARF (stack traces keep their file and line; a
-# debugger wants a build of its own, dlv test), and deploy/gotest.sh builds
-# and runs them instead of go build and go test -count=1: it keeps the
-# linked binaries in a cache folder between runs, so that a warm make test
-# links only what changed (linking its 38 test binaries anew each time
-# took more CPU than most of the tests).
+# Test and service binaries go without DWARF: linking is a large share of a
+# run, and stack traces keep file and line (debug with dlv test).
 TEST_LDFLAGS := -ldflags=-w
-# A test binary built with -race sleeps a second before it exits (the race
-# runtime's atexit_sleep_ms, for reports of goroutines still running);
-# make test-race runs some thirty of them. An explicit GORACE wins.
+# A test binary built with -race sleeps a second before it exits; an
+# explicit GORACE wins.
 GORACE ?= atexit_sleep_ms=0
 export GORACE
-GOTEST := GO=$(GO) deploy/gotest.sh
 TEST_TIMEOUT := 15m
+TEST_FLAGS = $(TEST_LDFLAGS) -vet=off -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -parallel $(TESTS_PER_BINARY)
 
 # make test, make test-clients and make lint first install what is missing
 # of their README section's apt-get line on Debian and Ubuntu, and elsewhere
@@ -109,10 +99,11 @@ lint-prereqs:
 	@deploy/prereqs.sh 'Lint prerequisites'
 
 test: test-prereqs fmt-check tidy-check vet ## installs what is missing of the README's test prerequisites (Debian, Ubuntu), then gofmt check, go mod tidy check, go vet, and every module's tests, the client libraries' suites among them; fails if an embedded store process outlives them
+	$(GO) test $(TEST_FLAGS) $(CACHED_PACKAGES)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && export TMPDIR=$$tmp || exit; \
-	( set -x && $(GOTEST) build $$tmp/bin $(TEST_LDFLAGS) ./pkg/testkit/cmd/embeddedmongo ./services/account/cmd/account ./services/conversations/cmd/conversations ) || exit; \
+	( set -x && $(GO) build $(TEST_LDFLAGS) -o $$tmp/bin/ ./pkg/testkit/cmd/embeddedmongo ./services/account/cmd/account ./services/conversations/cmd/conversations ) || exit; \
 	export EMBEDDEDMONGO_BIN=$$tmp/bin/embeddedmongo SERVICE_BINARIES=$$tmp/bin; \
-	( set -x && $(GOTEST) test -p $(TEST_PARALLEL) -run-flag -test.timeout=$(TEST_TIMEOUT) -run-flag -test.parallel=$(TESTS_PER_BINARY) -- $(TEST_LDFLAGS) -vet=off -- $(TEST_PACKAGES) ) || exit 1; \
+	( set -x && $(GO) test $(TEST_FLAGS) -count=1 $(PROCESS_PACKAGES) ) || exit 1; \
 	for i in $$(seq $$(( $(EMBEDDED_EXIT_WAIT) * 5 ))); do pgrep -f "/embeddedmongo -dir $$tmp/" >/dev/null || exit 0; sleep 0.2; done; \
 	echo "embedded store processes still running $(EMBEDDED_EXIT_WAIT)s after the tests:"; pgrep -af "/embeddedmongo -dir $$tmp/"; exit 1
 
@@ -134,20 +125,10 @@ tidy-check: ## fail when a module's go.mod or go.sum is not what go mod tidy mak
 fmt-check: ## fail when a file is not gofmt-formatted
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# make test's go vet: every check of cmd/vet over every package of the
-# repository, through deploy/vettool.sh, which computes no facts for the
-# packages of the standard library and of other modules (what a package
-# learns about the functions it calls, such as which are printf wrappers).
-# go vet computes them for every dependency, some 1,100 packages parsed and
-# type-checked from source, about 170 of the 200 CPU-seconds that vet took
-# in a cold run; cmd/vet knows the printf functions of the standard library
-# by name, and a dependency's own findings are never reported. make lint
-# runs plain go vet.
-vet: ## go vet every package of the repository (without facts of other modules' packages; make lint runs plain go vet)
-	GOVET_TOOL=$$($(GO) env GOTOOLDIR)/vet GOVET_ROOT=$(CURDIR) $(GO) vet -vettool=$(CURDIR)/deploy/vettool.sh $(TEST_PACKAGES)
-
-lint: lint-prereqs fmt-check lint-python ## installs mypy and black when missing (Debian, Ubuntu), then gofmt, go vet, staticcheck, and the Python client's mypy and black
+vet: ## go vet every package of the repository
 	$(GO) vet $(PACKAGES)
+
+lint: lint-prereqs fmt-check vet lint-python ## installs mypy and black when missing (Debian, Ubuntu), then gofmt, go vet, staticcheck, and the Python client's mypy and black
 	$(GO) run $(STATICCHECK) $(PACKAGES)
 
 # The checkers clients/python/pyproject.toml configures, Debian's builds

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The scopes a service client may hold (CONTRACT section 9).
+// The scopes a service client may hold.
 const (
 	ScopeDefinitionsRead    = "definitions:read"
 	ScopeDefinitionsWrite   = "definitions:write"

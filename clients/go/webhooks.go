@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Webhook endpoints (CONTRACT section 11.3): a service client with the
+// Webhook endpoints: a service client with the
 // scopes webhooks:manage and conversations:read manages the endpoints of
 // its account; VerifyWebhook checks a delivery a receiver got.
 

@@ -32,7 +32,7 @@ type feedEvent struct {
 	} `json:"data"`
 }
 
-// eventsRows measures the events of issue 22:
+// eventsRows measures the events:
 //
 //   - a feed page of 100 events (GET /v1/events as a service client with
 //     conversations:read) against a driver find of the same 100

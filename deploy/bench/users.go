@@ -32,7 +32,7 @@ type storedUserDoc struct {
 	UpdatedAt    time.Time `bson:"updated_at"`
 }
 
-// usersRows measures the users API of a service client (issue 24):
+// usersRows measures the users API of a service client:
 //
 //   - POST /users against its floor: one argon2id hash with the stored
 //     parameters plus one insert of the same document into the same

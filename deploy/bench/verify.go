@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"time"
@@ -68,7 +69,11 @@ func newVerifyFixture(ctx context.Context, alg string) (f *verifyFixture, err er
 	}
 	f.raw = set.IDToken
 
-	jwks := httptest.NewServer(token.JWKSHandler(signer.keys))
+	jwks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := token.ServeJWKS(w, r, signer.keys); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	}))
 	f.cleanup = append(f.cleanup, jwks.Close)
 	lib, stopLib, err := libraryVerifier(ctx, jwks.URL)
 	if err != nil {

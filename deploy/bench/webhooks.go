@@ -26,7 +26,7 @@ import (
 	"github.com/acme/platform/services/conversations/webhook"
 )
 
-// Webhooks (issue 23, "Measured"): deliveries per second to a local
+// Webhooks: deliveries per second to a local
 // receiver that answers at once, against a bare loop of signed POSTs over
 // as many connections as the service uses; change → 2xx at the receiver
 // (p50, p99) of the messages posted while 3 endpoints are subscribed; and

@@ -10,7 +10,7 @@ import (
 	client "github.com/acme/platform/clients/go"
 )
 
-// testUsersByAPI is issue 24's walk with the Go client: a backend (a
+// testUsersByAPI is the users walk with the Go client: a backend (a
 // service client with users:read and users:write) signs a user up, the
 // user logs in with the library, reads its userinfo and changes its
 // password (its old refresh token stops working), then the backend

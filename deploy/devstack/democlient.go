@@ -13,7 +13,7 @@ import (
 )
 
 // The demo service client: a backend of the demo account that gets tokens
-// with the client-credentials grant (contract section 9).
+// with the client-credentials grant.
 const (
 	demoClientName   = "demo-backend"
 	demoClientScopes = "conversations:read,conversations:write,definitions:read,users:read,users:write,webhooks:manage"

@@ -88,7 +88,7 @@ func timedRequest(c *http.Client, name, method, url, bearer, body string) httpOu
 	return x
 }
 
-// why503 reports why x is not one of the contract's 503s of a database
+// why503 reports why x is not one of the documented 503s of a database
 // outage (problem+json with Retry-After, code service_unavailable, or
 // overloaded for a connection not had in time), or "".
 func why503(x httpOutcome) string {
@@ -327,7 +327,7 @@ func TestDatabaseOutage(t *testing.T) {
 	down := time.Now()
 	t.Logf("database stopped")
 
-	// Down: every route answers the contract's 503, both /readyz are 503.
+	// Down: every route answers the documented 503, both /readyz are 503.
 	for _, x := range sendAll() {
 		if why := why503(x); why != "" {
 			fail("during the outage (%s): %v", why, x)
@@ -393,7 +393,7 @@ func TestDatabaseOutage(t *testing.T) {
 	stopTraffic()
 
 	// The traffic through all phases: the expected status or the
-	// contract's 503, nothing else; a 503 during the outage.
+	// documented 503, nothing else; a 503 during the outage.
 	byRoute := map[string]route{}
 	for _, r := range routes {
 		byRoute[r.name] = r

@@ -20,8 +20,8 @@ import (
 	"github.com/acme/platform/pkg/web"
 )
 
-// burstRequests is how many requests the burst sends at once (issue 19:
-// 2,000 simultaneous requests made a busy pool look like an outage).
+// burstRequests is how many requests the burst sends at once: a busy
+// pool must not look like an outage.
 const burstRequests = 2000
 
 // unanswer is the outcome of a request whose connection closed without an

@@ -26,7 +26,7 @@ import (
 	"github.com/acme/platform/deploy/internal/svcproc"
 )
 
-// Webhooks against the real binaries (issue 23): deliveries to real HTTP
+// Webhooks against the real binaries: deliveries to real HTTP
 // receivers on loopback, with the retry schedule scaled down by
 // configuration. The receivers listen on 127.0.0.2, the one range the
 // services allow (CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS), so 127.0.0.1 and

@@ -43,7 +43,7 @@ func TestClassify(t *testing.T) {
 		{"a duplicate key", mongo.WriteException{WriteErrors: []mongo.WriteError{{Code: 11000}}}, false, false},
 		{"any other error", errors.New("boom"), false, false},
 		// The database answers; this process had more operations waiting
-		// than pooled connections (issue 19: a burst was called an outage).
+		// than pooled connections.
 		{"no pooled connection free in time", fmt.Errorf("find: %w", topology.WaitQueueTimeoutError{Wrapped: context.DeadlineExceeded}), false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

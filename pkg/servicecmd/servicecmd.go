@@ -1,7 +1,9 @@
 // Package servicecmd is what every service binary's cmd/ does the same way:
-// configuration from environment variables (envconfig) with a usage table,
-// a JSON logger, and Run, which serves the API and the operations listener,
-// initialises in the background, and drains on shutdown.
+// Main, the configuration both services share (Config) read from
+// environment variables (envconfig) with a usage table, a JSON logger, the
+// MongoDB connection (DialMongo), and Service.Run, which serves the API and
+// the operations listener, initialises in the background, and drains on
+// shutdown.
 package servicecmd
 
 import (
@@ -13,8 +15,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +32,53 @@ import (
 	"github.com/acme/platform/pkg/problem"
 	"github.com/acme/platform/pkg/web"
 )
+
+// Main runs a service binary's run with a context cancelled by SIGTERM
+// or Ctrl-C, and exits 1 with the error, prefixed by name, when it fails.
+func Main(name string, run func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Config is the configuration both services share, embedded in each
+// one's own: envconfig reads its variables with the service's prefix.
+type Config struct {
+	OpsPprof        bool          `envconfig:"OPS_PPROF" default:"false" desc:"serve net/http/pprof under /debug/pprof/ on the operations listener; keep that port private"`
+	MongoDBURI      string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
+	MongoDBTimeout  time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"the deadline of each request for all its MongoDB commands, then a 503; /readyz fails once MongoDB has answered nothing for as long"`
+	MaxInFlight     int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
+	CORSOrigins     []string      `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
+}
+
+// Validate checks what envconfig cannot of c; prefix (ACCOUNT,
+// CONVERSATIONS) names the variables in the message.
+func (c Config) Validate(prefix string) error {
+	if c.MaxInFlight < 0 {
+		return fmt.Errorf("configuration: %s_MAX_IN_FLIGHT must not be negative", prefix)
+	}
+	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
+		return fmt.Errorf("configuration: %s_CORS_ORIGINS: %w", prefix, err)
+	}
+	return nil
+}
+
+// Configure returns s with what c configures: profiling, the drain, the
+// bound of requests in flight and each request's database budget (the
+// MongoDB timeout).
+func (c Config) Configure(s Service) Service {
+	s.Profiling = c.OpsPprof
+	s.Drain = c.ShutdownTimeout
+	s.MaxInFlight = MaxInFlight(c.MaxInFlight, c.MongoDBURI)
+	s.RequestBudget = c.MongoDBTimeout
+	return s
+}
 
 // LoadConfig fills spec from the process environment (envconfig reads
 // os.Getenv, so tests set variables with t.Setenv).
@@ -212,37 +264,39 @@ func NewRegistry() *prometheus.Registry {
 	return registry
 }
 
-// ConnectMongo returns a client for uri (see mongoconn.Connect) whose
-// commands are counted in metrics (mongodb_commands_total), and a function
-// that disconnects it, waiting at most 5 s for in-use connections.
-func ConnectMongo(ctx context.Context, uri string, selectTimeout time.Duration, metrics prometheus.Registerer) (*mongo.Client, func(), error) {
-	client, err := mongoconn.Connect(uri, selectTimeout, mongoconn.NewCommandCounter(metrics).Monitor())
-	if err != nil {
-		return nil, nil, err
-	}
-	return client, func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(closeCtx)
-	}, nil
+// Mongo is a service's connection to MongoDB: the client its stores use,
+// whose commands are counted (mongodb_commands_total), and the readiness
+// check ("mongodb" in /readyz), a ping on a client of its own so that a
+// busy request pool never makes the database look unreachable.
+type Mongo struct {
+	Client *mongo.Client
+	Ready  web.Check
+	ready  *mongo.Client
 }
 
-// MongoReadiness returns the readiness check of the database ("mongodb" in
-// /readyz): a ping on a client of its own (mongoconn.ConnectReadiness), so
-// that a busy request pool never makes the database look unreachable,
-// failing once the database has not answered for selectTimeout, the
-// requests' own budget (mongoconn.Readiness); and a function that
-// disconnects that client.
-func MongoReadiness(ctx context.Context, uri string, selectTimeout time.Duration) (web.Check, func(), error) {
-	client, err := mongoconn.ConnectReadiness(uri, selectTimeout)
+// DialMongo connects both clients of a Mongo to uri (mongoconn.Connect,
+// mongoconn.ConnectReadiness); the readiness check fails once the
+// database has not answered for selectTimeout, the requests' own budget.
+func DialMongo(uri string, selectTimeout time.Duration, metrics prometheus.Registerer) (*Mongo, error) {
+	client, err := mongoconn.Connect(uri, selectTimeout, mongoconn.NewCommandCounter(metrics).Monitor())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return mongoconn.NewReadiness(client, selectTimeout).Check, func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = client.Disconnect(closeCtx)
-	}, nil
+	ready, err := mongoconn.ConnectReadiness(uri, selectTimeout)
+	if err != nil {
+		_ = client.Disconnect(context.Background())
+		return nil, err
+	}
+	return &Mongo{Client: client, Ready: mongoconn.NewReadiness(ready, selectTimeout).Check, ready: ready}, nil
+}
+
+// Close disconnects both clients, waiting at most 5 s for connections in
+// use.
+func (m *Mongo) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.Client.Disconnect(ctx)
+	_ = m.ready.Disconnect(ctx)
 }
 
 // HealthCheck asks this process's own /readyz on the operations listener

@@ -222,17 +222,17 @@ func (c *Claims) IsClient() bool { return c.ClientID != "" && c.SessionID == "" 
 // scopes: callers decide what a user may do with IsClient first.
 func (c *Claims) HasScope(scope string) bool { return slices.Contains(c.Scopes, scope) }
 
-// The scopes of service clients' tokens (CONTRACT.md section 9).
+// The scopes of service clients' tokens.
 const (
 	ScopeDefinitionsRead    = "definitions:read"
 	ScopeDefinitionsWrite   = "definitions:write"
 	ScopeConversationsRead  = "conversations:read"
 	ScopeConversationsWrite = "conversations:write"
-	// ScopeWebhooksManage manages the account's webhook endpoints
-	// (CONTRACT.md section 11.3), together with conversations:read.
+	// ScopeWebhooksManage manages the account's webhook endpoints,
+	// together with conversations:read.
 	ScopeWebhooksManage = "webhooks:manage"
 	// ScopeUsersRead and ScopeUsersWrite let a backend read and manage
-	// the users of its account (CONTRACT.md section 12).
+	// the users of its account.
 	ScopeUsersRead  = "users:read"
 	ScopeUsersWrite = "users:write"
 )

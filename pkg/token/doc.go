@@ -1,7 +1,7 @@
 // Package token is the only code in this repository that mints, parses or
-// verifies tokens (CONTRACT.md section 2). Both services use it: the account
+// verifies tokens. Both services use it: the account
 // service mints with an [Issuer] and publishes its public keys with
-// [JWKSHandler]; every service verifies bearer tokens with a [Verifier],
+// [ServeJWKS]; every service verifies bearer tokens with a [Verifier],
 // usually through the echo [Middleware].
 //
 // # Keys

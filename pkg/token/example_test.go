@@ -98,14 +98,14 @@ func ExampleMarshalPrivateJWK() {
 	// Output: true
 }
 
-func ExampleJWKSHandler() {
+func ExampleServeJWKS() {
 	key, _ := token.GenerateKey(token.AlgRS256)
 	keyring, _ := token.NewKeyring(key)
 
 	rec := httptest.NewRecorder()
-	token.JWKSHandler(token.StaticKeyring(keyring)).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/.well-known/jwks.json", nil))
-	fmt.Println(rec.Code, rec.Header().Get("Content-Type"), rec.Header().Get("Cache-Control"))
-	// Output: 200 application/jwk-set+json public, max-age=300
+	err := token.ServeJWKS(rec, httptest.NewRequest(http.MethodGet, "/.well-known/jwks.json", nil), token.StaticKeyring(keyring))
+	fmt.Println(err, rec.Code, rec.Header().Get("Content-Type"), rec.Header().Get("Cache-Control"))
+	// Output: <nil> 200 application/jwk-set+json public, max-age=300
 }
 
 // The conversations service verifies bearer tokens against the account

@@ -16,13 +16,13 @@ import (
 )
 
 // TestInteropGolangJWT: tokens minted here verify with another library,
-// whose only knowledge of the keys is the JSON served by JWKSHandler.
+// whose only knowledge of the keys is the JSON served by ServeJWKS.
 func TestInteropGolangJWT(t *testing.T) {
 	t.Parallel()
 	for _, alg := range algs() {
 		t.Run(alg, func(t *testing.T) {
 			f := newFixture(t, alg)
-			srv := httptest.NewServer(token.JWKSHandler(token.StaticKeyring(f.Keyring)))
+			srv := httptest.NewServer(jwksHandler(token.StaticKeyring(f.Keyring)))
 			defer srv.Close()
 			res, err := http.Get(srv.URL)
 			if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwt"
 )
 
-// Default lifetimes (CONTRACT.md section 2).
+// Default lifetimes.
 const (
 	DefaultTokenTTL   = time.Hour
 	DefaultRefreshTTL = 30 * 24 * time.Hour
@@ -241,8 +241,7 @@ func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
 	return out, nil
 }
 
-// Client is a service client an access token is minted for (CONTRACT.md
-// section 9).
+// Client is a service client an access token is minted for.
 type Client struct {
 	ClientID    string // sub and client_id; required
 	AccountID   string // required

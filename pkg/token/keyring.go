@@ -14,8 +14,6 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
-
-	"github.com/acme/platform/pkg/problem"
 )
 
 // JWKSContentType is the media type of a JWK set (RFC 7517 section 8.5).
@@ -148,7 +146,7 @@ func (k *Keyring) Algorithms() []string { return append([]string(nil), k.algs...
 // private material. It is shared and computed once: do not modify it.
 func (k *Keyring) PublicSet() jwk.Set { return k.public }
 
-// JWKS returns the JSON of PublicSet, as served by JWKSHandler.
+// JWKS returns the JSON of PublicSet, as served by ServeJWKS.
 func (k *Keyring) JWKS() []byte { return bytes.Clone(k.jwks) }
 
 // KeyringProvider returns the current keyring. Readers call it for every
@@ -211,41 +209,37 @@ func (s keyringKeySet) KeySet(context.Context) (jwk.Set, error) {
 // keyring: past it, the keys already loaded are served.
 const jwksReloadWait = time.Second
 
-// JWKSHandler serves the public keys of p's current keyring as a JWK set
-// (GET and HEAD), cacheable for five minutes. When p is a KeyringReloader,
-// the keyring is reloaded first (as often as p allows): verifiers fetch the
-// JWKS when a token names a key they do not know, which another replica
-// may have added since this one last reloaded.
-func JWKSHandler(p KeyringProvider) http.Handler {
-	cacheControl := "public, max-age=" + strconv.Itoa(int(jwksMaxAge/time.Second))
-	reloader, _ := p.(KeyringReloader)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			_ = problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.CodeMethodNotAllowed, "Use GET."))
-			return
-		}
-		if reloader != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), jwksReloadWait)
-			_ = reloader.ReloadKeyring(ctx) // a failure keeps the keys loaded; the reloader reports it
-			cancel()
-		}
-		k := p.Keyring()
-		if k == nil {
-			_ = problem.Write(w, problem.KeysUnavailable())
-			return
-		}
-		h := w.Header()
-		h.Set("Content-Type", JWKSContentType)
-		h.Set("Cache-Control", cacheControl)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Content-Length", strconv.Itoa(len(k.jwks)))
-		w.WriteHeader(http.StatusOK)
-		if r.Method == http.MethodHead {
-			return
-		}
-		// A failed write means the client went away; there is nobody
-		// left to tell.
-		_, _ = w.Write(k.jwks)
-	})
+// ServeJWKS writes the public keys of p's current keyring as a JWK set,
+// cacheable for five minutes (headers only for HEAD). When p is a
+// KeyringReloader, the keyring is reloaded first (as often as p allows):
+// verifiers fetch the JWKS when a token names a key they do not know,
+// which another replica may have added since. While p has no keyring it
+// writes nothing and returns ErrKeysUnavailable; the caller decides the
+// answer, and which methods reach it.
+func ServeJWKS(w http.ResponseWriter, r *http.Request, p KeyringProvider) error {
+	if reloader, ok := p.(KeyringReloader); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), jwksReloadWait)
+		_ = reloader.ReloadKeyring(ctx) // a failure keeps the keys loaded; the reloader reports it
+		cancel()
+	}
+	k := p.Keyring()
+	if k == nil {
+		return fmt.Errorf("jwks: %w", ErrKeysUnavailable)
+	}
+	h := w.Header()
+	h.Set("Content-Type", JWKSContentType)
+	h.Set("Cache-Control", jwksCacheControl)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(k.jwks)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil
+	}
+	// A failed write means the client went away; there is nobody left to
+	// tell.
+	_, _ = w.Write(k.jwks)
+	return nil
 }
+
+// jwksCacheControl lets clients cache the JWKS for jwksMaxAge.
+var jwksCacheControl = "public, max-age=" + strconv.Itoa(int(jwksMaxAge/time.Second))

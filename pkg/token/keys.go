@@ -20,8 +20,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 )
 
-// Signing algorithms. These three are the only ones a key of this package
-// signs with (CONTRACT.md section 2).
+// Signing algorithms: the only three a key of this package signs with.
 const (
 	AlgRS256 = "RS256" // RSASSA-PKCS1-v1_5 with SHA-256, 2048-bit key at least
 	AlgES256 = "ES256" // ECDSA on P-256 with SHA-256

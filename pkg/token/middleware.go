@@ -111,9 +111,8 @@ func (e *ScopeError) Error() string { return "the token lacks the scope " + e.Sc
 // RequireClientScopes lets only a service client's token through, and
 // only when it grants every one of scopes (else a *ScopeError naming them
 // all: a 403 insufficient_scope). A user's token is refused the same way:
-// these routes act on the account's behalf, not on a user's own (the
-// webhooks of CONTRACT.md section 11.3, the users management of section
-// 12). It runs after Middleware.
+// these routes act on the account's behalf, not on a user's own (webhooks,
+// user management). It runs after Middleware.
 func RequireClientScopes(scopes ...string) echo.MiddlewareFunc {
 	all := strings.Join(scopes, " ")
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -157,7 +156,7 @@ func RequireUser(next echo.HandlerFunc) echo.HandlerFunc {
 
 // RequireScope lets a service client's token through only when it grants
 // scope (else a *ScopeError: a 403 insufficient_scope); a user's token passes, since a user acts
-// as themself within their account (CONTRACT.md section 9). It runs after
+// as themself within their account. It runs after
 // Middleware, whose claims it reads; without them it refuses like
 // Middleware does.
 func RequireScope(scope string) echo.MiddlewareFunc {

@@ -337,7 +337,7 @@ func TestRemoteKeySetBecomesReadySoonAfterHostRecovers(t *testing.T) {
 	t.Parallel()
 	ring := newKeyring(t, token.AlgES256)
 	var up atomic.Bool
-	jwks := token.JWKSHandler(token.StaticKeyring(ring))
+	jwks := jwksHandler(token.StaticKeyring(ring))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !up.Load() {
 			http.Error(w, "starting", http.StatusServiceUnavailable)

@@ -22,7 +22,7 @@ import (
 // 2 KiB; the limit bounds the work an attacker can ask for.
 const MaxTokenSize = 8 << 10
 
-// Leeway bounds (CONTRACT.md section 2: 60 s at most).
+// Leeway bounds: 60 s at most.
 const (
 	DefaultLeeway = 30 * time.Second
 	MaxLeeway     = 60 * time.Second

@@ -10,7 +10,7 @@ import (
 	"github.com/labstack/echo/v5"
 )
 
-// CORS (contract section 10): web pages of the origins an operator lists may
+// CORS: web pages of the origins an operator lists may
 // call the API from a browser. The API authenticates with the Authorization
 // header, never with cookies, so no response ever allows credentials, and
 // "*" (any origin) is safe to configure: a page of another origin gets

@@ -137,7 +137,7 @@ func (s servedOverTCP) agreement(t *testing.T, resp *http.Response, wantStatus i
 }
 
 // TestRequestsNetHTTPRefusesAreAnsweredLoggedAndCounted: what Go's HTTP
-// server refuses before any handler runs (issue 19) reaches the client as
+// server refuses before any handler runs reaches the client as
 // problem+json with a request id, and leaves one access log line and one
 // metric sample with the same status.
 func TestRequestsNetHTTPRefusesAreAnsweredLoggedAndCounted(t *testing.T) {
@@ -192,8 +192,7 @@ func TestRoutedRequestsAreNotTakenForRefusals(t *testing.T) {
 // TestBodyCutAtTheReadTimeoutIsRecordedAsWhatTheClientGot: a body that
 // does not arrive before the server's read timeout (a slow or stalled
 // sender) gets a 408 the client really receives, and the access log line
-// and the metric say 408 too (before issue 19 they said 400 while the
-// client got nothing).
+// and the metric say 408 too, not a 400 the client never got.
 func TestBodyCutAtTheReadTimeoutIsRecordedAsWhatTheClientGot(t *testing.T) {
 	t.Parallel()
 	// The timeout only decides when the server gives up on the body; the

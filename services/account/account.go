@@ -69,7 +69,7 @@ type Definition struct {
 	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
-// Limits of the contract (section 4) and of this service.
+// Limits of accounts, users and definitions.
 const (
 	MaxAccountNameLen    = 200
 	MaxUsernameLen       = 256

@@ -18,7 +18,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 )
 
-// Service clients (contract section 9): backends of an account that obtain
+// Service clients: backends of an account that obtain
 // access tokens with the client-credentials grant. A client authenticates
 // with its client_id and a secret that only it knows; the service keeps a
 // hash of the secret, never the secret.
@@ -51,7 +51,7 @@ var (
 	ErrPublicClient = errors.New("a public client has no secret")
 )
 
-// The scopes a service client may hold (contract section 9): pkg/token's,
+// The scopes a service client may hold: pkg/token's,
 // which the services verify.
 const (
 	ScopeDefinitionsRead    = token.ScopeDefinitionsRead
@@ -424,7 +424,7 @@ func (a ClientAuthenticator) failed(ctx context.Context, key string) error {
 	th := a.Throttle
 	ctx, cancel := th.settleContext(ctx)
 	defer cancel()
-	if _, _, err := th.Store.TakeLoginAttempt(ctx, key, th.now(), th.Policy.User, 0); err != nil {
+	if _, _, err := (ThrottleCounters{th.Store}).Take(ctx, key, th.now(), th.Policy.User, 0); err != nil {
 		return fmt.Errorf("client throttle: %w", err)
 	}
 	return nil

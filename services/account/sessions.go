@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/acme/platform/pkg/token"
 )
@@ -46,7 +47,7 @@ type Sessions struct {
 	RefreshTokens *token.Verifier
 	// ReuseGrace is how long after its first exchange a refresh token
 	// presented again counts as a retry of a client whose response was
-	// lost, not as reuse (CONTRACT.md section 9); 0 is strict.
+	// lost, not as reuse; 0 is strict.
 	ReuseGrace time.Duration
 	// Users sets a password changed by its user (ChangePassword): the
 	// policy, the hash and the end of every other session.
@@ -451,12 +452,6 @@ func (s *Sessions) Revoke(ctx context.Context, raw string, client *ServiceClient
 	return nil
 }
 
-// AuthenticateClient checks a service client's credentials (see
-// ClientAuthenticator.Authenticate for its failures).
-func (s *Sessions) AuthenticateClient(ctx context.Context, clientID, secret string) (ServiceClient, error) {
-	return s.Clients.Authenticate(ctx, clientID, secret)
-}
-
 // ClientToken issues an access token to an authenticated client (the
 // client-credentials grant), for scope: the client's scopes when empty,
 // else a subset of them (ErrInvalidScope otherwise). A client gets neither
@@ -591,4 +586,184 @@ func (a Authenticator) dummy(ctx context.Context, password string) error {
 		return fmt.Errorf("authenticate: %w", err)
 	}
 	return nil
+}
+
+// ErrClientAuthRequired refuses a client-credentials grant whose request
+// authenticates no client, ErrCodeClientRequired an authorization-code
+// grant whose request names no client.
+var (
+	ErrClientAuthRequired = errors.New("the client_credentials grant requires client authentication")
+	ErrCodeClientRequired = errors.New("the authorization_code grant needs the client")
+)
+
+// ParameterError refuses an OAuth 2.0 request whose parameter Name is
+// missing (TooLong false) or longer than its limit.
+type ParameterError struct {
+	Name    string
+	TooLong bool
+}
+
+func (e *ParameterError) Error() string {
+	if e.TooLong {
+		return fmt.Sprintf("parameter %q too long", e.Name)
+	}
+	return fmt.Sprintf("parameter %q required", e.Name)
+}
+
+// ClientCredentials are the client credentials a request presents: an id
+// and secret, or a public client's id alone.
+type ClientCredentials struct{ ID, Secret string }
+
+// TokenGrant is one request of the OAuth 2.0 token endpoint, its grant
+// type one of Grant*.
+type TokenGrant struct {
+	Type string
+	// Client is nil when the request presents no client credentials.
+	Client *ClientCredentials
+	// Scope narrows a client-credentials grant.
+	Scope string
+	// The password grant's; AccountName defaults to the client's account.
+	AccountName, Username, Password, OTP, ClientIP string
+	// The refresh_token grant's.
+	RefreshToken string
+	// The authorization_code grant's.
+	Code, RedirectURI, CodeVerifier string
+}
+
+// Granted is what a grant issues: a user's token set, or a client's
+// access token.
+type Granted struct {
+	User   *token.Set
+	Client *token.ClientToken
+}
+
+// Grant serves the token endpoint: it authenticates the client first, when
+// the request presents one (a wrong one is ErrInvalidClient before anything
+// else is looked at), then checks the grant's parameters (*ParameterError),
+// then runs the grant: ClientToken, LogIn or Refresh.
+func (s *Sessions) Grant(ctx context.Context, g TokenGrant) (Granted, error) {
+	switch g.Type {
+	case GrantClientCredentials, GrantPassword, GrantRefreshToken:
+	default:
+		return Granted{}, fmt.Errorf("grant type %q: %w", g.Type, ErrUnsupportedGrantType)
+	}
+	client, err := s.presentedClient(ctx, g.Client)
+	if err != nil {
+		return Granted{}, err
+	}
+	switch g.Type {
+	case GrantClientCredentials:
+		if client == nil {
+			return Granted{}, ErrClientAuthRequired
+		}
+		tok, err := s.ClientToken(ctx, *client, g.Scope)
+		if err != nil {
+			return Granted{}, err
+		}
+		return Granted{Client: &tok}, nil
+	case GrantPassword:
+		if err := passwordGrantParams(g, client != nil); err != nil {
+			return Granted{}, err
+		}
+		set, err := s.LogIn(ctx, PasswordLogin{
+			AccountName: g.AccountName, Username: g.Username, Password: g.Password,
+			OTP: g.OTP, ClientIP: g.ClientIP, Client: client,
+		})
+		if err != nil {
+			return Granted{}, err
+		}
+		return Granted{User: &set}, nil
+	default: // GrantRefreshToken
+		if g.RefreshToken == "" {
+			return Granted{}, &ParameterError{Name: "refresh_token"}
+		}
+		set, err := s.Refresh(ctx, g.RefreshToken, client)
+		if err != nil {
+			return Granted{}, err
+		}
+		return Granted{User: &set}, nil
+	}
+}
+
+// ErrUnsupportedGrantType refuses a grant type other than Grant*.
+var ErrUnsupportedGrantType = errors.New("unsupported grant type")
+
+// RevokeToken serves the revocation endpoint (RFC 7009): it authenticates
+// the client first, when the request presents one, then revokes raw (see
+// Revoke).
+func (s *Sessions) RevokeToken(ctx context.Context, raw string, creds *ClientCredentials) error {
+	client, err := s.presentedClient(ctx, creds)
+	if err != nil {
+		return err
+	}
+	if raw == "" {
+		return &ParameterError{Name: "token"}
+	}
+	return s.Revoke(ctx, raw, client)
+}
+
+// presentedClient authenticates the client whose credentials a request
+// presents; nil when it presents none.
+func (s *Sessions) presentedClient(ctx context.Context, creds *ClientCredentials) (*ServiceClient, error) {
+	if creds == nil {
+		return nil, nil
+	}
+	client, err := s.Clients.Authenticate(ctx, creds.ID, creds.Secret)
+	if err != nil {
+		return nil, err
+	}
+	return &client, nil
+}
+
+// passwordGrantParams checks the password grant's parameters as the login
+// body is checked. account_name may be left out by an authenticated
+// client: it defaults to the client's account.
+func passwordGrantParams(g TokenGrant, authenticated bool) error {
+	params := []struct {
+		name, value string
+		limit       int
+		required    bool
+	}{
+		{"username", g.Username, MaxUsernameLen, true},
+		{"password", g.Password, MaxPasswordLen, true},
+		{"account_name", g.AccountName, MaxAccountNameLen, !authenticated},
+		{"otp", g.OTP, MaxOTPLen, false},
+	}
+	for _, p := range params {
+		if p.required && p.value == "" {
+			return &ParameterError{Name: p.name}
+		}
+	}
+	for _, p := range params {
+		if utf8.RuneCountInString(p.value) > p.limit {
+			return &ParameterError{Name: p.name, TooLong: true}
+		}
+	}
+	return nil
+}
+
+// Grant serves the token endpoint: the authorization_code grant (the
+// client first, then the code's parameters, then Exchange), and every
+// other grant through Sessions.Grant.
+func (a *Authorizations) Grant(ctx context.Context, g TokenGrant) (Granted, error) {
+	if g.Type != GrantAuthorizationCode {
+		return a.Sessions.Grant(ctx, g)
+	}
+	client, err := a.Sessions.presentedClient(ctx, g.Client)
+	if err != nil {
+		return Granted{}, err
+	}
+	if client == nil {
+		return Granted{}, ErrCodeClientRequired
+	}
+	for _, p := range []struct{ name, value string }{{"code", g.Code}, {"redirect_uri", g.RedirectURI}} {
+		if p.value == "" {
+			return Granted{}, &ParameterError{Name: p.name}
+		}
+	}
+	set, err := a.Exchange(ctx, CodeExchange{Code: g.Code, RedirectURI: g.RedirectURI, Verifier: g.CodeVerifier, Client: client})
+	if err != nil {
+		return Granted{}, err
+	}
+	return Granted{User: &set}, nil
 }

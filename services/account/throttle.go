@@ -14,34 +14,16 @@ import (
 	"time"
 )
 
-// Login throttling (contract section 6): failed logins are counted per
-// account name + username and per client address, in the database so that
-// every replica sees the same counters. A key whose window holds its limit
-// of failures is locked: while locked, a login is refused (429 with
-// Retry-After) before any password work, whatever the password.
+// Login throttling: failed logins are counted per account name + username
+// and per client address, in the database so that every replica sees the
+// same counters. A key whose window holds its limit of failures is locked:
+// a login is then refused (429 with Retry-After) before any password work.
 //
-// The user counter takes a place in the window for each attempt when it
-// starts (LoginThrottle.Begin), so that a burst of parallel guesses at one
-// account cannot overrun the limit while the first of them are still being
-// verified: at most MaxFailures passwords of one user are checked per
-// window. The place is settled by the outcome: a failure keeps it, as a
-// confirmed failure; a success resets the counter (freeing every place); an
-// attempt whose password was never checked gives it back. Only confirmed
-// failures lock the key: a window full of attempts still in flight is not
-// a lock, so the next login waits for them (their successes free the
-// window, their failures lock it) for as long as they run: a correct
-// login is never refused because its neighbours were slow. An attempt
-// holds its place under a lease of AttemptLease, which it renews while it
-// runs; one that stops renewing (its replica died) loses its place when
-// the lease ends, and that is not counted as a failure: a slow or dead
-// attempt is no evidence of a wrong password. Its outcome, if it ever
-// reports one, still counts (a late failure counts in its window).
-//
-// The address counter counts failures only, when they happen: many users
-// may share an address, and their successful logins, however many at
-// once, must never lock it. Parallel failures from one address can overrun
-// its limit by the number of passwords being verified at that moment,
-// which the hashing concurrency limit bounds.
+// The user counter takes a place for each attempt when it starts, so that
+// parallel guesses cannot overrun the limit; a failure keeps the place, a
+// success frees every place, an attempt never checked gives it back, and
+// one whose replica died loses it when its lease ends. Only failures lock.
+// The address counter counts failures only: many users may share one.
 
 // AttemptLease is how long an attempt in flight holds its place in the
 // user's window without renewing it. A running attempt renews it (every
@@ -178,41 +160,84 @@ func (s ThrottleState) Saturated(now time.Time, limit ThrottleLimit) bool {
 		s.Failures+s.Pending >= limit.MaxFailures
 }
 
-// LoginThrottleStore keeps the counters. Every method is one or a few
-// single-document atomic updates, so that concurrent attempts on any
-// number of replicas are counted exactly. Times are passed in (the caller's
-// clock), which keeps the rules testable.
+// full reports whether, at now, the key's open window holds limit's
+// number of attempts (failed or pending).
+func (s ThrottleState) full(now time.Time, limit ThrottleLimit) bool {
+	return s.WindowEnd.After(now) && s.Failures+s.Pending >= limit.MaxFailures
+}
+
+// fullOfFailures reports whether the key's open window is full of failures
+// alone: the key is to be locked.
+func (s ThrottleState) fullOfFailures(now time.Time, limit ThrottleLimit) bool {
+	return s.full(now, limit) && s.Pending == 0
+}
+
+// leasesEnded reports whether the key's open window has pending attempts
+// whose leases have all ended: their places are to be released.
+func (s ThrottleState) leasesEnded(now time.Time) bool {
+	return s.WindowEnd.After(now) && s.Pending > 0 && !s.PendingUntil.After(now)
+}
+
+// ThrottleAttempt is one attempt for a store to count, as the rules
+// computed it.
+type ThrottleAttempt struct {
+	Now time.Time
+	// Max is how many attempts a window may hold.
+	Max int
+	// WindowEnd ends the window the attempt opens when the key has none
+	// open.
+	WindowEnd time.Time
+	// Pending counts the attempt as in flight until PendingUntil; otherwise
+	// it is a failure at once.
+	Pending      bool
+	PendingUntil time.Time
+}
+
+// ThrottleLock is a lock for a store to set on a key whose window Window is
+// full of failures.
+type ThrottleLock struct {
+	Window   string
+	Now      time.Time
+	Max      int
+	Until    time.Time
+	Lockouts int
+	// ForgetAt is when the counter stops mattering (PurgeLoginThrottle).
+	ForgetAt time.Time
+}
+
+// LoginThrottleStore keeps the counters; ThrottleCounters applies the rules
+// to them. Each method is one or a few single-document conditional
+// updates, so that concurrent attempts on any number of replicas are
+// counted exactly; the conditions are the ones each method names, and
+// times are passed in (the caller's clock).
 type LoginThrottleStore interface {
-	// TakeLoginAttempt counts one attempt of key at now under limit. It
-	// refuses (allowed false, nothing counted) while the key is locked at
-	// now, or while the window already holds limit.MaxFailures attempts
-	// (failed or pending). The returned state is the key's after the call.
-	//
-	// With a positive lease the attempt is pending until now+lease
-	// (RenewLoginAttempt extends it): its outcome is to be reported with
-	// FailLoginAttempt, RefundLoginAttempt or ResetLoginThrottle, and
-	// st.Window. Attempts still pending when the window's latest lease
-	// ends lose their places: they count as nothing. With lease 0 the
-	// attempt is counted as a failure at once (the address counter counts
-	// failures only).
-	//
-	// The key is locked, until limit.NextLock, when its window holds
-	// limit.MaxFailures failures — never while some of them are pending.
-	TakeLoginAttempt(ctx context.Context, key string, now time.Time, limit ThrottleLimit, lease time.Duration) (allowed bool, st ThrottleState, err error)
-	// FailLoginAttempt reports that a pending attempt of window failed,
-	// locking the key (until limit.NextLock) when that makes the window
-	// hold limit.MaxFailures failures. A failure reported after its
-	// attempt's place was released (its lease ended) still counts, while
-	// window is key's current, open, unlocked window; a report for any
-	// other window changes nothing.
-	FailLoginAttempt(ctx context.Context, key, window string, now time.Time, limit ThrottleLimit) error
+	// AddLoginAttempt counts a in key's counter: in the window open at
+	// a.Now while the key is not locked, holds fewer than a.Max attempts
+	// and no pending attempt whose lease has ended; or in a new window
+	// ending at a.WindowEnd when the key has no open window and is not
+	// locked. When neither applies it changes nothing and returns the
+	// state read (the zero state when there is none).
+	AddLoginAttempt(ctx context.Context, key string, a ThrottleAttempt) (counted bool, st ThrottleState, err error)
+	// SettleLoginFailure turns a pending attempt of window into a failure;
+	// ok is false when window is not key's or has no attempt pending.
+	SettleLoginFailure(ctx context.Context, key, window string) (st ThrottleState, ok bool, err error)
+	// AddLoginFailure counts a failure in window while it is key's, open
+	// at now and not locked; ok is false otherwise.
+	AddLoginFailure(ctx context.Context, key, window string, now time.Time) (st ThrottleState, ok bool, err error)
+	// LockLoginThrottle sets l on key while l.Window is its window, open at
+	// l.Now, holding at least l.Max attempts and none pending; of
+	// concurrent callers one sets it. It returns the key's state after.
+	LockLoginThrottle(ctx context.Context, key string, l ThrottleLock) (ThrottleState, error)
+	// ReleaseLoginAttempts gives back the places of st's pending attempts,
+	// counted as nothing, while key's counter is still st.
+	ReleaseLoginAttempts(ctx context.Context, key string, st ThrottleState) error
 	// RenewLoginAttempt extends the leases of window's pending attempts
 	// to at least until; it changes nothing once the window is gone or
 	// has no pending attempt left.
 	RenewLoginAttempt(ctx context.Context, key, window string, until time.Time) error
 	// RefundLoginAttempt takes back a pending attempt of window: its
-	// password was never checked. Like FailLoginAttempt, it changes nothing
-	// once the window is gone or has no pending attempt left.
+	// password was never checked. It changes nothing once the window is
+	// gone or has no pending attempt left.
 	RefundLoginAttempt(ctx context.Context, key, window string) error
 	// ResetLoginThrottle forgets key: its count, pending attempts, lock and
 	// lockout history.
@@ -220,10 +245,96 @@ type LoginThrottleStore interface {
 	// LoginThrottleState returns key's stored state; the zero state for an
 	// unknown key.
 	LoginThrottleState(ctx context.Context, key string) (ThrottleState, error)
-	// PurgeLoginThrottle deletes the counters that no longer matter at t
-	// (window over, and StrikeMemory past the end of their last lock), and
-	// returns how many.
+	// PurgeLoginThrottle deletes the counters whose ForgetAt and window
+	// end have passed at t, and returns how many.
 	PurgeLoginThrottle(ctx context.Context, t time.Time) (int64, error)
+}
+
+// throttleRounds bounds the retries of ThrottleCounters.Take when
+// concurrent attempts keep changing the counter under it; each round makes
+// progress for some attempt.
+const throttleRounds = 5
+
+// ThrottleCounters applies the throttle's rules to a store's counters.
+type ThrottleCounters struct{ Store LoginThrottleStore }
+
+// Take counts one attempt of key at now under limit. It refuses (allowed
+// false, nothing counted) while the key is locked at now, or while the
+// window already holds limit.MaxFailures attempts (failed or pending).
+// The returned state is the key's after the call.
+//
+// With a positive lease the attempt is pending until now+lease: its
+// outcome is reported with Fail, RefundLoginAttempt or
+// ResetLoginThrottle, and st.Window. With lease 0 it is a failure at once
+// (the address counter counts failures only). A window full of failures
+// locks the key until limit.NextLock; pending attempts whose leases have
+// ended are released, not counted.
+func (c ThrottleCounters) Take(ctx context.Context, key string, now time.Time, limit ThrottleLimit, lease time.Duration) (allowed bool, st ThrottleState, err error) {
+	if !limit.Enabled() {
+		return true, ThrottleState{}, nil
+	}
+	a := ThrottleAttempt{Now: now, Max: limit.MaxFailures, WindowEnd: now.Add(limit.Window), PendingUntil: now}
+	if lease > 0 {
+		a.Pending, a.PendingUntil = true, now.Add(lease)
+	}
+	for range throttleRounds {
+		counted, st, err := c.Store.AddLoginAttempt(ctx, key, a)
+		if err != nil {
+			return false, ThrottleState{}, err
+		}
+		if counted {
+			if st.fullOfFailures(now, limit) {
+				st, err = c.lock(ctx, key, st, now, limit)
+			}
+			return err == nil, st, err
+		}
+		switch {
+		case st.Locked(now):
+			return false, st, nil
+		case st.leasesEnded(now):
+			// Their replica died: release the places, then go round.
+			if err := c.Store.ReleaseLoginAttempts(ctx, key, st); err != nil {
+				return false, ThrottleState{}, err
+			}
+		case st.fullOfFailures(now, limit):
+			// The last failure did not set the lock (or died first).
+			st, err = c.lock(ctx, key, st, now, limit)
+			return false, st, err
+		case st.full(now, limit):
+			return false, st, nil // wait for the attempts in flight
+		}
+	}
+	// Contended every round: refuse for a moment (the caller retries).
+	return false, ThrottleState{}, nil
+}
+
+// Fail reports that a pending attempt of window failed, locking the key
+// when that fills the window with failures. A failure reported after its
+// place was released (its lease ended) still counts while window is the
+// key's open, unlocked window; a report for any other window changes
+// nothing.
+func (c ThrottleCounters) Fail(ctx context.Context, key, window string, now time.Time, limit ThrottleLimit) error {
+	st, ok, err := c.Store.SettleLoginFailure(ctx, key, window)
+	if err == nil && !ok {
+		st, ok, err = c.Store.AddLoginFailure(ctx, key, window, now)
+	}
+	if err != nil || !ok {
+		return err
+	}
+	if limit.Enabled() && st.fullOfFailures(now, limit) {
+		_, err = c.lock(ctx, key, st, now, limit)
+	}
+	return err
+}
+
+// lock locks key, whose window st is full of failures, until
+// limit.NextLock.
+func (c ThrottleCounters) lock(ctx context.Context, key string, st ThrottleState, now time.Time, limit ThrottleLimit) (ThrottleState, error) {
+	until, lockouts := limit.NextLock(st, now)
+	return c.Store.LockLoginThrottle(ctx, key, ThrottleLock{
+		Window: st.Window, Now: now, Max: limit.MaxFailures,
+		Until: until, Lockouts: lockouts, ForgetAt: until.Add(StrikeMemory),
+	})
 }
 
 // UserThrottleKey is the counter key of an account name + username as typed
@@ -382,7 +493,7 @@ func (t *LoginThrottle) takePlace(ctx context.Context, key string) (window strin
 	poll := firstQueuePoll
 	for {
 		now := t.now()
-		allowed, st, err := t.Store.TakeLoginAttempt(ctx, key, now, limit, AttemptLease)
+		allowed, st, err := ThrottleCounters{t.Store}.Take(ctx, key, now, limit, AttemptLease)
 		if err != nil {
 			return "", 0, fmt.Errorf("login throttle: %w", err)
 		}
@@ -469,13 +580,13 @@ func (a *LoginAttempt) Failed(ctx context.Context) error {
 	ctx, cancel := th.settleContext(ctx)
 	defer cancel()
 	if a.user != "" {
-		if err := th.Store.FailLoginAttempt(ctx, a.user, a.window, th.now(), th.Policy.User); err != nil {
+		if err := (ThrottleCounters{th.Store}).Fail(ctx, a.user, a.window, th.now(), th.Policy.User); err != nil {
 			return fmt.Errorf("login throttle: %w", err)
 		}
 	}
 	if th.Policy.IP.Enabled() {
 		// Not allowed means locked already: nothing more to count.
-		if _, _, err := th.Store.TakeLoginAttempt(ctx, a.ip, th.now(), th.Policy.IP, 0); err != nil {
+		if _, _, err := (ThrottleCounters{th.Store}).Take(ctx, a.ip, th.now(), th.Policy.IP, 0); err != nil {
 			return fmt.Errorf("login throttle: %w", err)
 		}
 	}

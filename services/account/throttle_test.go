@@ -137,7 +137,11 @@ func (f *fakeThrottleStore) LoginThrottleState(_ context.Context, key string) (a
 	return st, nil
 }
 
-func (f *fakeThrottleStore) TakeLoginAttempt(_ context.Context, key string, _ time.Time, _ account.ThrottleLimit, lease time.Duration) (bool, account.ThrottleState, error) {
+func (f *fakeThrottleStore) AddLoginAttempt(_ context.Context, key string, a account.ThrottleAttempt) (bool, account.ThrottleState, error) {
+	var lease time.Duration
+	if a.Pending {
+		lease = a.PendingUntil.Sub(a.Now)
+	}
 	f.calls = append(f.calls, fmt.Sprintf("take %s %v", key, lease))
 	if f.fail[key] {
 		return false, account.ThrottleState{}, errors.New("database down")
@@ -148,9 +152,9 @@ func (f *fakeThrottleStore) TakeLoginAttempt(_ context.Context, key string, _ ti
 	return true, account.ThrottleState{Window: "w1", Pending: 1}, nil
 }
 
-func (f *fakeThrottleStore) FailLoginAttempt(_ context.Context, key, window string, _ time.Time, _ account.ThrottleLimit) error {
+func (f *fakeThrottleStore) SettleLoginFailure(_ context.Context, key, window string) (account.ThrottleState, bool, error) {
 	f.calls = append(f.calls, "fail "+key+" "+window)
-	return nil
+	return account.ThrottleState{Window: window, Failures: 1}, true, nil
 }
 
 func (f *fakeThrottleStore) RenewLoginAttempt(_ context.Context, key, window string, until time.Time) error {

@@ -16,7 +16,7 @@ import (
 	"github.com/acme/platform/pkg/validation"
 )
 
-// Errors of user management (CONTRACT.md section 12).
+// Errors of user management.
 var (
 	// ErrUserNotFound: no user with this id in the caller's account.
 	ErrUserNotFound = fmt.Errorf("user %w", ErrNotFound)

@@ -12,8 +12,7 @@ import (
 // (KeyOwner), and who takes part in a conversation it creates
 // (NewConversation.Conversation).
 //
-// A caller is a user or a service client of the account (contract section
-// 9). A user sees the conversations they take part in. A service client
+// A caller is a user or a service client of the account . A user sees the conversations they take part in. A service client
 // takes part in none and sees every conversation of its account; what it
 // may do with them is limited by its token's scopes, which the HTTP layer
 // checks per route before any of this runs.

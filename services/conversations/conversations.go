@@ -67,15 +67,14 @@ type Conversation struct {
 	Version int64 `json:"-"`
 }
 
-// Limits of the contract (sections 4 and 8).
+// Limits of conversations and messages.
 const (
 	MaxSubjectLen     = 300
 	MaxParticipants   = 100
 	MaxParticipantLen = 128
 	DefaultPageSize   = 10
 	MaxPageSize       = 100
-	// MaxBodyLen is the request body limit of every route with a body
-	// (contract section 8: 64 KiB).
+	// MaxBodyLen is the request body limit of every route with a body.
 	MaxBodyLen = 64 << 10
 	// MaxConversationLen is the body limit of POST /v1/conversations.
 	MaxConversationLen = MaxBodyLen

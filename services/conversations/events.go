@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// EventType names what changed (contract section 11.1).
+// EventType names what changed.
 type EventType string
 
 // The event types of the contract.

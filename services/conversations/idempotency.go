@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// IdempotencyTTL is how long a key is remembered (contract section 8).
+// IdempotencyTTL is how long a key is remembered.
 const IdempotencyTTL = 24 * time.Hour
 
 // MaxIdempotencyKeyLen bounds the Idempotency-Key header.

@@ -17,7 +17,7 @@ type Message struct {
 	CreatedAt      time.Time       `json:"createdAt"`
 }
 
-// Limits of messages (contract section 8).
+// Limits of messages.
 const (
 	MaxMessageBodyLen = 10000    // characters
 	MaxMetadataLen    = 16 << 10 // bytes of compact JSON

@@ -12,8 +12,8 @@ import (
 	"github.com/acme/platform/pkg/validation"
 )
 
-// Service is the one place where the rules of contract section 8 are
-// applied: who may read and change a conversation (Caller.MayAccess), what
+// Service is the one place where the rules of conversations and messages
+// are applied: who may read and change a conversation (Caller.MayAccess), what
 // each change does (Patch.Apply, Conversation.AddParticipant, ...,
 // RecordMessage), a closed conversation refusing messages, the
 // compare-and-set retry of a change, the repair of a post that stopped

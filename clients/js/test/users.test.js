@@ -1,4 +1,4 @@
-// Users by API and self-service (issue 24) against the real services: a
+// Users by API and self-service against the real services: a
 // backend (the suite's service client, users:read and users:write) signs a
 // user up, the user logs in with the library, reads its userinfo and
 // changes its password (the old refresh token stops working), then the

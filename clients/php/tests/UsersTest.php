@@ -11,7 +11,7 @@ use Acme\Platform\Tests\Support\Env;
 use Acme\Platform\Tests\Support\ServiceTestCase;
 
 /**
- * Users by API and self-service (issue 24): a backend (the suite's service
+ * Users by API and self-service: a backend (the suite's service
  * client, users:read and users:write) signs a user up, the user logs in
  * with the library, reads its userinfo and changes its password (the old
  * refresh token stops working), then the backend disables it (its login

@@ -81,9 +81,34 @@ func EnvVarsOf(path string) (map[string]Var, error) {
 		return nil, fmt.Errorf("%s: no envPrefix constant or no config struct", path)
 	}
 	vars := map[string]Var{}
-	for _, field := range cfg.Fields.List {
+	if err := addVars(vars, path, prefix, cfg); err != nil {
+		return nil, err
+	}
+	if len(vars) == 0 {
+		return nil, fmt.Errorf("%s: no variables found", path)
+	}
+	return vars, nil
+}
+
+// addVars adds the variables of the fields of st to vars. An embedded
+// servicecmd.Config, whose fields envconfig reads with the same prefix,
+// is read from pkg/servicecmd, found from path
+// (services/<service>/cmd/<service>/config.go).
+func addVars(vars map[string]Var, path, prefix string, st *ast.StructType) error {
+	for _, field := range st.Fields.List {
 		if len(field.Names) == 0 {
-			return nil, fmt.Errorf("%s: embedded field in config; EnvVarsOf does not follow envconfig's nesting rules", path)
+			sel, ok := field.Type.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != "Config" || fmt.Sprint(sel.X) != "servicecmd" {
+				return fmt.Errorf("%s: embedded field in config other than servicecmd.Config; EnvVarsOf does not follow envconfig's nesting rules", path)
+			}
+			shared, err := sharedConfig(filepath.Join(filepath.Dir(path), "..", "..", "..", "..", "pkg", "servicecmd"))
+			if err != nil {
+				return err
+			}
+			if err := addVars(vars, path, prefix, shared); err != nil {
+				return err
+			}
+			continue
 		}
 		var tag reflect.StructTag
 		if field.Tag != nil {
@@ -94,7 +119,7 @@ func EnvVarsOf(path string) (map[string]Var, error) {
 			continue
 		}
 		if tag.Get("split_words") != "" {
-			return nil, fmt.Errorf("%s: split_words in config; EnvVarsOf does not implement it", path)
+			return fmt.Errorf("%s: split_words in config; EnvVarsOf does not implement it", path)
 		}
 		for _, name := range field.Names {
 			if !name.IsExported() {
@@ -108,8 +133,36 @@ func EnvVarsOf(path string) (map[string]Var, error) {
 			vars[v.Name] = v
 		}
 	}
-	if len(vars) == 0 {
-		return nil, fmt.Errorf("%s: no variables found", path)
+	return nil
+}
+
+// sharedConfig returns the Config struct of the package in dir.
+func sharedConfig(dir string) (*ast.StructType, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
 	}
-	return vars, nil
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", file, err)
+		}
+		for _, decl := range f.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				if ts, ok := spec.(*ast.TypeSpec); ok && ts.Name.Name == "Config" {
+					if st, ok := ts.Type.(*ast.StructType); ok {
+						return st, nil
+					}
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("%s: no Config struct", dir)
 }

@@ -40,11 +40,8 @@
 // without interleaving, which MongoDB does not promise: do not rely on it).
 // The price is concurrency: parallel clients queue for the server, and a
 // command that waits inside the server (getMore on a tailable awaitData
-// cursor, for up to its maxTimeMS) holds up everybody meanwhile. The
-// benchmarks in proxy_test.go measure the cost: the extra hop adds some
-// tens of microseconds per command (noise next to a find or an update),
-// and parallel writes to one server take about twice as long as without
-// serialisation, where FerretDB overlapped them (and lost updates).
+// cursor, for up to its maxTimeMS) holds up everybody meanwhile; the
+// benchmarks in proxy_test.go measure it (figures in docs/decisions.md).
 //
 // Known limits that matter to our code:
 //   - no multi-document transactions (nor change streams): it is a

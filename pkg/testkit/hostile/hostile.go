@@ -1,5 +1,5 @@
 // Package hostile sends what an attacker or a careless client would to
-// every documented operation of a service (issue 19): malformed and huge
+// every documented operation of a service: malformed and huge
 // bodies, deep nesting, invalid UTF-8, wrong types, odd dates, altered
 // cursors, duplicate and oversized headers, forged tokens and OAuth
 // parameter games; the cases are generated from the service's OpenAPI
@@ -59,7 +59,7 @@ type Case struct {
 	build  func(tg Target) (*http.Request, error)
 }
 
-// The families of issue 19.
+// The families of hostile requests.
 const (
 	Malformed   = "malformed body"
 	Huge        = "huge body"
@@ -74,7 +74,7 @@ const (
 )
 
 // deepNesting is the depth of the nested arrays sent: far beyond any sane
-// document, as issue 19's 10,000 levels.
+// document: 10,000 levels.
 const deepNesting = 10000
 
 // hugeBody is larger than every body limit of the services (the largest

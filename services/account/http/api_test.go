@@ -513,6 +513,7 @@ func testUnknownRoute(t *testing.T, a *api) {
 		{"GET", "/nope", 404, "not_found"},
 		{"DELETE", "/login", 405, "method_not_allowed"},
 		{"PATCH", "/definitions", 405, "method_not_allowed"},
+		{"POST", "/.well-known/jwks.json", 405, "method_not_allowed"},
 	} {
 		req, _ := http.NewRequest(tc.method, a.srv.URL+tc.path, nil)
 		resp, err := a.srv.Client().Do(req)

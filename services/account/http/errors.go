@@ -2,6 +2,7 @@ package http
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -25,7 +26,7 @@ const (
 	codeTemporarilyUnavail   = "temporarily_unavailable"
 	codeServerError          = "server_error"
 
-	// Codes of user management and self-service (CONTRACT.md section 12).
+	// Codes of user management and self-service.
 	codeWeakPassword           = "weak_password"
 	codeUsernameTaken          = "username_taken"
 	codeInvalidCurrentPassword = "invalid_current_password"
@@ -69,6 +70,7 @@ func problemFor(err error) *problem.Problem {
 	var invalidToken *token.TokenError
 	var refusal *oauthRefusal
 	var weak *account.WeakPasswordError
+	var param *account.ParameterError
 	switch {
 	case errors.As(err, &weak):
 		p := problem.New(http.StatusBadRequest, codeWeakPassword, "The password does not meet the password policy: "+weak.Field+" "+weak.Reason+".")
@@ -100,6 +102,17 @@ func problemFor(err error) *problem.Problem {
 		return problem.InvalidToken("The user of this token has been deleted or disabled.")
 	case errors.Is(err, account.ErrUserNotFound):
 		return problem.NotFound("No user with this id in your account.")
+	case errors.As(err, &param):
+		if param.TooLong {
+			return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, fmt.Sprintf("The parameter %q is too long.", param.Name))
+		}
+		return problem.New(http.StatusBadRequest, token.CodeInvalidRequest, fmt.Sprintf("The parameter %q is required.", param.Name))
+	case errors.Is(err, account.ErrUnsupportedGrantType):
+		return problem.New(http.StatusBadRequest, codeUnsupportedGrantType, "The grant type must be one of "+strings.Join(grantTypes, ", ")+".")
+	case errors.Is(err, account.ErrCodeClientRequired):
+		return problem.New(http.StatusUnauthorized, codeInvalidClient, "The authorization_code grant needs the client: client_id for a public client, else its credentials.")
+	case errors.Is(err, account.ErrClientAuthRequired):
+		return problem.New(http.StatusUnauthorized, codeInvalidClient, "The client_credentials grant requires client authentication.")
 	case errors.As(err, &refusal):
 		if refusal.code == codeInvalidClient {
 			p := problem.New(http.StatusUnauthorized, codeInvalidClient, refusal.detail)

@@ -15,7 +15,7 @@ import (
 	accounthttp "github.com/acme/platform/services/account/http"
 )
 
-// TestHostileRequests sends issue 19's hostile families, generated from
+// TestHostileRequests sends the hostile families, generated from
 // the OpenAPI document, to every operation of the account service (its
 // handler on the embedded store, with its access log and metrics): no
 // 5xx, every error problem+json (RFC 6749 JSON on /oauth2/*), nothing

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 	"github.com/acme/platform/services/account"
 )
 
-// The OAuth 2.0 endpoints (CONTRACT.md section 9): POST /oauth2/token (RFC
+// The OAuth 2.0 endpoints: POST /oauth2/token (RFC
 // 6749 section 3.2) and POST /oauth2/revoke (RFC 7009). They take
 // form-encoded parameters and answer errors as RFC 6749 section 5.2 JSON,
 // because that is what OAuth client libraries parse; the work is done by
@@ -113,50 +114,39 @@ func readForm(c *echo.Context) (url.Values, error) {
 	return form, nil
 }
 
-// requireParams answers invalid_request naming the first of names that
-// form lacks.
-func requireParams(form url.Values, names ...string) error {
-	for _, n := range names {
-		if form.Get(n) == "" {
-			return invalidRequest(fmt.Sprintf("The parameter %q is required.", n))
-		}
-	}
-	return nil
-}
-
-// authenticateClient authenticates the client of an OAuth 2.0 request,
-// when it presents credentials: HTTP Basic (client_secret_basic) or the
-// client_id and client_secret parameters (client_secret_post), never both
-// (RFC 6749 section 2.3: one method per request), and never two
-// Authorization headers; a public client presents its client_id alone
-// (method none). It returns nil for a request without client credentials.
-func authenticateClient(c *echo.Context, sessions *account.Sessions, form url.Values) (*account.ServiceClient, error) {
+// clientCredentials reads the client credentials of an OAuth 2.0 request,
+// when it presents any: HTTP Basic (client_secret_basic) or the client_id
+// and client_secret parameters (client_secret_post), never both (RFC 6749
+// section 2.3: one method per request), and never two Authorization
+// headers; a public client presents its client_id alone (method none).
+// basic reports whether they came in the Authorization header.
+func clientCredentials(c *echo.Context, form url.Values) (creds *account.ClientCredentials, basic bool, err error) {
 	headers := c.Request().Header.Values("Authorization")
 	inForm := form.Has("client_id") || form.Has("client_secret")
-	var id, secret string
 	switch {
 	case len(headers) > 1:
-		return nil, invalidRequest("The request carries more than one Authorization header.")
+		return nil, false, invalidRequest("The request carries more than one Authorization header.")
 	case len(headers) == 1 && inForm:
-		return nil, invalidRequest("The request carries client credentials both in the Authorization header and in the body.")
+		return nil, false, invalidRequest("The request carries client credentials both in the Authorization header and in the body.")
 	case len(headers) == 1:
-		var ok bool
-		if id, secret, ok = basicCredentials(headers[0]); !ok {
-			return nil, challenged(invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters."))
+		id, secret, ok := basicCredentials(headers[0])
+		if !ok {
+			return nil, false, challenged(invalidClient("Client authentication must use HTTP Basic or the client_id and client_secret parameters."))
 		}
+		return &account.ClientCredentials{ID: id, Secret: secret}, true, nil
 	case inForm:
-		id, secret = form.Get("client_id"), form.Get("client_secret")
-	default:
-		return nil, nil
+		return &account.ClientCredentials{ID: form.Get("client_id"), Secret: form.Get("client_secret")}, false, nil
 	}
-	client, err := sessions.AuthenticateClient(c.Request().Context(), id, secret)
-	if errors.Is(err, account.ErrInvalidClient) && len(headers) == 1 {
-		return nil, challenged(invalidClient(clientAuthFailed))
+	return nil, false, nil
+}
+
+// clientRefused adds the authentication challenge to a wrong client's
+// refusal when its credentials came in the Authorization header.
+func clientRefused(err error, basic bool) error {
+	if basic && errors.Is(err, account.ErrInvalidClient) {
+		return challenged(invalidClient(clientAuthFailed))
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &client, nil
+	return err
 }
 
 // basicCredentials decodes an "Authorization: Basic" header value. The
@@ -203,10 +193,19 @@ func userTokenResponse(set token.Set) tokenResponse {
 	}
 }
 
-// handleToken is POST /oauth2/token. The grant type is checked first, then
-// the client's credentials (when any: a wrong one is invalid_client before
-// anything else is looked at), then the grant's parameters.
+// grantor runs a grant of the token endpoint: account.Authorizations, or
+// account.Sessions where the service has no authorization code flow.
+type grantor interface {
+	Grant(ctx context.Context, g account.TokenGrant) (account.Granted, error)
+}
+
+// handleToken is POST /oauth2/token: it checks the grant type, then one
+// call of Grant authenticates the client and runs the grant.
 func handleToken(sessions *account.Sessions, authz *account.Authorizations) echo.HandlerFunc {
+	var grants grantor = sessions
+	if authz != nil {
+		grants = authz
+	}
 	return oauthEndpoint(func(c *echo.Context) error {
 		form, err := readForm(c)
 		if err != nil {
@@ -222,84 +221,28 @@ func handleToken(sessions *account.Sessions, authz *account.Authorizations) echo
 			return &oauthRefusal{code: codeUnsupportedGrantType,
 				detail: "The grant type must be one of " + strings.Join(grantTypes, ", ") + "."}
 		}
-		client, err := authenticateClient(c, sessions, form)
+		creds, basic, err := clientCredentials(c, form)
 		if err != nil {
 			return err
 		}
-		ctx := c.Request().Context()
-		var resp tokenResponse
-		switch grant {
-		case grantAuthorizationCode:
-			if client == nil {
-				return invalidClient("The authorization_code grant needs the client: client_id for a public client, else its credentials.")
-			}
-			if err := requireParams(form, "code", "redirect_uri"); err != nil {
-				return err
-			}
-			set, err := authz.Exchange(ctx, account.CodeExchange{
-				Code: form.Get("code"), RedirectURI: form.Get("redirect_uri"), Verifier: form.Get("code_verifier"), Client: client,
-			})
-			if err != nil {
-				return err
-			}
-			resp = userTokenResponse(set)
-		case grantClientCredentials:
-			if client == nil {
-				return invalidClient("The client_credentials grant requires client authentication.")
-			}
-			tok, err := sessions.ClientToken(ctx, *client, form.Get("scope"))
-			if err != nil {
-				return err
-			}
+		granted, err := grants.Grant(c.Request().Context(), account.TokenGrant{
+			Type: grant, Client: creds, Scope: form.Get("scope"),
+			AccountName: form.Get("account_name"), Username: form.Get("username"), Password: form.Get("password"),
+			OTP: form.Get("otp"), ClientIP: c.RealIP(), RefreshToken: form.Get("refresh_token"),
+			Code: form.Get("code"), RedirectURI: form.Get("redirect_uri"), CodeVerifier: form.Get("code_verifier"),
+		})
+		if err != nil {
+			return clientRefused(err, basic)
+		}
+		resp := tokenResponse{TokenType: "Bearer"}
+		if tok := granted.Client; tok != nil {
 			resp = tokenResponse{AccessToken: tok.AccessToken, TokenType: "Bearer", ExpiresIn: tok.ExpiresIn, Scope: tok.Scope}
-		case grantPassword:
-			if err := passwordGrantParams(form, client != nil); err != nil {
-				return err
-			}
-			set, err := sessions.LogIn(ctx, account.PasswordLogin{
-				AccountName: form.Get("account_name"), Username: form.Get("username"), Password: form.Get("password"),
-				OTP: form.Get("otp"), ClientIP: c.RealIP(), Client: client,
-			})
-			if err != nil {
-				return err
-			}
-			resp = userTokenResponse(set)
-		case grantRefreshToken:
-			if err := requireParams(form, "refresh_token"); err != nil {
-				return err
-			}
-			set, err := sessions.Refresh(ctx, form.Get("refresh_token"), client)
-			if err != nil {
-				return err
-			}
-			resp = userTokenResponse(set)
+		} else if granted.User != nil {
+			resp = userTokenResponse(*granted.User)
 		}
 		noStore(c)
 		return c.JSON(http.StatusOK, resp)
 	})
-}
-
-// passwordGrantParams checks the password grant's parameters like
-// loginRequest.validate checks the login body. account_name may be left
-// out by an authenticated client: it defaults to the client's account
-// (OAuth libraries send no extra parameter with this grant).
-func passwordGrantParams(form url.Values, authenticated bool) error {
-	required := []string{"username", "password"}
-	if !authenticated {
-		required = append(required, "account_name")
-	}
-	if err := requireParams(form, required...); err != nil {
-		return err
-	}
-	for name, limit := range map[string]int{
-		"account_name": account.MaxAccountNameLen, "username": account.MaxUsernameLen, "password": account.MaxPasswordLen,
-		"otp": account.MaxOTPLen,
-	} {
-		if utf8.RuneCountInString(form.Get(name)) > limit {
-			return invalidRequest(fmt.Sprintf("The parameter %q is too long.", name))
-		}
-	}
-	return nil
 }
 
 // handleRevoke is POST /oauth2/revoke (RFC 7009): a refresh token ends its
@@ -313,15 +256,12 @@ func handleRevoke(sessions *account.Sessions) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		client, err := authenticateClient(c, sessions, form)
+		creds, basic, err := clientCredentials(c, form)
 		if err != nil {
 			return err
 		}
-		if err := requireParams(form, "token"); err != nil {
-			return err
-		}
-		if err := sessions.Revoke(c.Request().Context(), form.Get("token"), client); err != nil {
-			return err
+		if err := sessions.RevokeToken(c.Request().Context(), form.Get("token"), creds); err != nil {
+			return clientRefused(err, basic)
 		}
 		noStore(c)
 		return c.NoContent(http.StatusOK)

@@ -33,8 +33,8 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.PUT("/definitions/:id", handleReplaceDefinition(d.Definitions), bearer, write)
 	e.DELETE("/definitions/:id", handleDeleteDefinition(d.Definitions), bearer, write)
 
-	// Users: a service client's, by scope; a user's own token is refused
-	// (CONTRACT.md section 12). /userinfo and /password are the user's.
+	// Users: a service client's, by scope; a user's own token is refused.
+	// /userinfo and /password are the user's.
 	usersRead, usersWrite := token.RequireClientScopes(token.ScopeUsersRead), token.RequireClientScopes(token.ScopeUsersWrite)
 	e.POST("/users", handleCreateUser(d.Users), bearer, usersWrite)
 	e.GET("/users", handleListUsers(d.Users), bearer, usersRead)
@@ -50,7 +50,7 @@ func addRoutes(e *echo.Echo, d Deps) {
 	e.POST("/mfa/totp/verify", handleActivateTOTP(d.MFA), bearer, token.RequireUser)
 	e.DELETE("/mfa/totp", handleRemoveTOTP(d.MFA), bearer, token.RequireUser)
 
-	e.GET("/.well-known/jwks.json", echo.WrapHandler(token.JWKSHandler(d.Keys)))
+	e.GET("/.well-known/jwks.json", handleJWKS(d.Keys))
 	e.GET("/.well-known/openid-configuration", handleDiscovery(d.IssuerURL, d.Keys))
 	e.GET("/openapi.yaml", web.OpenAPI(OpenAPI))
 }

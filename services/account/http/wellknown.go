@@ -42,6 +42,14 @@ type discovery struct {
 // client with its client_id alone ("none").
 var clientAuthMethods = []string{"client_secret_basic", "client_secret_post", "none"}
 
+// handleJWKS serves the public keys; a failure (no keys yet) goes to
+// problemFor.
+func handleJWKS(keys token.KeyringProvider) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		return token.ServeJWKS(c.Response(), c.Request(), keys)
+	}
+}
+
 func handleDiscovery(issuerURL string, keys token.KeyringProvider) echo.HandlerFunc {
 	base := strings.TrimSuffix(issuerURL, "/")
 	return func(c *echo.Context) error {

@@ -35,22 +35,22 @@ func TestThrottleCountersOfThePreviousVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ok, st, err := s.TakeLoginAttempt(ctx, "user:open", t0, limit, time.Second)
+	ok, st, err := (account.ThrottleCounters{Store: s}).Take(ctx, "user:open", t0, limit, time.Second)
 	if err != nil || !ok || st.Failures != 2 || st.Pending != 1 || st.Window == "" {
 		t.Fatalf("attempt in an open window of the previous version: %v, %+v, %v; want allowed, 2 failures and 1 in flight", ok, st, err)
 	}
-	if err := s.FailLoginAttempt(ctx, "user:open", st.Window, t0, limit); err != nil {
+	if err := (account.ThrottleCounters{Store: s}).Fail(ctx, "user:open", st.Window, t0, limit); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := s.LoginThrottleState(ctx, "user:open"); err != nil || !st.LockedUntil.Equal(t0.Add(10*time.Minute)) {
 		t.Fatalf("after its third failure: %+v, %v; want locked", st, err)
 	}
 
-	ok, st, err = s.TakeLoginAttempt(ctx, "user:locked", t0, limit, time.Second)
+	ok, st, err = (account.ThrottleCounters{Store: s}).Take(ctx, "user:locked", t0, limit, time.Second)
 	if err != nil || ok || !st.LockedUntil.Equal(t0.Add(5*time.Minute)) {
 		t.Fatalf("attempt at a key locked by the previous version: %v, %+v, %v; want refused until t0+5m", ok, st, err)
 	}
-	ok, st, err = s.TakeLoginAttempt(ctx, "user:locked", t0.Add(5*time.Minute), limit, time.Second)
+	ok, st, err = (account.ThrottleCounters{Store: s}).Take(ctx, "user:locked", t0.Add(5*time.Minute), limit, time.Second)
 	if err != nil || !ok || st.Failures != 0 || st.Pending != 1 {
 		t.Fatalf("after that lock: %v, %+v, %v; want a new window", ok, st, err)
 	}

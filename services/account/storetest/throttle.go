@@ -38,7 +38,7 @@ func begin(t *testing.T, s account.Store, key string, now time.Time, wantAllowed
 
 func takeLeased(t *testing.T, s account.Store, key string, now time.Time, lease time.Duration, wantAllowed bool) account.ThrottleState {
 	t.Helper()
-	allowed, st, err := s.TakeLoginAttempt(context.Background(), key, now, testLimit, lease)
+	allowed, st, err := (account.ThrottleCounters{Store: s}).Take(context.Background(), key, now, testLimit, lease)
 	if err != nil {
 		t.Fatalf("TakeLoginAttempt(%s, t0+%v, lease %v): %v", key, now.Sub(t0), lease, err)
 	}
@@ -54,7 +54,7 @@ func takeLeased(t *testing.T, s account.Store, key string, now time.Time, lease 
 // fail reports a failure of an attempt in flight of window.
 func fail(t *testing.T, s account.Store, key, window string, now time.Time) {
 	t.Helper()
-	if err := s.FailLoginAttempt(context.Background(), key, window, now, testLimit); err != nil {
+	if err := (account.ThrottleCounters{Store: s}).Fail(context.Background(), key, window, now, testLimit); err != nil {
 		t.Fatalf("FailLoginAttempt(%s, t0+%v): %v", key, now.Sub(t0), err)
 	}
 }
@@ -359,7 +359,7 @@ func testThrottleConcurrentAttempts(t *testing.T, s account.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			allowed, st, err := s.TakeLoginAttempt(ctx, "ip:198.51.100.7", t0, wide, 0)
+			allowed, st, err := (account.ThrottleCounters{Store: s}).Take(ctx, "ip:198.51.100.7", t0, wide, 0)
 			if err != nil || !allowed {
 				t.Errorf("attempt %d: allowed %v, %v", i, allowed, err)
 			}
@@ -385,7 +385,7 @@ func testThrottleConcurrentAttempts(t *testing.T, s account.Store) {
 			take(t, s, key, t0, true)
 		}
 		got := concurrently(t, n, func(int) (account.ThrottleState, bool) {
-			ok, st, err := s.TakeLoginAttempt(ctx, key, t0, testLimit, 0)
+			ok, st, err := (account.ThrottleCounters{Store: s}).Take(ctx, key, t0, testLimit, 0)
 			if err != nil {
 				t.Errorf("%s: %v", key, err)
 			}
@@ -439,7 +439,7 @@ func testThrottleConcurrentAttemptsInFlight(t *testing.T, s account.Store) {
 		}
 		var refusedLocked atomic.Int64
 		allowed := concurrently(t, n, func(int) (account.ThrottleState, bool) {
-			ok, st, err := s.TakeLoginAttempt(ctx, key, t0, testLimit, testLease)
+			ok, st, err := (account.ThrottleCounters{Store: s}).Take(ctx, key, t0, testLimit, testLease)
 			if err != nil {
 				t.Errorf("%s: %v", key, err)
 			}
@@ -462,7 +462,7 @@ func testThrottleConcurrentAttemptsInFlight(t *testing.T, s account.Store) {
 		// They all fail at once: the key is locked, once.
 		at := t0.Add(time.Second)
 		concurrently(t, len(allowed), func(i int) (account.ThrottleState, bool) {
-			if err := s.FailLoginAttempt(ctx, key, allowed[i].Window, at, testLimit); err != nil {
+			if err := (account.ThrottleCounters{Store: s}).Fail(ctx, key, allowed[i].Window, at, testLimit); err != nil {
 				t.Errorf("%s: %v", key, err)
 			}
 			return account.ThrottleState{}, false
@@ -472,7 +472,7 @@ func testThrottleConcurrentAttemptsInFlight(t *testing.T, s account.Store) {
 			t.Fatalf("%s after the failures: %+v, want one lock of %v", key, st, testLimit.Lockout)
 		}
 		if got := concurrently(t, n, func(int) (account.ThrottleState, bool) {
-			ok, st, err := s.TakeLoginAttempt(ctx, key, at, testLimit, testLease)
+			ok, st, err := (account.ThrottleCounters{Store: s}).Take(ctx, key, at, testLimit, testLease)
 			if err != nil || !ok && !st.Locked(at) {
 				t.Errorf("%s while locked: %v, %+v", key, err, st)
 			}
@@ -492,7 +492,7 @@ func testThrottleConcurrentSuccessesNeverLock(t *testing.T, s account.Store) {
 	const key = "user:fleet"
 	const n = 20
 	ask := func(i int) (bool, error) {
-		ok, st, err := s.TakeLoginAttempt(ctx, key, t0, testLimit, testLease)
+		ok, st, err := (account.ThrottleCounters{Store: s}).Take(ctx, key, t0, testLimit, testLease)
 		if err == nil && !ok && st.Locked(t0) {
 			err = fmt.Errorf("refused with a lock: %+v", st)
 		}

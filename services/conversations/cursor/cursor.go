@@ -46,7 +46,7 @@ type Scope struct {
 	// Client is set.
 	Participant string
 	// Client marks a service client's listing: account-wide for
-	// conversations (contract section 9). It is bound into the MAC with
+	// conversations. It is bound into the MAC with
 	// a label of its own, so that a user's cursor is never one of an
 	// account-wide listing, or the other way round.
 	Client bool

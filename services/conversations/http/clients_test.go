@@ -13,7 +13,7 @@ import (
 	"github.com/acme/platform/pkg/token"
 )
 
-// Service clients (contract section 9): access tokens of a client of an
+// Service clients: access tokens of a client of an
 // account, minted by the test issuer as the account service mints them.
 
 // client returns an access token of service client clientID of accountID

@@ -56,7 +56,7 @@ func eventTypes(list []event) []string {
 }
 
 // story creates a conversation as bearer, posts a message and closes it:
-// the three events of issue 22's client suites.
+// the three events of the client suites.
 func (a *api) story(bearer string) conversation {
 	a.t.Helper()
 	c := a.create(bearer, `{"subject":"story"}`)

@@ -21,7 +21,7 @@ import (
 	"github.com/acme/platform/services/conversations/mongostore"
 )
 
-// TestHostileRequests sends issue 19's hostile families, generated from
+// TestHostileRequests sends the hostile families, generated from
 // the OpenAPI document, to every operation of the conversations service
 // (its handler on the embedded store, with its access log and metrics):
 // no 5xx, every error problem+json, nothing internal in a body, and the

@@ -10,7 +10,7 @@ import (
 )
 
 // addRoutes is the one list of every route of the API, each with the
-// scope a service client's token needs for it (contract section 9); a
+// scope a service client's token needs for it; a
 // user's token needs none. A token without it gets a token.ScopeError
 // (403) before the handler runs.
 func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversations.Hub, wh *webhook.Service) {
@@ -32,7 +32,7 @@ func addRoutes(e *echo.Echo, d Deps, svc *conversations.Service, hub *conversati
 	e.GET("/v1/events/stream", handleStream(svc, hub, d.Stream), bearer, read)
 
 	// Webhook endpoints belong to the account: a service client's token
-	// with both scopes, never a user's (contract section 11.3).
+	// with both scopes, never a user's.
 	hooks := token.RequireClientScopes(token.ScopeWebhooksManage, token.ScopeConversationsRead)
 	e.POST("/v1/webhooks", handleCreateWebhook(wh), bearer, hooks)
 	e.GET("/v1/webhooks", handleListWebhooks(wh, d.Cursors, d.DefaultPageSize, d.MaxPageSize), bearer, hooks)

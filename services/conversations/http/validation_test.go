@@ -16,7 +16,7 @@ import (
 )
 
 // The tests of this file drive what one caller may send into what every
-// later read serves (issue 19): times, ids, bodies, nesting.
+// later read serves: times, ids, bodies, nesting.
 
 // boundaryTimes are RFC 3339 date-times around every edge the service
 // knows: the ends of RFC 3339 in UTC (years 0001 and 9999, reached from

@@ -14,7 +14,7 @@ import (
 	"github.com/acme/platform/services/conversations/webhook"
 )
 
-// Webhook endpoints (contract section 11.3), for service clients with
+// Webhook endpoints, for service clients with
 // webhooks:manage and conversations:read (routes.go).
 
 // createdEndpoint is the 201 body: the endpoint and, this once, its secret.

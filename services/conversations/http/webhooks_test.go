@@ -14,7 +14,7 @@ import (
 	webhookdial "github.com/acme/platform/services/conversations/webhook/delivery"
 )
 
-// Webhook endpoints (contract section 11.3) through the API: who may
+// Webhook endpoints through the API: who may
 // manage them, every bad input a 4xx problem that changes nothing, the
 // secret shown only on create and rotate, paging, the deliveries log and
 // the per-endpoint budget of test and retry. Delivery itself is proved

@@ -1,90 +1,10 @@
 // Package mongostore implements the conversations store on MongoDB
-// (go.mongodb.org/mongo-driver/v2).
-//
-// Collections, their documents, and the indexes (created at start,
-// idempotently, by EnsureIndexes) with the query each serves:
-//
-// conversations: {_id, account_id, subject, status, participants[],
-// created_at, updated_at, last_message_at, version}
-//
-//	by_participant         {account_id:1, participants:1, updated_at:-1, _id:-1}
-//	    list without a status filter: equality on account_id and one
-//	    participant (multikey), then the sort order itself, so the keyset
-//	    condition (updated_at, _id) < cursor, and updatedAfter (updated_at >
-//	    t), are ranges on the index and a page reads limit+1 index entries
-//	    at any depth, with no in-memory sort.
-//	by_participant_status  {account_id:1, participants:1, status:1, updated_at:-1, _id:-1}
-//	    the same list filtered by status.
-//	by_account             {account_id:1, updated_at:-1, _id:-1}
-//	    the account-wide list of a service client (every conversation of
-//	    its account): equality on account_id, then the sort order, so
-//	    keyset and updatedAfter are ranges on the index, as above.
-//	by_account_status      {account_id:1, status:1, updated_at:-1, _id:-1}
-//	    the account-wide list filtered by status.
-//	_id (built in)         get one conversation; the filter adds account_id
-//	    (and participants for a user), checked on the one document the _id
-//	    finds. Every change is a compare-and-set on {_id, account_id,
-//	    version}.
-//
-// messages: {_id, account_id, conversation_id, author, body, metadata
-// (JSON text), created_at}
-//
-//	by_conversation        {account_id:1, conversation_id:1, created_at:-1, _id:-1}
-//	    the messages of a conversation, newest first, keyset-paged like
-//	    the conversations.
-//	_id (built in)         get one message; the filter adds account_id and
-//	    conversation_id.
-//
-// idempotency_keys: {_id, account_id, caller, key, fingerprint,
-// resource_id, created_at, created: {conversation | message}}
-//
-//	by_key (unique)        {account_id:1, caller:1, key:1}
-//	    claim a key: one upsert, so concurrent requests with one key get one
-//	    record.
-//	by_created_at          {created_at:1}
-//	    the purge of keys older than 24 hours (no TTL index on the embedded
-//	    store).
-//
-// conversations and messages also carry the events of their changes not
-// yet ordered (pending_events, pending_since, pending_slot; see events.go):
-//
-//	by_pending_slot        {pending_slot:1, pending_since:1} (on both)
-//	    the relay's read of the documents with pending events of the
-//	    slots of its partitions, oldest first: an equality per slot (and
-//	    null: recorded before slots existed), then pending_since > epoch
-//	    a range (absent when none). The by_pending index {pending_since:1}
-//	    of earlier versions is no longer read; drop it once no replica of
-//	    those runs.
-//
-// events: {_id (evt_…), account_id, sequence, type, timestamp,
-// conversation_id, audience[], data (JSON text)}
-//
-//	by_sequence (unique)   {account_id:1, sequence:1}
-//	    ordering (a taken number is refused), the newest sequence (read
-//	    backwards), the feed and the streams of a service client.
-//	by_audience            {account_id:1, audience:1, sequence:1}
-//	    a user's feed: the events of conversations it took part in.
-//	by_type, by_audience_type  {account_id:1, [audience:1,] type:1, sequence:1}
-//	    the feed filtered by types.
-//	by_timestamp           {timestamp:1}
-//	    the leased purge of events older than the retention.
-//
-// event_floors: {_id (account), sequence}: the position purged through.
-// leases: {_id (name), holder, expires_at}: the purges' leases, the
-// relay's partitions (relay/<count>/<partition>) and the replicas sharing
-// them (relay/<count>/members/<replica>), read by _id and by a range of
-// _id (partitions.go).
-//
-// Paging is keyset, never skip: the cost of a page does not grow with its
-// depth. A large deployment shards conversations and messages on
-// {account_id: 1, _id: 1}: every query carries account_id, so it is routed
-// to the shards of one account, and the _id suffix splits a very large
-// account across chunks.
-//
-// No write spans two documents in a transaction. A change of a
-// conversation is one compare-and-set on its version; a post is two writes
-// in a fixed order (see conversations.Service.PostMessage). The store
-// decides no rule: the conversations.Service above it does.
+// (go.mongodb.org/mongo-driver/v2). EnsureIndexes creates, idempotently at
+// start, the indexes that serve every query; the README's "Indexes and
+// paging" lists them with the query each serves. Every query carries
+// account_id, paging is keyset, and no write spans two documents: a change
+// is one compare-and-set on the conversation's version, a post two writes
+// in a fixed order. The store decides no rule: conversations.Service does.
 package mongostore
 
 import (

@@ -15,7 +15,7 @@ import (
 	"github.com/acme/platform/services/conversations/webhook"
 )
 
-// Webhooks (contract section 11.3). Collections, documents and indexes:
+// Webhooks. Collections, documents and indexes:
 //
 // webhooks: {_id, account_id, url, events[], description, enabled,
 // disabled_reason, secrets[{sealed, not_after}], event_cursor,

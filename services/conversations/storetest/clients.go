@@ -10,7 +10,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 )
 
-// client is a service client of accountID (contract section 9).
+// client is a service client of accountID.
 func client(accountID, clientID string) conversations.Caller {
 	return conversations.Caller{AccountID: accountID, ID: clientID, Client: true}
 }

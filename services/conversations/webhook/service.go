@@ -15,7 +15,7 @@ import (
 	"github.com/acme/platform/services/conversations"
 )
 
-// Service is the one place of the rules of contract section 11.3: who
+// Service is the one place of the rules of webhooks: who
 // may manage endpoints (the HTTP layer checks the scopes; every call here
 // is scoped by the caller's account), their limits, secrets and their
 // rotation, which events become deliveries, and what an attempt's outcome
@@ -51,7 +51,7 @@ type Service struct {
 	contendedUntil atomic.Int64
 }
 
-// DefaultRetrySchedule is the schedule of retries of a failed delivery.
+// DefaultRetrySchedule is the documented retry schedule.
 var DefaultRetrySchedule = []time.Duration{
 	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour,
 }

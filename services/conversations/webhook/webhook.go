@@ -42,7 +42,7 @@ func (e *RateLimitedError) Error() string {
 	return fmt.Sprintf("too many test or retry requests for this endpoint; retry after %s", e.RetryAfter)
 }
 
-// The event types an endpoint may subscribe to (contract section 11.1),
+// The event types an endpoint may subscribe to,
 // and "*" for all of them. webhook.test is sent on request only.
 const (
 	EventTypeAll  = "*"

@@ -7,8 +7,8 @@ namespace Acme\Platform\Events;
 use Acme\Platform\ClientException;
 
 /**
- * An event of the feed or the stream: one change of a conversation
- *. Each of the five types has a class of its own, which
+ * An event of the feed or the stream: one change of a conversation.
+ * Each of the five types has a class of its own, which
  * adds what its data carries; a type this version does not know comes as an
  * Event. The shape is versioned with the API: fields may be added, never
  * removed; $data holds the event's whole data as received.

@@ -14,7 +14,7 @@ import (
 	"github.com/acme/platform/services/account"
 )
 
-// Operator commands for service clients (contract section 9). A client is
+// Operator commands for service clients. A client is
 // named by its account and its client_id, like every other operator
 // command scopes by account: an id of another account is not found.
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
-	"github.com/acme/platform/pkg/web"
 )
 
 // envPrefix prefixes every variable: ACCOUNT_HTTP_ADDR and so on.
@@ -17,13 +16,10 @@ const envPrefix = "ACCOUNT"
 // config is the whole configuration, from environment variables only. The
 // defaults run the service locally beside a MongoDB on localhost.
 type config struct {
-	HTTPAddr        string        `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of the public API"`
-	OpsAddr         string        `envconfig:"OPS_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
-	OpsPprof        bool          `envconfig:"OPS_PPROF" default:"false" desc:"serve net/http/pprof under /debug/pprof/ on the operations listener; keep that port private"`
-	MongoDBURI      string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8080" desc:"listen address of the public API"`
+	OpsAddr  string `envconfig:"OPS_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
+	servicecmd.Config
 	MongoDBDatabase string        `envconfig:"MONGODB_DATABASE" default:"account" desc:"MongoDB database of this service"`
-	MongoDBTimeout  time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"the deadline of each request for all its MongoDB commands, then a 503; /readyz fails once MongoDB has answered nothing for as long"`
-	MaxInFlight     int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
 	Issuer          string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"public base URL of this service; the tokens' iss claim"`
 	Audience        []string      `envconfig:"AUDIENCE" default:"acme-platform" desc:"comma-separated aud claim of issued tokens (and accepted on /definitions)"`
 	TokenTTL        time.Duration `envconfig:"TOKEN_TTL" default:"1h" desc:"lifetime of id and access tokens (expires_in)"`
@@ -38,11 +34,9 @@ type config struct {
 	KeyPublishAhead   time.Duration `envconfig:"KEY_PUBLISH_AHEAD" default:"10m" desc:"how long the next generated key is in the JWKS before it signs; must exceed KEY_CHECK_INTERVAL plus every verifier's JWKS refresh interval"`
 	KeyCheckInterval  time.Duration `envconfig:"KEY_CHECK_INTERVAL" default:"1m" desc:"how often each replica reloads the generated keys from MongoDB, rotating when due"`
 
-	HashConcurrency int           `envconfig:"HASH_CONCURRENCY" default:"0" desc:"password hashes at once; 0 means the number of CPUs"`
-	Argon2MemoryKiB uint32        `envconfig:"ARGON2_MEMORY_KIB" default:"19456" desc:"argon2id memory per hash for new passwords, KiB"`
-	Argon2Time      uint32        `envconfig:"ARGON2_ITERATIONS" default:"2" desc:"argon2id iterations for new passwords"`
-	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
+	HashConcurrency int    `envconfig:"HASH_CONCURRENCY" default:"0" desc:"password hashes at once; 0 means the number of CPUs"`
+	Argon2MemoryKiB uint32 `envconfig:"ARGON2_MEMORY_KIB" default:"19456" desc:"argon2id memory per hash for new passwords, KiB"`
+	Argon2Time      uint32 `envconfig:"ARGON2_ITERATIONS" default:"2" desc:"argon2id iterations for new passwords"`
 
 	// Brute-force protection (see docs/decisions.md, "Login throttling").
 	LoginUserMaxFailures int           `envconfig:"LOGIN_USER_MAX_FAILURES" default:"5" desc:"failed logins of one account name + username within LOGIN_WINDOW that lock it; 0 disables"`
@@ -66,8 +60,6 @@ type config struct {
 	// Sign-in for apps (see docs/signin.md).
 	BrowserSessionTTL  time.Duration `envconfig:"BROWSER_SESSION_TTL" default:"8h" desc:"how long a sign-in on the service's page lasts for single sign-on (ended earlier by logout, a password change, disabling or deleting the user)"`
 	FirstPartyClientID string        `envconfig:"FIRST_PARTY_CLIENT_ID" default:"first-party" desc:"client_id claim of the access tokens of POST /login sessions (RFC 9068)"`
-
-	CORSOrigins []string `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 }
 
 // maxClientAuthCacheTTL bounds ACCOUNT_CLIENT_AUTH_CACHE_TTL: how late a
@@ -85,6 +77,9 @@ func loadConfig() (config, error) {
 // validate checks what envconfig cannot: the token settings, the key
 // rotation timings and the login throttle.
 func (c config) validate() error {
+	if err := c.Config.Validate(envPrefix); err != nil {
+		return err
+	}
 	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
 		return err
 	}
@@ -95,9 +90,6 @@ func (c config) validate() error {
 		return fmt.Errorf("configuration: ACCOUNT_KEY_PUBLISH_AHEAD (%v) must be above 0 and below ACCOUNT_KEY_ROTATION_PERIOD (%v)", c.KeyPublishAhead, c.KeyRotationPeriod)
 	case c.KeyRotationPeriod > 0 && c.KeyCheckInterval >= c.KeyPublishAhead:
 		return fmt.Errorf("configuration: ACCOUNT_KEY_CHECK_INTERVAL (%v) must be below ACCOUNT_KEY_PUBLISH_AHEAD (%v), so that every replica has the next key before it signs", c.KeyCheckInterval, c.KeyPublishAhead)
-	}
-	if c.MaxInFlight < 0 {
-		return errors.New("configuration: ACCOUNT_MAX_IN_FLIGHT must not be negative")
 	}
 	if c.RefreshReuseGrace < 0 {
 		return errors.New("configuration: ACCOUNT_REFRESH_REUSE_GRACE must not be negative")
@@ -113,9 +105,6 @@ func (c config) validate() error {
 	}
 	if c.BrowserSessionTTL < 0 {
 		return errors.New("configuration: ACCOUNT_BROWSER_SESSION_TTL must not be negative")
-	}
-	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
-		return fmt.Errorf("configuration: ACCOUNT_CORS_ORIGINS: %w", err)
 	}
 	return c.validateLogin()
 }

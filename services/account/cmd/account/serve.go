@@ -37,18 +37,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
 	registry := servicecmd.NewRegistry()
-	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout, registry)
+	db, err := servicecmd.DialMongo(cfg.MongoDBURI, cfg.MongoDBTimeout, registry)
 	if err != nil {
 		return err
 	}
-	defer disconnect()
-	// /readyz pings on a client of its own: see servicecmd.MongoReadiness.
-	mongoReady, disconnectReadiness, err := servicecmd.MongoReadiness(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
-	if err != nil {
-		return err
-	}
-	defer disconnectReadiness()
-	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
+	defer db.Close()
+	store := mongostore.New(db.Client.Database(cfg.MongoDBDatabase))
 
 	hasher, err := password.New(password.Options{Params: passwordParams(cfg), Concurrency: cfg.HashConcurrency, Metrics: registry})
 	if err != nil {
@@ -89,20 +83,15 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		})
 	})
 
-	return servicecmd.Service{
-		Name:        "account",
-		Version:     version,
-		Logger:      logger,
-		APIAddr:     cfg.HTTPAddr,
-		OpsAddr:     cfg.OpsAddr,
-		Profiling:   cfg.OpsPprof,
-		Drain:       cfg.ShutdownTimeout,
-		MaxInFlight: servicecmd.MaxInFlight(cfg.MaxInFlight, cfg.MongoDBURI),
-		// One deadline per request for all its database commands.
-		RequestBudget: cfg.MongoDBTimeout,
-		Registry:      registry,
+	return cfg.Config.Configure(servicecmd.Service{
+		Name:     "account",
+		Version:  version,
+		Logger:   logger,
+		APIAddr:  cfg.HTTPAddr,
+		OpsAddr:  cfg.OpsAddr,
+		Registry: registry,
 		Checks: map[string]web.Check{
-			"mongodb": mongoReady,
+			"mongodb": db.Ready,
 		},
 		Init: func(ctx context.Context) (http.Handler, error) {
 			if err := servicecmd.EnsureIndexes(ctx, cfg.MongoDBTimeout, store.EnsureIndexes); err != nil {
@@ -120,7 +109,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 			logger.Info("signing keys loaded", "kid", keys.Keyring().KeyID(), "issuer", cfg.Issuer)
 			return handler, nil
 		},
-	}.Run(ctx)
+	}).Run(ctx)
 }
 
 // mfaSecretBox is the box of the users' TOTP secrets: under the configured

@@ -8,7 +8,6 @@ import (
 
 	"github.com/acme/platform/pkg/secretbox"
 	"github.com/acme/platform/pkg/servicecmd"
-	"github.com/acme/platform/pkg/web"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/webhook/delivery"
 )
@@ -20,13 +19,10 @@ const envPrefix = "CONVERSATIONS"
 // defaults run the service locally beside the account service of "make run"
 // and a MongoDB on localhost.
 type config struct {
-	HTTPAddr               string        `envconfig:"HTTP_ADDR" default:":8081" desc:"listen address of the public API"`
-	OpsAddr                string        `envconfig:"OPS_ADDR" default:":9091" desc:"listen address of /healthz, /readyz and /metrics"`
-	OpsPprof               bool          `envconfig:"OPS_PPROF" default:"false" desc:"serve net/http/pprof under /debug/pprof/ on the operations listener; keep that port private"`
-	MongoDBURI             string        `envconfig:"MONGODB_URI" default:"mongodb://localhost:27017" desc:"MongoDB connection string"`
+	HTTPAddr string `envconfig:"HTTP_ADDR" default:":8081" desc:"listen address of the public API"`
+	OpsAddr  string `envconfig:"OPS_ADDR" default:":9091" desc:"listen address of /healthz, /readyz and /metrics"`
+	servicecmd.Config
 	MongoDBDatabase        string        `envconfig:"MONGODB_DATABASE" default:"conversations" desc:"MongoDB database of this service"`
-	MongoDBTimeout         time.Duration `envconfig:"MONGODB_TIMEOUT" default:"3s" desc:"the deadline of each request for all its MongoDB commands, then a 503; /readyz fails once MongoDB has answered nothing for as long"`
-	MaxInFlight            int           `envconfig:"MAX_IN_FLIGHT" default:"0" desc:"API requests one replica works on at once; beyond it a request gets 503 overloaded at once; 0 means the size of the MongoDB connection pool (maxPoolSize of MONGODB_URI, default 100)"`
 	JWKSURL                string        `envconfig:"JWKS_URL" default:"http://localhost:8080/.well-known/jwks.json" desc:"the account service's JWKS, fetched in the background"`
 	Issuer                 string        `envconfig:"ISSUER" default:"http://localhost:8080" desc:"trusted token issuer (iss), the account service's ACCOUNT_ISSUER"`
 	Audience               []string      `envconfig:"AUDIENCE" default:"acme-platform" desc:"comma-separated audiences; a token must carry one of them"`
@@ -35,9 +31,6 @@ type config struct {
 	DefaultPageSize        int           `envconfig:"DEFAULT_PAGE_SIZE" default:"10" desc:"page length when limit is absent"`
 	MaxPageSize            int           `envconfig:"MAX_PAGE_SIZE" default:"100" desc:"largest accepted limit"`
 	CursorSecret           string        `envconfig:"CURSOR_SECRET" desc:"key (32+ bytes) authenticating paging cursors; empty: generated once and kept in MongoDB"`
-	LogLevel               string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	ShutdownTimeout        time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"15s" desc:"how long in-flight requests may take to finish after SIGTERM"`
-	CORSOrigins            []string      `envconfig:"CORS_ORIGINS" desc:"comma-separated origins (scheme://host[:port]) whose web pages may call the API from a browser, or * for any; empty: none"`
 	EventsPollInterval     time.Duration `envconfig:"EVENTS_POLL_INTERVAL" default:"200ms" desc:"how often a replica looks for events to order (relay) and for new events of its open streams (one read per account with streams); changes on this replica wake both at once"`
 	EventsRetention        time.Duration `envconfig:"EVENTS_RETENTION" default:"720h" desc:"how long events are kept (30 days); a feed position below what was purged is 410 cursor_expired"`
 	EventsPurgeInterval    time.Duration `envconfig:"EVENTS_PURGE_INTERVAL" default:"1h" desc:"how often one replica (holding a lease in MongoDB) purges events older than the retention"`
@@ -101,11 +94,11 @@ func loadConfig() (config, error) {
 // validate checks what envconfig cannot. The cursor secret and the JWKS
 // URL are checked where they are used, before the service listens.
 func (c config) validate() error {
-	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
+	if err := c.Config.Validate(envPrefix); err != nil {
 		return err
 	}
-	if c.MaxInFlight < 0 {
-		return errors.New("configuration: CONVERSATIONS_MAX_IN_FLIGHT must not be negative")
+	if err := servicecmd.CheckTokenSettings(envPrefix+"_", c.Issuer, c.Audience); err != nil {
+		return err
 	}
 	if c.DefaultPageSize < 1 || c.MaxPageSize < c.DefaultPageSize {
 		return errors.New("configuration: need 1 <= CONVERSATIONS_DEFAULT_PAGE_SIZE <= CONVERSATIONS_MAX_PAGE_SIZE")
@@ -121,9 +114,6 @@ func (c config) validate() error {
 	}
 	if c.EventsMaxStreams < 1 {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")
-	}
-	if _, err := web.ParseCORSOrigins(c.CORSOrigins); err != nil {
-		return fmt.Errorf("configuration: CONVERSATIONS_CORS_ORIGINS: %w", err)
 	}
 	if _, err := delivery.ParseAllowedCIDRs(c.WebhookAllowedCIDRs); err != nil {
 		return fmt.Errorf("configuration: CONVERSATIONS_WEBHOOK_ALLOWED_CIDRS: %w", err)

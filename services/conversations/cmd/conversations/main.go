@@ -4,20 +4,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/acme/platform/pkg/servicecmd"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "conversations:", err)
-		os.Exit(1)
-	}
+	servicecmd.Main("conversations", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// eventMetrics are what operators watch of the events (issue 22): how
+// eventMetrics are what operators watch of the events: how
 // many changes record, how far the relay is behind, how many streams are
 // open and how many were dropped for reading too slowly.
 type eventMetrics struct {

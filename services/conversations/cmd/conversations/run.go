@@ -84,18 +84,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	logger := servicecmd.NewLogger(logs, cfg.LogLevel)
 
 	registry := servicecmd.NewRegistry()
-	client, disconnect, err := servicecmd.ConnectMongo(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout, registry)
+	db, err := servicecmd.DialMongo(cfg.MongoDBURI, cfg.MongoDBTimeout, registry)
 	if err != nil {
 		return err
 	}
-	defer disconnect()
-	// /readyz pings on a client of its own: see servicecmd.MongoReadiness.
-	mongoReady, disconnectReadiness, err := servicecmd.MongoReadiness(ctx, cfg.MongoDBURI, cfg.MongoDBTimeout)
-	if err != nil {
-		return err
-	}
-	defer disconnectReadiness()
-	store := mongostore.New(client.Database(cfg.MongoDBDatabase))
+	defer db.Close()
+	store := mongostore.New(db.Client.Database(cfg.MongoDBDatabase))
 
 	keys, err := token.NewRemoteKeySet(ctx, cfg.JWKSURL, token.RemoteOptions{
 		RefreshInterval:    cfg.JWKSRefreshInterval,
@@ -200,20 +194,15 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 	}
 	var startEvents sync.Once
 
-	return servicecmd.Service{
-		Name:        "conversations",
-		Version:     version,
-		Logger:      logger,
-		APIAddr:     cfg.HTTPAddr,
-		OpsAddr:     cfg.OpsAddr,
-		Profiling:   cfg.OpsPprof,
-		Drain:       cfg.ShutdownTimeout,
-		MaxInFlight: servicecmd.MaxInFlight(cfg.MaxInFlight, cfg.MongoDBURI),
-		// One deadline per request for all its database commands.
-		RequestBudget: cfg.MongoDBTimeout,
-		Registry:      registry,
+	return cfg.Config.Configure(servicecmd.Service{
+		Name:     "conversations",
+		Version:  version,
+		Logger:   logger,
+		APIAddr:  cfg.HTTPAddr,
+		OpsAddr:  cfg.OpsAddr,
+		Registry: registry,
 		Checks: map[string]web.Check{
-			"mongodb": mongoReady,
+			"mongodb": db.Ready,
 			"signing_keys": func(ctx context.Context) error {
 				if !keys.Ready(ctx) {
 					return errors.New("no key set fetched yet from " + cfg.JWKSURL)
@@ -264,7 +253,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 				Stream:          conversationshttp.StreamConfig{KeepAlive: cfg.EventsKeepAlive},
 			}), nil
 		},
-	}.Run(ctx)
+	}).Run(ctx)
 }
 
 // newHolderID names this process in leases: its host and a random part.

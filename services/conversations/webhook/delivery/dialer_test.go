@@ -60,7 +60,7 @@ func attempt(url string) webhook.Attempt {
 	}
 }
 
-// TestRefusedRanges: every range the webhook rules refuse, literal or behind
+// TestRefusedRanges: every range the API refuses, literal or behind
 // a name, is refused when dialling with a clear error and nothing sent;
 // the receivers on loopback (127.0.0.1 and ::1) see no request.
 func TestRefusedRanges(t *testing.T) {

@@ -1,5 +1,5 @@
-// Package delivery sends webhook deliveries over HTTP (contract section
-// 11.3): the dialler that refuses every address the IANA special-purpose
+// Package delivery sends webhook deliveries over HTTP: the
+// dialler that refuses every address the IANA special-purpose
 // registries do not mark globally reachable, checked when dialling, after
 // DNS, on every address (Dialer); one signed POST per attempt (Sender);
 // and the engine that claims fan-out and delivery work from MongoDB with
