@@ -21,10 +21,12 @@ help: ## list targets
 # Extra flags of the local stack, e.g. other ports:
 # make run DEVSTACK_ARGS='--account-addr 127.0.0.1:18080' (./bin/devstack --help lists them).
 DEVSTACK_ARGS ?=
+# make run TRACES=1 prints every trace of both services in the terminal.
+TRACES ?=
 
-run: build ## run the local stack: embedded store, both services, demo data (DEVSTACK_ARGS for other ports)
+run: build ## run the local stack: embedded store, both services, demo data (DEVSTACK_ARGS for other ports, TRACES=1 to print traces)
 	$(GO) build -o bin/devstack ./deploy/devstack
-	./bin/devstack --bin bin --data .data $(DEVSTACK_ARGS)
+	./bin/devstack --bin bin --data .data $(if $(TRACES),--traces) $(DEVSTACK_ARGS)
 
 build: ## build the production binaries into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/account ./services/account/cmd/account

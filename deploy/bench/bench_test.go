@@ -46,6 +46,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 		"Webhooks: deliveries to a local receiver vs a bare loop of signed POSTs", "Webhooks: change → 2xx at the receiver",
 		"Webhooks: POST /v1/conversations/{id}/messages with 3 endpoints subscribed",
 		"Webhooks: database commands of all replicas per delivery",
+		"Tracing on: GET /v1/conversations", "Tracing configured off: POST /v1/conversations/{id}/messages",
 		"Start-up: account", "Start-up: conversations",
 	} {
 		line := lineWith(out, want)

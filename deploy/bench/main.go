@@ -23,6 +23,9 @@
 //   - webhooks: deliveries to a local receiver against a bare loop of
 //     signed POSTs, and the database commands per delivery with one and
 //     with three replicas;
+//   - tracing: the listing and a message post with tracing on (every
+//     request sampled and exported to a receiver here) against tracing
+//     off, and with tracing configured off against a build without it;
 //   - start-up: exec to ready, per service.
 //
 // Every ratio comes from rounds that alternate both sides; the table gives

@@ -42,7 +42,7 @@ type benchOptions struct {
 }
 
 // measures are the -only names, in the order of the table.
-var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "authorization-code", "users", "messages", "events", "relay", "stream-memory", "webhooks", "webhook-replicas", "listing", "startup"}
+var measures = []string{"verify-rs256", "verify-es256", "verify-eddsa", "login", "client-credentials", "authorization-code", "users", "messages", "events", "relay", "stream-memory", "webhooks", "webhook-replicas", "listing", "tracing", "startup"}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var o benchOptions
@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	store := "none (token measures only)"
-	if want("login") || want("client-credentials") || want("authorization-code") || want("users") || want("listing") || want("messages") || want("events") || want("relay") || want("stream-memory") || want("webhooks") || want("webhook-replicas") || want("startup") {
+	if want("login") || want("client-credentials") || want("authorization-code") || want("users") || want("listing") || want("messages") || want("events") || want("relay") || want("stream-memory") || want("webhooks") || want("webhook-replicas") || want("tracing") || want("startup") {
 		bin := o.binDir
 		if bin == "" {
 			dir, err := os.MkdirTemp("", "bench-bin")
@@ -172,6 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			{"webhooks", webhooksRows, true},
 			{"webhook-replicas", webhookReplicaRows, false},
 			{"listing", listingRows, true},
+			{"tracing", tracingRows, true},
 			{"startup", startupRows, false},
 		} {
 			if !want(m.name) {

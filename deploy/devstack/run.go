@@ -36,6 +36,10 @@ type stackConfig struct {
 	// JavaScript client's entry point it bundles.
 	demoAppAddr string
 	jsClient    string
+	// traces: the services export their spans to a receiver at
+	// tracesAddr, which prints each trace.
+	traces     bool
+	tracesAddr string
 	// provisionFile is the demo data, shared with docker compose.
 	provisionFile string
 }
@@ -63,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.webhookAddr, "webhook-addr", "127.0.0.1:8082", "listen address of the local webhook receiver that prints each verified delivery")
 	fs.StringVar(&cfg.demoAppAddr, "demo-app-addr", "127.0.0.1:8083", "listen address of the demo app (its client's redirect URI is http://ADDR/callback)")
 	fs.StringVar(&cfg.jsClient, "js-client", "clients/js/src/index.ts", "entry point of the JavaScript client's sources, bundled for the demo app")
+	fs.BoolVar(&cfg.traces, "traces", false, "print each trace of both services here (they export OTLP/HTTP to --traces-addr)")
+	fs.StringVar(&cfg.tracesAddr, "traces-addr", "127.0.0.1:4318", "listen address of the local OTLP/HTTP trace receiver (with --traces)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -124,6 +130,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"CONVERSATIONS_ISSUER=http://" + cfg.accountAddr,
 		"CONVERSATIONS_LOG_LEVEL=info",
 		"CONVERSATIONS_CORS_ORIGINS=http://" + cfg.demoAppAddr,
+	}
+
+	if cfg.traces {
+		if err := startTraceReceiver(ctx.Done(), cfg.tracesAddr, stdout); err != nil {
+			return fmt.Errorf("%w\n%s", err, portsHint)
+		}
+		accountEnv = append(accountEnv, traceEnv(cfg.tracesAddr)...)
+		conversationsEnv = append(conversationsEnv, traceEnv(cfg.tracesAddr)...)
 	}
 
 	if err := seedOnce(ctx, cfg.dataDir, account, cfg.provisionFile, accountEnv, stdout); err != nil {
@@ -202,6 +216,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
   curl -s -X POST http://%s/v1/webhooks/%s/test -H "Authorization: Bearer $ACCESS"
 
 `, receiverURL, hook.ID, demoAccount, filepath.Join(cfg.dataDir, demoWebhookFile), cfg.convAddr, hook.ID)
+	if cfg.traces {
+		fmt.Fprintf(stdout, "local trace receiver    http://%s/v1/traces: each trace of both services is printed here\n\n", cfg.tracesAddr)
+	}
 
 	select {
 	case <-ctx.Done():

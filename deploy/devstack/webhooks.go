@@ -139,7 +139,11 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		data.Truncate(297)
 		data.WriteString("...")
 	}
-	fmt.Fprintf(rc.out, "webhook %s %s sequence %s (signature verified) %s\n", ev.Type, ev.ID, seq, data.String())
+	trace := ""
+	if tp := r.Header.Get("traceparent"); tp != "" {
+		trace = " traceparent " + tp
+	}
+	fmt.Fprintf(rc.out, "webhook %s %s sequence %s (signature verified)%s %s\n", ev.Type, ev.ID, seq, trace, data.String())
 	w.WriteHeader(http.StatusNoContent)
 }
 

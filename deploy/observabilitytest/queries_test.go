@@ -114,6 +114,7 @@ type panel struct {
 	} `json:"gridPos"`
 	Targets []struct {
 		RefID      string      `json:"refId"`
+		Exemplar   bool        `json:"exemplar"`
 		Expr       string      `json:"expr"`
 		Datasource *datasource `json:"datasource"`
 	} `json:"targets"`

@@ -2,6 +2,7 @@ package observabilitytest
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -90,6 +91,22 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("panel %q, target %s: data source %+v, want uid %s", p.Title, target.RefID, target.Datasource, dashboardDatasource)
 			}
 		}
+	}
+	// A slow request leads to its trace: the latency panels show the
+	// histogram's exemplars, which carry the trace id.
+	latency := 0
+	for _, p := range d.allPanels() {
+		for _, target := range p.Targets {
+			if strings.Contains(target.Expr, "http_request_duration_seconds_bucket") && strings.Contains(target.Expr, "histogram_quantile") {
+				latency++
+				if !target.Exemplar {
+					t.Errorf("panel %q, target %s: latency without exemplars (the trace ids)", p.Title, target.RefID)
+				}
+			}
+		}
+	}
+	if latency == 0 {
+		t.Errorf("no latency panel of http_request_duration_seconds")
 	}
 	queries := dashboardQueries(t, d)
 	if len(queries) != targets {

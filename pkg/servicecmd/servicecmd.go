@@ -30,6 +30,7 @@ import (
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
+	"github.com/acme/platform/pkg/tracing"
 	"github.com/acme/platform/pkg/web"
 )
 
@@ -165,8 +166,21 @@ type Service struct {
 }
 
 // Run serves until ctx is cancelled (SIGTERM), then drains and returns nil,
-// or returns the first listener or permanent initialisation error.
+// or returns the first listener or permanent initialisation error. It sets
+// up tracing from the OTEL_* variables first (see pkg/tracing: off without
+// an exporter), and flushes the spans left when it returns.
 func (s Service) Run(ctx context.Context) error {
+	stopTracing, err := tracing.Setup(ctx, s.Name, s.Version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			s.Logger.Warn("flush traces", "error", err.Error())
+		}
+	}()
 	apiListener, err := web.Listen(s.APIAddr)
 	if err != nil {
 		return err
@@ -265,7 +279,8 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // Mongo is a service's connection to MongoDB: the client its stores use,
-// whose commands are counted (mongodb_commands_total), and the readiness
+// whose commands are counted (mongodb_commands_total) and traced
+// (mongoconn.CommandSpans, when tracing is configured), and the readiness
 // check ("mongodb" in /readyz), a ping on a client of its own so that a
 // busy request pool never makes the database look unreachable.
 type Mongo struct {
@@ -278,7 +293,8 @@ type Mongo struct {
 // mongoconn.ConnectReadiness); the readiness check fails once the
 // database has not answered for selectTimeout, the requests' own budget.
 func DialMongo(uri string, selectTimeout time.Duration, metrics prometheus.Registerer) (*Mongo, error) {
-	client, err := mongoconn.Connect(uri, selectTimeout, mongoconn.NewCommandCounter(metrics).Monitor())
+	client, err := mongoconn.Connect(uri, selectTimeout,
+		mongoconn.Monitors(mongoconn.NewCommandCounter(metrics).Monitor(), mongoconn.CommandSpans()))
 	if err != nil {
 		return nil, err
 	}

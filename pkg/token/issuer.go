@@ -11,6 +11,10 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // Default lifetimes.
@@ -169,7 +173,18 @@ type Set struct {
 
 // Mint signs an id token, an access token and a refresh token for s with
 // the active key of the current keyring.
+//
+// A traced request shows the signing as a span of its own, which names
+// whom the tokens are for (account and user id; no token).
 func (i *Issuer) Mint(ctx context.Context, s Subject) (Set, error) {
+	ctx, span := tracing.Start(ctx, "token sign",
+		trace.WithAttributes(attribute.String("acme.account_id", s.AccountID), attribute.String("enduser.id", s.UserID)))
+	set, err := i.mint(ctx, s)
+	tracing.End(span, err)
+	return set, err
+}
+
+func (i *Issuer) mint(ctx context.Context, s Subject) (Set, error) {
 	if err := ctx.Err(); err != nil {
 		return Set{}, fmt.Errorf("mint: %w", err)
 	}
@@ -265,6 +280,14 @@ type ClientToken struct {
 // service client: sub and client_id are the client id, scope the granted
 // scopes; there is no user claim and no sid.
 func (i *Issuer) MintClient(ctx context.Context, c Client) (ClientToken, error) {
+	ctx, span := tracing.Start(ctx, "token sign",
+		trace.WithAttributes(attribute.String("acme.account_id", c.AccountID), attribute.String("acme.client_id", c.ClientID)))
+	t, err := i.mintClient(ctx, c)
+	tracing.End(span, err)
+	return t, err
+}
+
+func (i *Issuer) mintClient(ctx context.Context, c Client) (ClientToken, error) {
 	if err := ctx.Err(); err != nil {
 		return ClientToken{}, fmt.Errorf("mint client token: %w", err)
 	}

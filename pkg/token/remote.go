@@ -14,6 +14,7 @@ import (
 	"github.com/lestrrat-go/httprc/v3/errsink"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // Defaults of RemoteOptions.
@@ -142,6 +143,10 @@ func NewRemoteKeySet(ctx context.Context, jwksURL string, opts RemoteOptions) (*
 	if opts.HTTPClient != nil {
 		httpClient = jwk.WrapHTTPClientDefaults(opts.HTTPClient)
 	}
+	// Each fetch is a client span (a root: fetches run in the
+	// background) when tracing is on. httpClient is a copy.
+	httpClient.Transport = otelhttp.NewTransport(httpClient.Transport,
+		otelhttp.WithSpanNameFormatter(func(string, *http.Request) string { return "JWKS fetch" }))
 	res, err := httprc.NewResource[jwk.Set](jwksURL, keySetTransformer{r},
 		httprc.WithMinInterval(opts.MinRefreshInterval),
 		httprc.WithMaxInterval(opts.RefreshInterval),

@@ -16,6 +16,8 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jws"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // MaxTokenSize is the largest token Verify looks at. Ours are well under
@@ -174,7 +176,19 @@ func NewVerifier(keys KeySetProvider, cfg VerifierConfig) (*Verifier, error) {
 // Then the key named by kid (after at most one refetch of the key set when
 // it is unknown), whose own alg must be the header's, verifies the
 // signature; then iss, aud, exp, nbf, iat and the required claims.
+//
+// A traced request shows the verification as a span of its own.
 func (v *Verifier) Verify(ctx context.Context, raw string) (*Claims, error) {
+	if !tracing.On() {
+		return v.verify(ctx, raw)
+	}
+	ctx, span := tracing.Start(ctx, "token verify")
+	claims, err := v.verify(ctx, raw)
+	tracing.End(span, err)
+	return claims, err
+}
+
+func (v *Verifier) verify(ctx context.Context, raw string) (*Claims, error) {
 	if raw == "" {
 		return nil, invalid("empty token")
 	}

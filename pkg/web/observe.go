@@ -62,6 +62,7 @@ func requestDuration(reg prometheus.Registerer) *prometheus.HistogramVec {
 func (o *observer) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		start := time.Now()
+		span := startSpan(c)
 		body := &deadlineBody{ReadCloser: c.Request().Body}
 		if body.ReadCloser != nil {
 			c.Request().Body = body
@@ -76,7 +77,8 @@ func (o *observer) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if status == http.StatusRequestEntityTooLarge && body.ReadCloser != nil {
 			status = lingerAfterTooLarge(c, body.ReadCloser, status)
 		}
-		o.record(c, status, time.Since(start), err, stack)
+		route := o.record(c, status, time.Since(start), err, stack)
+		endSpan(span, c, route, status)
 		return nil
 	}
 }
@@ -194,15 +196,23 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // record writes the access log line and the metric of one response. It
 // logs the route pattern rather than the raw URL and never logs headers or
 // bodies, so no token or password can reach the log through it. The cause
-// of a 5xx is logged here, with the request id, and never sent.
-func (o *observer) record(c *echo.Context, status int, took time.Duration, err error, stack []byte) {
+// of a 5xx is logged here, with the request id, and never sent. A traced
+// request's line carries its trace_id and span_id, and its observation
+// the trace id as an exemplar. It returns the route recorded.
+func (o *observer) record(c *echo.Context, status int, took time.Duration, err error, stack []byte) string {
 	r := c.Request()
 	route := c.Path()
 	if route == "" {
 		route = routeUnmatched
 	}
+	traceID, spanID, traced := traceIDs(r.Context())
 	if o.duration != nil {
-		o.duration.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status)).Observe(took.Seconds())
+		observer := o.duration.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(status))
+		if ex, ok := observer.(prometheus.ExemplarObserver); ok && traced {
+			ex.ObserveWithExemplar(took.Seconds(), prometheus.Labels{"trace_id": traceID})
+		} else {
+			observer.Observe(took.Seconds())
+		}
 	}
 	attrs := []slog.Attr{
 		slog.String("request_id", RequestIDFrom(r.Context())),
@@ -212,6 +222,9 @@ func (o *observer) record(c *echo.Context, status int, took time.Duration, err e
 		slog.Float64("latency_ms", float64(took.Microseconds())/1000),
 		slog.String("remote_ip", c.RealIP()),
 	}
+	if traced {
+		attrs = append(attrs, slog.String("trace_id", traceID), slog.String("span_id", spanID))
+	}
 	level := levelFor(status)
 	if err != nil && status >= http.StatusInternalServerError {
 		attrs = append(attrs, slog.String("error", err.Error()))
@@ -220,6 +233,7 @@ func (o *observer) record(c *echo.Context, status int, took time.Duration, err e
 		attrs = append(attrs, slog.String("stack", string(stack)))
 	}
 	o.logger.LogAttrs(r.Context(), level, "http request", attrs...)
+	return route
 }
 
 // levelFor is the log level of a response: a client's mistake (4xx) is

@@ -22,7 +22,9 @@ type Check func(ctx context.Context) error
 //   - /readyz: every check passes (200) or not (503, with the failing names;
 //     logger receives each failure with its cause, which the answer leaves
 //     out);
-//   - /metrics: Prometheus metrics from gatherer.
+//   - /metrics: Prometheus metrics from gatherer, in the OpenMetrics format
+//     to a scraper that asks for it (the only one that carries exemplars:
+//     the latency histogram's trace ids).
 func OpsHandler(logger *slog.Logger, gatherer prometheus.Gatherer, checks map[string]Check) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -48,7 +50,7 @@ func OpsHandler(logger *slog.Logger, gatherer prometheus.Gatherer, checks map[st
 		}
 		writeStatus(w, http.StatusOK, map[string]any{"status": "ready"})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	return mux
 }
 

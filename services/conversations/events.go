@@ -57,6 +57,10 @@ type Event struct {
 	// store reads: served as it is, without decoding. Data is then zero;
 	// DecodeData returns it.
 	RawData json.RawMessage `json:"-"`
+	// Trace is the W3C traceparent of the traced request whose change
+	// recorded the event ("" when none was): the relay round and the
+	// webhook deliveries of the event link to it.
+	Trace string `json:"-"`
 }
 
 // MarshalJSON encodes e as the feed serves it: id, type, sequence,

@@ -9,6 +9,11 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // Relay copies the pending events that changes recorded on their
@@ -141,7 +146,17 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	// events costs one read of the newest, not one per event.
 	newest := map[string]int64{}
 	first := true
-	before := horizon(time.Now())
+	start := time.Now()
+	before := horizon(start)
+	// A round that finds events is a span linked to the requests that
+	// recorded them (roundSpan); one that finds none makes no span.
+	var span trace.Span
+	defer func() {
+		if span != nil {
+			span.SetAttributes(attribute.Int("acme.events.ordered", copied))
+			span.End()
+		}
+	}()
 	for {
 		fenced, done, held := r.fence(ctx, "")
 		if !held {
@@ -155,6 +170,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 		if first && r.Lag != nil {
 			r.Lag(r.lag(batch))
 		}
+		ctx, span = roundSpan(ctx, span, "relay round", start, batch)
 		first = false
 		// Oldest first across documents (a conversation's creation
 		// before a message posted to it), each document's events in the
@@ -505,4 +521,28 @@ func typeRank(t EventType) int {
 		return 0
 	}
 	return 1
+}
+
+// roundSpan starts the span of a relay round on its first batch of
+// pending events, linked to the requests that recorded them, and adds the
+// links of a later batch to it; it returns ctx with the span, or as it is
+// when there is no span (tracing off, or nothing pending).
+func roundSpan(ctx context.Context, span trace.Span, name string, start time.Time, batch []Pending) (context.Context, trace.Span) {
+	if !tracing.On() || len(batch) == 0 {
+		return ctx, span
+	}
+	var parents []string
+	for _, p := range batch {
+		for _, e := range p.Events {
+			parents = append(parents, e.Trace)
+		}
+	}
+	links := tracing.Links(parents...)
+	if span != nil {
+		for _, l := range links {
+			span.AddLink(l)
+		}
+		return ctx, span
+	}
+	return tracing.Start(ctx, name, trace.WithLinks(links...), trace.WithTimestamp(start))
 }

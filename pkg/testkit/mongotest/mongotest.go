@@ -114,7 +114,7 @@ var (
 // Main runs the tests of m, then stops or releases the shared server if one
 // was obtained, and exits. Call it from TestMain; a failure to clean up
 // fails the binary.
-func Main(m *testing.M) {
+func Main(m interface{ Run() int }) {
 	mainCalled.Store(true)
 	code := m.Run()
 	if err := shutdown(); err != nil {

@@ -15,12 +15,19 @@ import (
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
+	"github.com/acme/platform/pkg/tracing/tracingtest"
 	"github.com/acme/platform/pkg/validation"
 	accounthttp "github.com/acme/platform/services/account/http"
 	"github.com/acme/platform/services/account/mongostore"
 )
 
-func TestMain(m *testing.M) { mongotest.Main(m) }
+// spanSecrets are the credentials the suite's requests carry: no span
+// of the suite may hold one (tracingtest.Checked).
+var spanSecrets tracingtest.Secrets
+
+func TestMain(m *testing.M) {
+	mongotest.Main(tracingtest.Checked(m, tracingtest.Install(), &spanSecrets))
+}
 
 const (
 	issuerURL = "http://account.test"
@@ -44,13 +51,13 @@ func newAPI(t *testing.T) *api {
 	store := newStore(t)
 	hasher := cheapHasher(t)
 	kit := newTokenKit(t, "RS256")
-	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
+	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions:    kit.sessions(store, hasher, nil),
 		Definitions: store,
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	})))
+	}))))
 	t.Cleanup(srv.Close)
 
 	a := &api{t: t, srv: srv, doc: openapitest.Load(t, accounthttp.OpenAPI), store: store, keys: kit.ring, verifier: kit.verifier}

@@ -64,7 +64,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	authz := &account.Authorizations{Sessions: sessions, Clients: store, ClientCache: account.NewClientCache(time.Second, 0),
 		Browser: store, Codes: store, IDTokens: kit.verifier, Issuer: base, Now: clk.Now}
 	reg := prometheus.NewRegistry()
-	srv.Config.Handler = accounthttp.NewHandler(accounthttp.Deps{
+	srv.Config.Handler = spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
 		Metrics:        reg,
 		Sessions:       sessions,
 		Authorizations: authz,
@@ -72,7 +72,7 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 		Verifier:       kit.verifier,
 		Keys:           kit.keys,
 		IssuerURL:      base,
-	})
+	}))
 	srv.Start()
 	t.Cleanup(srv.Close)
 

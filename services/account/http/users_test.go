@@ -49,7 +49,7 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 	}}
 	sessions := kit.sessions(store, hasher, throttle)
 	users := userManagement(t, store, hasher, sessions)
-	srv := httptest.NewServer(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
+	srv := httptest.NewServer(spanSecrets.Handler(accounthttp.NewHandler(kit.withAuthz(store, accounthttp.Deps{
 		Sessions:    sessions,
 		Users:       users,
 		MFA:         sessions.MFA,
@@ -57,7 +57,7 @@ func newUsersAPI(t *testing.T, doc *openapitest.Validator) *usersAPI {
 		Verifier:    kit.verifier,
 		Keys:        kit.keys,
 		IssuerURL:   issuerURL,
-	})))
+	}))))
 	t.Cleanup(srv.Close)
 	u := &usersAPI{api: &api{t: t, srv: srv, doc: doc, store: store, keys: kit.ring, verifier: kit.verifier}, kit: kit}
 	for name, acc := range map[string]*account.Account{"acme": &u.acme, "globex": &u.globex} {

@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/acme/platform/pkg/tracing"
 )
 
 // ErrBusy means every hashing slot stayed taken for the whole queue wait.
@@ -95,8 +97,11 @@ func New(opts Options) (*Hasher, error) {
 
 // Hash returns the PHC string of password, normalised to NFKC, with a
 // fresh random salt: a password typed in another form of the same
-// characters (a ligature, a full-width letter) then logs in as well.
-func (h *Hasher) Hash(ctx context.Context, password string) (string, error) {
+// characters (a ligature, a full-width letter) then logs in as well. A
+// traced request shows it (the wait for a slot included) as a span.
+func (h *Hasher) Hash(ctx context.Context, password string) (encoded string, err error) {
+	ctx, span := tracing.Start(ctx, "password hash")
+	defer func() { tracing.End(span, err) }()
 	release, err := h.acquire(ctx)
 	if err != nil {
 		return "", err
@@ -118,8 +123,10 @@ func (h *Hasher) Verify(ctx context.Context, encoded, password string) (bool, er
 // since hashes stored before passwords were normalised hold that form.
 // stale reports such a match: the caller should store a new hash. Whether
 // a second verification runs depends on the password presented alone,
-// never on the stored hash.
+// never on the stored hash. A traced request shows it as a span.
 func (h *Hasher) Check(ctx context.Context, encoded, password string) (ok, stale bool, err error) {
+	ctx, span := tracing.Start(ctx, "password verify")
+	defer func() { tracing.End(span, err) }()
 	p, salt, want, err := decode(encoded)
 	if err != nil {
 		return false, false, err

@@ -22,13 +22,20 @@ import (
 	"github.com/acme/platform/pkg/testkit/openapitest"
 	"github.com/acme/platform/pkg/token"
 	"github.com/acme/platform/pkg/token/tokentest"
+	"github.com/acme/platform/pkg/tracing/tracingtest"
 	"github.com/acme/platform/services/conversations"
 	"github.com/acme/platform/services/conversations/cursor"
 	conversationshttp "github.com/acme/platform/services/conversations/http"
 	"github.com/acme/platform/services/conversations/mongostore"
 )
 
-func TestMain(m *testing.M) { mongotest.Main(m) }
+// spanSecrets are the credentials the suite's requests carry: no span
+// of the suite may hold one (tracingtest.Checked).
+var spanSecrets tracingtest.Secrets
+
+func TestMain(m *testing.M) {
+	mongotest.Main(tracingtest.Checked(m, tracingtest.Install(), &spanSecrets))
+}
 
 const (
 	issuerURL = "http://account.test"
@@ -76,7 +83,7 @@ func serve(t *testing.T, tokens *tokentest.Fixture, doc *openapitest.Validator, 
 	hub := &conversations.Hub{Store: store, Interval: 20 * time.Millisecond, MaxPerCaller: conversationshttp.DefaultMaxStreamsPerCaller}
 	deps := conversationshttp.Deps{Store: store, Cursors: cursors, Verifier: tokens.Verifier, Hub: hub}
 	configure(&deps)
-	srv := httptest.NewServer(conversationshttp.NewHandler(deps))
+	srv := httptest.NewServer(spanSecrets.Handler(conversationshttp.NewHandler(deps)))
 	t.Cleanup(srv.Close)
 	t.Cleanup(hub.Close)
 	return &api{t: t, srv: srv, doc: doc, tokens: tokens, store: store, db: db, hub: hub}

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/acme/platform/pkg/mongoconn"
+	"github.com/acme/platform/pkg/tracing"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -31,6 +32,8 @@ type pendingEventDoc struct {
 	Timestamp time.Time `bson:"timestamp"`
 	Audience  []string  `bson:"audience"`
 	Data      string    `bson:"data"` // JSON text, served as it is
+	// Trace is the traceparent of the request that recorded it.
+	Trace string `bson:"trace,omitempty"`
 }
 
 // eventDoc is an event of the log.
@@ -43,6 +46,7 @@ type eventDoc struct {
 	ConversationID string    `bson:"conversation_id"`
 	Audience       []string  `bson:"audience"`
 	Data           string    `bson:"data"`
+	Trace          string    `bson:"trace,omitempty"`
 }
 
 // pendingDocs turns events into what a write records on its document.
@@ -57,12 +61,27 @@ func pendingDocs(events []conversations.Event) ([]pendingEventDoc, *time.Time, e
 		if err != nil {
 			return nil, nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 		}
-		docs[i] = pendingEventDoc{ID: e.ID, Type: string(e.Type), Timestamp: e.Timestamp.UTC(), Audience: e.Audience, Data: string(data)}
+		docs[i] = pendingEventDoc{ID: e.ID, Type: string(e.Type), Timestamp: e.Timestamp.UTC(), Audience: e.Audience, Data: string(data), Trace: e.Trace}
 		if e.Timestamp.Before(since) {
 			since = e.Timestamp.UTC()
 		}
 	}
 	return docs, &since, nil
+}
+
+// traced returns events with the trace of the request writing them
+// (ctx's span, when it is recorded), which the relay round and the
+// webhook attempts of each link to; events as they are otherwise.
+func traced(ctx context.Context, events []conversations.Event) []conversations.Event {
+	parent := tracing.Parent(ctx)
+	if parent == "" || len(events) == 0 {
+		return events
+	}
+	out := slices.Clone(events)
+	for i := range out {
+		out[i].Trace = parent
+	}
+	return out
 }
 
 // pendingSlot is the pending_slot of a document recording pending: nil
@@ -136,7 +155,7 @@ func (s *Store) FindPending(ctx context.Context, slots []int, before time.Time, 
 			for _, pe := range d.PendingEvents {
 				p.Events = append(p.Events, conversations.Event{
 					ID: pe.ID, AccountID: d.AccountID, Type: conversations.EventType(pe.Type), Timestamp: pe.Timestamp.UTC(),
-					ConversationID: convID, Audience: pe.Audience, RawData: json.RawMessage(pe.Data),
+					ConversationID: convID, Audience: pe.Audience, RawData: json.RawMessage(pe.Data), Trace: pe.Trace,
 				})
 			}
 			out = append(out, p)
@@ -158,7 +177,7 @@ func (s *Store) AppendEvent(ctx context.Context, e conversations.Event) error {
 	}
 	_, err := s.events.InsertOne(ctx, eventDoc{
 		ID: e.ID, AccountID: e.AccountID, Sequence: e.Sequence, Type: string(e.Type), Timestamp: e.Timestamp.UTC(),
-		ConversationID: e.ConversationID, Audience: e.Audience, Data: string(data),
+		ConversationID: e.ConversationID, Audience: e.Audience, Data: string(data), Trace: e.Trace,
 	})
 	if !mongo.IsDuplicateKeyError(err) {
 		return mongoconn.Wrap(err, "append event")
@@ -248,6 +267,7 @@ func (d eventDoc) domain() conversations.Event {
 	return conversations.Event{
 		ID: d.ID, AccountID: d.AccountID, Sequence: d.Sequence, Type: conversations.EventType(d.Type),
 		Timestamp: d.Timestamp.UTC(), ConversationID: d.ConversationID, Audience: d.Audience, RawData: json.RawMessage(d.Data),
+		Trace: d.Trace,
 	}
 }
 

@@ -30,7 +30,7 @@ type messageDoc struct {
 
 // InsertMessage implements conversations.MessageStore.
 func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, events ...conversations.Event) error {
-	d, err := NewMessageDocument(m, events...)
+	d, err := NewMessageDocument(m, traced(ctx, events)...)
 	if err != nil {
 		return err
 	}

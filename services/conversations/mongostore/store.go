@@ -195,7 +195,7 @@ func listFilter(q conversations.ConversationQuery) (bson.D, string) {
 func (s *Store) InsertConversation(ctx context.Context, c conversations.Conversation, events ...conversations.Event) error {
 	d := toDoc(c)
 	var err error
-	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(traced(ctx, events)); err != nil {
 		return err
 	}
 	d.PendingSlot = pendingSlot(c.AccountID, d.PendingEvents)
@@ -310,7 +310,7 @@ func (s *Store) SaveConversation(ctx context.Context, ch conversations.Change) (
 		{Key: "last_message_at", Value: d.LastMessageAt},
 		{Key: "version", Value: d.Version},
 	}
-	pending, since, err := pendingDocs(ch.Events)
+	pending, since, err := pendingDocs(traced(ctx, ch.Events))
 	if err != nil {
 		return false, err
 	}

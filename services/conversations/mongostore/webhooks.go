@@ -134,6 +134,8 @@ type deliveryDoc struct {
 	Claim          string     `bson:"claim"`
 	CreatedAt      time.Time  `bson:"created_at"`
 	UpdatedAt      time.Time  `bson:"updated_at"`
+	// Trace is the traceparent of the request whose change the event is.
+	Trace string `bson:"trace,omitempty"`
 }
 
 // toDeliveryDoc is the document of a delivery as InsertDeliveries stores
@@ -143,6 +145,7 @@ func toDeliveryDoc(d webhook.Delivery) deliveryDoc {
 		ID: d.ID, AccountID: d.AccountID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
 		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: string(d.State), Attempts: d.Attempts,
 		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(),
+		Trace: d.Trace,
 	}
 }
 
@@ -152,6 +155,7 @@ func (d deliveryDoc) domain() webhook.Delivery {
 		EventTime: d.EventTime.UTC(), Payload: d.Payload, State: webhook.DeliveryState(d.State),
 		Attempts: d.Attempts, ResponseStatus: d.ResponseStatus, DurationMs: d.DurationMs, Error: d.Error,
 		NextAttemptAt: utcPtr(d.NextAttemptAt), CreatedAt: d.CreatedAt.UTC(), UpdatedAt: d.UpdatedAt.UTC(), Claim: d.Claim,
+		Trace: d.Trace,
 	}
 }
 

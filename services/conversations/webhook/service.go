@@ -12,6 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acme/platform/pkg/tracing"
 	"github.com/acme/platform/services/conversations"
 )
 
@@ -386,10 +390,11 @@ func (w *Service) fanOut(ctx context.Context, endpoints []Endpoint) ([]string, e
 			byAccount[e.AccountID] = append(byAccount[e.AccountID], e)
 		}
 	}
-	now := w.now()
+	now, start := w.now(), time.Now()
 	var ds []Delivery
 	var more []string
 	var cursors []CursorMove
+	var traces []string // of the events read, for the span's links
 	for _, account := range slices.Sorted(maps.Keys(byAccount)) {
 		es := byAccount[account]
 		after := slices.MinFunc(es, func(a, b Endpoint) int { return cmp.Compare(a.EventCursor, b.EventCursor) }).EventCursor
@@ -399,6 +404,9 @@ func (w *Service) fanOut(ctx context.Context, endpoints []Endpoint) ([]string, e
 		}
 		if len(events) == fanoutBatch {
 			more = append(more, account)
+		}
+		for _, ev := range events {
+			traces = append(traces, ev.Trace)
 		}
 		// As the feed writes it: the stored data as it is, not validated
 		// again by json.Marshal for every endpoint that reads the event.
@@ -416,13 +424,22 @@ func (w *Service) fanOut(ctx context.Context, endpoints []Endpoint) ([]string, e
 				}
 				cursor = max(cursor, ev.Sequence)
 				if e.Subscribed(string(ev.Type)) {
-					ds = append(ds, w.newDelivery(e, ev.ID, string(ev.Type), ev.Timestamp, payloads[i], now))
+					d := w.newDelivery(e, ev.ID, string(ev.Type), ev.Timestamp, payloads[i], now)
+					d.Trace = ev.Trace // its attempts continue the request's trace
+					ds = append(ds, d)
 				}
 			}
 			if cursor > e.EventCursor {
 				cursors = append(cursors, CursorMove{AccountID: e.AccountID, EndpointID: e.ID, Cursor: cursor})
 			}
 		}
+	}
+	if len(traces) > 0 && tracing.On() {
+		// A span linked to the requests whose changes it fans out.
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "webhook fan-out", trace.WithTimestamp(start),
+			trace.WithLinks(tracing.Links(traces...)...), trace.WithAttributes(attribute.Int("acme.events", len(traces))))
+		defer span.End()
 	}
 	if len(ds) > 0 {
 		if err := w.Store.InsertDeliveries(ctx, ds); err != nil {

@@ -382,6 +382,9 @@ type Delivery struct {
 	UpdatedAt     time.Time  `json:"updatedAt"`
 	// Claim is the token of the replica attempting it ("" when none).
 	Claim string `json:"-"`
+	// Trace is the traceparent of the request that made the change: each
+	// attempt's span continues that trace.
+	Trace string `json:"-"`
 }
 
 // MarshalJSON writes times with millisecond precision.

@@ -19,6 +19,11 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/acme/platform/pkg/tracing"
 	"github.com/acme/platform/services/conversations/webhook"
 )
 
@@ -75,9 +80,22 @@ func NewSender(d *Dialer, timeout time.Duration, inFlight int) *Sender {
 
 // Send POSTs the attempt's payload to its URL, signed with its secrets at
 // the current time, and reports the outcome.
+//
+// When tracing is on, the attempt is a client span that continues the
+// trace of the request whose change the event is (see attemptSpan), and
+// the request carries its traceparent, so that the receiver can continue
+// it too.
 func (s *Sender) Send(ctx context.Context, a webhook.Attempt) webhook.AttemptResult {
 	start := time.Now()
+	ctx, span := attemptSpan(ctx, a)
 	result := func(status int, msg string, retryAfter time.Duration) webhook.AttemptResult {
+		if span != nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", status))
+			if msg != "" {
+				span.SetStatus(codes.Error, "")
+			}
+			span.End()
+		}
 		return webhook.AttemptResult{Status: status, Duration: time.Since(start), Error: msg, RetryAfter: retryAfter}
 	}
 	sig, err := webhook.Sign(a.Secrets, a.Delivery.EventID, start, a.Delivery.Payload)
@@ -93,6 +111,7 @@ func (s *Sender) Send(ctx context.Context, a webhook.Attempt) webhook.AttemptRes
 	req.Header.Set("webhook-id", a.Delivery.EventID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(start.Unix(), 10))
 	req.Header.Set("webhook-signature", sig)
+	tracing.Inject(ctx, req.Header)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return result(0, describe(err, s.timeout), 0)
@@ -177,4 +196,31 @@ func incomplete(status int, err error, timeout time.Duration) string {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// attemptSpan starts the span of one attempt when tracing is on (nil
+// otherwise): a child of the request that made the change, whose trace
+// the delivery keeps (a root when it kept none), and linked to it too,
+// since the attempt may come long after that request ended.
+func attemptSpan(ctx context.Context, a webhook.Attempt) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return ctx, nil
+	}
+	parent := tracing.SpanContext(a.Delivery.Trace)
+	var opts []trace.SpanStartOption
+	if parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: parent}))
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	opts = append(opts, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("http.request.method", "POST"),
+		attribute.String("acme.webhook.delivery_id", a.Delivery.ID),
+		attribute.String("acme.webhook.endpoint_id", a.Delivery.EndpointID),
+		attribute.String("acme.event.id", a.Delivery.EventID),
+		attribute.String("acme.event.type", a.Delivery.EventType),
+		attribute.Int("acme.webhook.attempt", a.Delivery.Attempts+1),
+	))
+	return tracing.Start(ctx, "webhook attempt", opts...)
 }
