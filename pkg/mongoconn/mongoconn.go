@@ -42,7 +42,10 @@ func Connect(uri string, selectTimeout time.Duration, monitor *event.CommandMoni
 	}
 	opts := options.Client().
 		ApplyURI(uri).
-		SetServerSelectionTimeout(selectTimeout).
+		// Shorter than a probe's 2 s: a database the driver's monitor found
+		// unreachable (a stopped process) fails the probe that asks, rather
+		// than leaving it to time out while the ping waits for a server.
+		SetServerSelectionTimeout(min(selectTimeout, readinessSelectTimeout)).
 		SetConnectTimeout(selectTimeout).
 		SetRetryWrites(true)
 	if monitor != nil {
@@ -162,7 +165,10 @@ func ConnectReadiness(uri string, selectTimeout time.Duration) (*mongo.Client, e
 	}
 	opts := options.Client().
 		ApplyURI(uri).
-		SetServerSelectionTimeout(selectTimeout).
+		// Shorter than a probe's 2 s: a database the driver's monitor found
+		// unreachable (a stopped process) fails the probe that asks, rather
+		// than leaving it to time out while the ping waits for a server.
+		SetServerSelectionTimeout(min(selectTimeout, readinessSelectTimeout)).
 		// The driver's monitor gives each heartbeat the connect timeout: a
 		// database busy with a burst (or a store that runs one command at
 		// a time, as the embedded one) may take longer than the requests'
@@ -182,6 +188,9 @@ func ConnectReadiness(uri string, selectTimeout time.Duration) (*mongo.Client, e
 // monitor waits for a heartbeat before it takes the database for
 // unreachable.
 const readinessHeartbeatTimeout = 10 * time.Second
+
+// readinessSelectTimeout bounds the readiness ping's wait for a server.
+const readinessSelectTimeout = time.Second
 
 // defaultPoolSize is the driver's maxPoolSize when the URI sets none.
 const defaultPoolSize = 100
