@@ -101,6 +101,10 @@ func startAndSeed(t *testing.T) []string {
 	password := randomSecret(t)
 	pair.Account(t, "", "create-account", accountName)
 	pair.Account(t, password+"\n", "create-user", "--account", accountName, "--username", username)
+	// A second user, who enrols a second factor in the browser suite.
+	const mfaUsername = "carol"
+	mfaPassword := randomSecret(t)
+	pair.Account(t, mfaPassword+"\n", "create-user", "--account", accountName, "--username", mfaUsername)
 	// The password grant is the operator's choice per client: these two
 	// have it, the apps below do not.
 	confidential := pair.Account(t, "", "create-client", "--account", accountName, "--name", "backend",
@@ -130,6 +134,8 @@ func startAndSeed(t *testing.T) []string {
 		"OIDC_TEST_ACCOUNT_NAME=" + accountName,
 		"OIDC_TEST_USERNAME=" + username,
 		"OIDC_TEST_PASSWORD=" + password,
+		"OIDC_TEST_MFA_USERNAME=" + mfaUsername,
+		"OIDC_TEST_MFA_PASSWORD=" + mfaPassword,
 		"OIDC_TEST_CLIENT_ID=" + id[1],
 		"OIDC_TEST_CLIENT_SECRET=" + secret[1],
 		"OIDC_TEST_PUBLIC_CLIENT_ID=" + publicID[1],

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -39,6 +38,11 @@ var (
 	ErrInvalidLogoutRequest = errors.New("invalid logout request")
 )
 
+// ErrPendingSignInGone: the second step of a sign-in names no pending
+// step of this browser and request (unknown, used, or expired); the page
+// starts again from the password.
+var ErrPendingSignInGone = errors.New("the sign-in's second step expired or was used")
+
 // ErrInvalidGrant is the one answer to an authorization code that cannot
 // be exchanged: unknown, expired, spent (replay, which also ends the
 // session it started), of another client or redirect URI, or whose PKCE
@@ -64,6 +68,9 @@ const (
 	// MaxAuthorizeParam bounds each parameter of an authorization or
 	// logout request.
 	MaxAuthorizeParam = 2048
+	// PendingSignInTTL is how long the second step of a sign-in (the
+	// code of a second factor) may follow its password step.
+	PendingSignInTTL = 5 * time.Minute
 	// SpentCodeRetention is how long a code stays stored after it
 	// expired, so that a replay still finds it and ends its session.
 	SpentCodeRetention = 24 * time.Hour
@@ -121,8 +128,11 @@ type SignInPage struct {
 	// URI, which the page's CSP must allow as a form's redirect target.
 	FormAction string
 	// AskOTP is the second step, for a user with a second factor: the
-	// page asks for the password again and the code.
+	// page asks for the code only, and carries Pending back.
 	AskOTP bool
+	// Pending is the secret that names the sign-in's pending second step
+	// (PendingSignIn), sent back with the code; "" on the first step.
+	Pending string
 }
 
 // BrowserSessionCookie is a new browser session's cookie value, its end,
@@ -137,10 +147,29 @@ type BrowserSessionCookie struct {
 type SignInAttempt struct {
 	Request                         AuthorizationRequest
 	AccountName, Username, Password string
-	// OTP is the code of the user's second factor: "" on the first step;
-	// a user with one is then asked for it (ErrMFARequired).
-	OTP      string
+	// OTP is the code of the user's second factor, sent on the second
+	// step with Pending (the page's hidden field; "" on the first step).
+	OTP, Pending string
+	// CSRF is the form's CSRF token (checked against the browser's
+	// cookie): a pending second step is bound to it.
+	CSRF     string
 	ClientIP string
+}
+
+// PendingSignIn is the second step of a sign-in, held server-side between
+// the password and the code: never the password, only whose it was and
+// whether it was right. Its ID is the hash of the secret the page carries;
+// it is bound to the browser's CSRF token and to the authorization
+// request, lasts PendingSignInTTL, and is taken once.
+type PendingSignIn struct {
+	ID                             string
+	CSRFHash, RequestHash          string
+	AccountID, AccountName, UserID string
+	// TypedAccountName and TypedUsername are the names as typed: the
+	// keys of the login throttle, and what the page shows.
+	TypedAccountName, TypedUsername string
+	PasswordOK                      bool
+	ExpiresAt                       time.Time
 }
 
 // BrowserSession is a user's single sign-on at the service: while it
@@ -165,6 +194,14 @@ type BrowserSessionStore interface {
 	EndBrowserSession(ctx context.Context, id string) error
 	// PurgeExpiredBrowserSessions deletes the sessions that ended before t.
 	PurgeExpiredBrowserSessions(ctx context.Context, t time.Time) (int64, error)
+	// CreatePendingSignIn stores a sign-in's pending second step.
+	CreatePendingSignIn(ctx context.Context, p PendingSignIn) error
+	// TakePendingSignIn deletes a pending second step and returns it, in
+	// one command: of two concurrent takes one gets it, the other
+	// ErrNotFound.
+	TakePendingSignIn(ctx context.Context, id string) (PendingSignIn, error)
+	// PurgePendingSignIns deletes the pending steps that expired before t.
+	PurgePendingSignIns(ctx context.Context, t time.Time) (int64, error)
 }
 
 // AuthCode is an issued authorization code. Its ID is the hash of the
@@ -189,8 +226,21 @@ type AuthCodeStore interface {
 	// SpendAuthCode marks a code spent in one conditional update: of two
 	// concurrent exchanges one wins, the other gets ErrConflict.
 	SpendAuthCode(ctx context.Context, id string) error
+	// RedeemAuthCode marks a code spent and returns it, in one
+	// conditional update that also matches r: of two concurrent exchanges
+	// one wins. A code that is unknown, spent, expired at r.Now or does
+	// not match r is ErrConflict, and unchanged.
+	RedeemAuthCode(ctx context.Context, id string, r AuthCodeRedemption) (AuthCode, error)
 	// PurgeAuthCodes deletes the codes that expired before t.
 	PurgeAuthCodes(ctx context.Context, t time.Time) (int64, error)
+}
+
+// AuthCodeRedemption is what a code's exchange must match: its client,
+// redirect URI and PKCE challenge (the S256 of the verifier sent), and an
+// expiry after Now.
+type AuthCodeRedemption struct {
+	ClientID, RedirectURI, CodeChallenge string
+	Now                                  time.Time
 }
 
 // Authorizations is the authorization code flow: the authorization
@@ -200,8 +250,12 @@ type Authorizations struct {
 	// stores sessions.
 	Sessions *Sessions
 	Clients  ClientStore
-	Browser  BrowserSessionStore
-	Codes    AuthCodeStore
+	// ClientCache remembers the clients the authorization endpoint read,
+	// for its TTL (nil: read at every request); it must not be the
+	// ClientAuthenticator's, whose entries are bound to a secret.
+	ClientCache *ClientCache
+	Browser     BrowserSessionStore
+	Codes       AuthCodeStore
 	// IDTokens verifies the id_token_hint of a logout.
 	IDTokens *token.Verifier
 	// Issuer is the iss of every authorization response (RFC 9207).
@@ -247,15 +301,9 @@ func (a *Authorizations) Authorize(ctx context.Context, req AuthorizationRequest
 		(r.AccountName == "" || NormalizeName(r.AccountName) == bs.AccountName) &&
 		(r.LoginHint == "" || NormalizeName(r.LoginHint) == bs.Username) &&
 		(!r.hasMaxAge || r.maxAge > 0 && now.Sub(bs.AuthTime) <= r.maxAge)
-	if reusable {
-		user, err := a.Sessions.Authenticator.Users.UserByID(ctx, bs.AccountID, bs.UserID)
-		switch {
-		case errors.Is(err, ErrNotFound) || err == nil && user.Disabled:
-			reusable = false
-		case err != nil:
-			return Authorization{}, err
-		}
-	}
+	// The user need not be read: disabling or deleting a user ends their
+	// browser sessions in the same store call, and the exchange reads the
+	// user before it starts a session.
 	if reusable {
 		return a.issueCode(ctx, r, bs)
 	}
@@ -269,7 +317,9 @@ func (a *Authorizations) Authorize(ctx context.Context, req AuthorizationRequest
 // request it carries (checked again, as Authorize does), starts a browser
 // session and issues the code. A failed sign-in returns the page to show
 // again with the error: ErrInvalidCredentials or *LoginThrottledError
-// alike, one message, counted by the login throttle.
+// alike, one message, counted by the login throttle. A user with a second
+// factor gets ErrMFARequired and the page of the second step, whether the
+// password was right or not; that step (in.Pending) checks the code.
 func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authorization, error) {
 	r, refusal, err := a.check(ctx, in.Request)
 	if err != nil {
@@ -279,27 +329,98 @@ func (a *Authorizations) SignIn(ctx context.Context, in SignInAttempt) (Authoriz
 		return a.refuse(in.Request, refusal), nil
 	}
 	page := a.page(r)
+	if in.Pending != "" {
+		return a.codeStep(ctx, r, page, in)
+	}
 	page.AccountName, page.Username = in.AccountName, in.Username
-	if in.AccountName == "" || in.Username == "" || in.Password == "" || len(in.OTP) > MaxOTPLen ||
+	if in.AccountName == "" || in.Username == "" || in.Password == "" ||
 		len(in.AccountName) > MaxAccountNameLen*4 || len(in.Username) > MaxUsernameLen*4 || len(in.Password) > MaxPasswordLen*4 {
 		return Authorization{Page: page}, ErrInvalidCredentials
 	}
-	acc, user, err := a.Sessions.checkPassword(ctx, in.AccountName, in.Username, in.Password, in.OTP, in.ClientIP, r.client.AccountID)
-	// A user asked for a code (or who sent one) stays on the second step.
-	page.AskOTP = errors.Is(err, ErrMFARequired) || in.OTP != ""
+	acc, user, passwordOK, err := a.Sessions.checkPasswordStep(ctx, in.AccountName, in.Username, in.Password, "", in.ClientIP, r.client.AccountID)
+	if errors.Is(err, ErrMFARequired) {
+		p := PendingSignIn{
+			CSRFHash: hashSecret(in.CSRF), RequestHash: requestDigest(in.Request),
+			AccountID: acc.ID, AccountName: acc.Name, UserID: user.ID,
+			TypedAccountName: in.AccountName, TypedUsername: in.Username, PasswordOK: passwordOK,
+			ExpiresAt: a.now().Add(PendingSignInTTL),
+		}
+		return a.pendingPage(ctx, page, p, err)
+	}
 	if err != nil {
 		return Authorization{Page: page}, err
 	}
+	return a.signedIn(ctx, r, acc.ID, acc.Name, user)
+}
+
+// codeStep is the second step of a sign-in: it takes the pending step the
+// page names (once: a replay finds nothing), which must be this browser's
+// (its CSRF token) for this authorization request, and checks the code.
+// A wrong code shows the second step again under a new secret, until the
+// step's end; a missing, spent or expired step the first step again.
+func (a *Authorizations) codeStep(ctx context.Context, r validRequest, page SignInPage, in SignInAttempt) (Authorization, error) {
+	if len(in.Pending) > 256 || len(in.OTP) > MaxOTPLen {
+		return Authorization{Page: page}, ErrInvalidCredentials
+	}
+	p, err := a.Browser.TakePendingSignIn(ctx, hashSecret(in.Pending))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Authorization{Page: page}, ErrPendingSignInGone
+	case err != nil:
+		return Authorization{}, err
+	case !a.now().Before(p.ExpiresAt) || p.CSRFHash != hashSecret(in.CSRF) || p.RequestHash != requestDigest(in.Request):
+		return Authorization{Page: page}, ErrPendingSignInGone
+	}
+	page.AccountName, page.Username = p.TypedAccountName, p.TypedUsername
+	user, err := a.Sessions.checkCodeStep(ctx, p, in.OTP, in.ClientIP)
+	var throttled *LoginThrottledError
+	if errors.Is(err, ErrInvalidCredentials) || errors.As(err, &throttled) {
+		return a.pendingPage(ctx, page, p, err)
+	}
+	if err != nil {
+		return Authorization{}, err
+	}
+	return a.signedIn(ctx, r, p.AccountID, p.AccountName, user)
+}
+
+// pendingPage stores p under a new secret and returns the second step's
+// page with failed.
+func (a *Authorizations) pendingPage(ctx context.Context, page SignInPage, p PendingSignIn, failed error) (Authorization, error) {
+	secret := randomSecret()
+	p.ID = hashSecret(secret)
+	if err := a.Browser.CreatePendingSignIn(ctx, p); err != nil {
+		return Authorization{}, fmt.Errorf("hold the second step: %w", err)
+	}
+	page.AskOTP, page.Pending = true, secret
+	return Authorization{Page: page}, failed
+}
+
+// requestDigest is the hash of an authorization request's parameters,
+// which a pending second step is bound to.
+func requestDigest(r AuthorizationRequest) string {
+	var b strings.Builder
+	for _, v := range []string{r.ClientID, r.RedirectURI, r.ResponseType, r.Scope, r.State, r.Nonce,
+		r.CodeChallenge, r.CodeChallengeMethod, r.Prompt, r.MaxAge, r.LoginHint, r.AccountName} {
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	return hashSecret(b.String())
+}
+
+// signedIn starts the browser session of a user who signed in and issues
+// the request's code.
+func (a *Authorizations) signedIn(ctx context.Context, r validRequest, accountID, accountName string, user User) (Authorization, error) {
 	now := a.now()
 	cookie := randomSecret()
 	bs := BrowserSession{
-		ID: HashBrowserSessionCookie(cookie), AccountID: acc.ID, UserID: user.ID, AccountName: acc.Name, Username: user.Username,
+		ID: HashBrowserSessionCookie(cookie), AccountID: accountID, UserID: user.ID, AccountName: accountName, Username: user.Username,
 		AuthTime: now, CreatedAt: now, ExpiresAt: now.Add(a.browserSessionTTL()), AMR: amrOf(user),
 	}
 	if err := a.Browser.CreateBrowserSession(ctx, bs); err != nil {
 		return Authorization{}, fmt.Errorf("start browser session: %w", err)
 	}
-	if err := a.Sessions.Authenticator.Users.RecordLogin(ctx, acc.ID, user.ID, now); err != nil {
+	if err := a.Sessions.Authenticator.Users.RecordLogin(ctx, accountID, user.ID, now); err != nil {
 		return Authorization{}, fmt.Errorf("record login: %w", err)
 	}
 	out, err := a.issueCode(ctx, r, bs)
@@ -317,7 +438,7 @@ func (a *Authorizations) check(ctx context.Context, req AuthorizationRequest) (v
 	if req.ClientID == "" || len(req.ClientID) > MaxClientIDLen {
 		return validRequest{}, nil, ErrUnknownClient
 	}
-	client, err := a.Clients.ClientByID(ctx, req.ClientID)
+	client, err := a.client(ctx, req.ClientID)
 	if errors.Is(err, ErrNotFound) || err == nil && client.Disabled {
 		return validRequest{}, nil, ErrUnknownClient
 	}
@@ -380,6 +501,21 @@ func (a *Authorizations) check(ctx context.Context, req AuthorizationRequest) (v
 		r.maxAge, r.hasMaxAge = time.Duration(n)*time.Second, true
 	}
 	return r, nil, nil
+}
+
+// client is the client of an authorization request, from the cache when
+// it was read less than its TTL ago.
+func (a *Authorizations) client(ctx context.Context, id string) (ServiceClient, error) {
+	now := a.now()
+	if c, ok := a.ClientCache.lookup(id, now); ok {
+		return c, nil
+	}
+	c, err := a.Clients.ClientByID(ctx, id)
+	if err != nil {
+		return ServiceClient{}, err
+	}
+	a.ClientCache.remember(c, now)
+	return c, nil
 }
 
 // checkScope checks an authorization request's scope: OpenID Connect's
@@ -506,35 +642,25 @@ func (a *Authorizations) Exchange(ctx context.Context, in CodeExchange) (token.S
 	if len(in.Code) > 256 {
 		return token.Set{}, fmt.Errorf("%w: unknown code", ErrInvalidGrant)
 	}
-	code, err := a.Codes.AuthCodeByID(ctx, hashSecret(in.Code))
+	id := hashSecret(in.Code)
+	if !validVerifier(in.Verifier) {
+		return token.Set{}, a.refusedCode(ctx, id, in)
+	}
+	// The code is checked and spent by one conditional update; only a
+	// refusal reads it again, to say why (and to end a replay's session).
+	code, err := a.Codes.RedeemAuthCode(ctx, id, AuthCodeRedemption{
+		ClientID: in.Client.ID, RedirectURI: in.RedirectURI, CodeChallenge: s256(in.Verifier), Now: a.now(),
+	})
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return token.Set{}, fmt.Errorf("%w: unknown code", ErrInvalidGrant)
+	case errors.Is(err, ErrConflict):
+		return token.Set{}, a.refusedCode(ctx, id, in)
 	case err != nil:
 		return token.Set{}, err
-	case code.Spent:
-		return token.Set{}, a.replayed(ctx, code)
-	}
-	switch {
-	case !a.now().Before(code.ExpiresAt):
-		return token.Set{}, fmt.Errorf("%w: the code expired", ErrInvalidGrant)
-	case code.ClientID != in.Client.ID:
-		return token.Set{}, fmt.Errorf("%w: the code is another client's", ErrInvalidGrant)
-	case code.RedirectURI != in.RedirectURI:
-		return token.Set{}, fmt.Errorf("%w: the redirect_uri differs from the authorization request's", ErrInvalidGrant)
-	case !verifierMatches(in.Verifier, code.CodeChallenge):
-		return token.Set{}, fmt.Errorf("%w: the code_verifier does not match the code_challenge", ErrInvalidGrant)
 	}
 	user, err := a.Sessions.Authenticator.Users.UserByID(ctx, code.AccountID, code.UserID)
 	switch {
 	case errors.Is(err, ErrNotFound) || err == nil && user.Disabled:
 		return token.Set{}, fmt.Errorf("%w: the user is disabled", ErrInvalidGrant)
-	case err != nil:
-		return token.Set{}, err
-	}
-	switch err := a.Codes.SpendAuthCode(ctx, code.ID); {
-	case errors.Is(err, ErrConflict):
-		return token.Set{}, a.replayed(ctx, code)
 	case err != nil:
 		return token.Set{}, err
 	}
@@ -562,6 +688,28 @@ func (a *Authorizations) Exchange(ctx context.Context, in CodeExchange) (token.S
 	return set, nil
 }
 
+// refusedCode is the error of a code that RedeemAuthCode refused: it
+// reads the code to say why, and a spent one (a replay) also ends the
+// session it started.
+func (a *Authorizations) refusedCode(ctx context.Context, id string, in CodeExchange) error {
+	code, err := a.Codes.AuthCodeByID(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: unknown code", ErrInvalidGrant)
+	case err != nil:
+		return err
+	case code.Spent:
+		return a.replayed(ctx, code)
+	case !a.now().Before(code.ExpiresAt):
+		return fmt.Errorf("%w: the code expired", ErrInvalidGrant)
+	case code.ClientID != in.Client.ID:
+		return fmt.Errorf("%w: the code is another client's", ErrInvalidGrant)
+	case code.RedirectURI != in.RedirectURI:
+		return fmt.Errorf("%w: the redirect_uri differs from the authorization request's", ErrInvalidGrant)
+	}
+	return fmt.Errorf("%w: the code_verifier does not match the code_challenge", ErrInvalidGrant)
+}
+
 // replayed ends the session a spent code started. When its exchange has
 // not stored the session yet, a revoked one takes its place, so that the
 // exchange's insert fails.
@@ -581,9 +729,9 @@ func (a *Authorizations) replayed(ctx context.Context, code AuthCode) error {
 	return fmt.Errorf("%w: the code was used before; its session has ended", ErrInvalidGrant)
 }
 
-// verifierMatches checks a PKCE code_verifier (RFC 7636 section 4.1: 43
-// to 128 unreserved characters) against an S256 challenge.
-func verifierMatches(verifier, challenge string) bool {
+// validVerifier reports whether s is a PKCE code_verifier (RFC 7636
+// section 4.1): 43 to 128 unreserved characters.
+func validVerifier(verifier string) bool {
 	if len(verifier) < 43 || len(verifier) > 128 {
 		return false
 	}
@@ -592,8 +740,13 @@ func verifierMatches(verifier, challenge string) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// s256 is the S256 code challenge of a verifier.
+func s256(verifier string) string {
 	sum := sha256.Sum256([]byte(verifier))
-	return subtle.ConstantTimeCompare([]byte(base64.RawURLEncoding.EncodeToString(sum[:])), []byte(challenge)) == 1
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // LogoutRequest is the parameters of /oauth2/logout (OpenID Connect

@@ -558,6 +558,36 @@ func (c *ClientCache) put(client ServiceClient, secretHash string, now time.Time
 	c.entries[client.ID] = cachedClient{client: client, secretHash: secretHash, expires: expires}
 }
 
+// lookup returns the client remembered for clientID, whatever secret it
+// was remembered with, while its entry lasts: for a caller that needs the
+// client's record, not its authentication (the authorization endpoint).
+func (c *ClientCache) lookup(clientID string, now time.Time) (ServiceClient, bool) {
+	if c == nil {
+		return ServiceClient{}, false
+	}
+	c.mu.Lock()
+	e, ok := c.entries[clientID]
+	c.mu.Unlock()
+	if !ok || !now.Before(e.expires) {
+		return ServiceClient{}, false
+	}
+	return e.client, true
+}
+
+// remember keeps client, read from the store at now, for lookup until
+// now + TTL; no secret matches the entry.
+func (c *ClientCache) remember(client ServiceClient, now time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[client.ID]; !ok && len(c.entries) >= c.max {
+		c.evict(now)
+	}
+	c.entries[client.ID] = cachedClient{client: client, expires: now.Add(c.ttl)}
+}
+
 // forget drops what is remembered of clientID.
 func (c *ClientCache) forget(clientID string) {
 	if c == nil {

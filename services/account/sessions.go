@@ -119,12 +119,24 @@ func (s *Sessions) LogIn(ctx context.Context, in PasswordLogin) (token.Set, erro
 // or not; ErrInvalidCredentials for every other wrong part alike; or an
 // error of the hasher or the database.
 func (s *Sessions) checkPassword(ctx context.Context, accountName, username, password, otp, clientIP, clientAccount string) (Account, User, error) {
-	attempt, retryAfter, err := s.Throttle.Begin(ctx, accountName, username, clientIP)
+	acc, user, _, err := s.checkPasswordStep(ctx, accountName, username, password, otp, clientIP, clientAccount)
 	if err != nil {
 		return Account{}, User{}, err
 	}
+	return acc, user, nil
+}
+
+// checkPasswordStep is checkPassword that, when a user with a second
+// factor sent no code (ErrMFARequired), also returns the user and whether
+// the password was right: the sign-in page keeps that server-side for its
+// second step, which checks the code (checkCodeStep).
+func (s *Sessions) checkPasswordStep(ctx context.Context, accountName, username, password, otp, clientIP, clientAccount string) (Account, User, bool, error) {
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, accountName, username, clientIP)
+	if err != nil {
+		return Account{}, User{}, false, err
+	}
 	if retryAfter > 0 {
-		return Account{}, User{}, &LoginThrottledError{RetryAfter: retryAfter}
+		return Account{}, User{}, false, &LoginThrottledError{RetryAfter: retryAfter}
 	}
 	acc, user, outcome, err := s.Authenticator.check(ctx, accountName, username, password)
 	if err == nil && outcome.ok && clientAccount != "" && clientAccount != acc.ID {
@@ -135,27 +147,64 @@ func (s *Sessions) checkPassword(ctx context.Context, accountName, username, pas
 	if err == nil {
 		err = s.secondFactor(ctx, user, outcome.ok, otp)
 	}
+	if err = s.settle(ctx, attempt, err); err != nil {
+		if errors.Is(err, ErrMFARequired) {
+			return acc, user, outcome.ok, err
+		}
+		return Account{}, User{}, false, err
+	}
+	if outcome.stale {
+		if err := s.Authenticator.rehash(ctx, user, password); err != nil {
+			return Account{}, User{}, false, err
+		}
+	}
+	return acc, user, true, nil
+}
+
+// checkCodeStep is the second step of a sign-in in two steps: the code of
+// the user whose password step p records, counted by the login throttle
+// under the names p was typed with. A wrong password behind p fails as a
+// wrong code does, so that only a right code tells the password was right.
+func (s *Sessions) checkCodeStep(ctx context.Context, p PendingSignIn, otp, clientIP string) (User, error) {
+	attempt, retryAfter, err := s.Throttle.Begin(ctx, p.TypedAccountName, p.TypedUsername, clientIP)
+	if err != nil {
+		return User{}, err
+	}
+	if retryAfter > 0 {
+		return User{}, &LoginThrottledError{RetryAfter: retryAfter}
+	}
+	user, err := s.Authenticator.Users.UserByID(ctx, p.AccountID, p.UserID)
+	switch {
+	case errors.Is(err, ErrNotFound) || err == nil && user.Disabled:
+		err = ErrInvalidCredentials
+	case err == nil && otp == "":
+		err = ErrInvalidCredentials
+	case err == nil:
+		err = s.secondFactor(ctx, user, p.PasswordOK, otp)
+	}
+	if err := s.settle(ctx, attempt, err); err != nil {
+		return User{}, err
+	}
+	return user, nil
+}
+
+// settle records a checked attempt in the throttle: a wrong credential
+// (or a missing code) as a failure, a success as one; an attempt whose
+// check could not finish does not count. It returns err.
+func (s *Sessions) settle(ctx context.Context, attempt *LoginAttempt, err error) error {
 	switch {
 	case errors.Is(err, ErrInvalidCredentials), errors.Is(err, ErrMFARequired):
 		if ferr := attempt.Failed(ctx); ferr != nil {
-			return Account{}, User{}, ferr
+			return ferr
 		}
-		return Account{}, User{}, err
+		return err
 	case err != nil:
 		// The password or the code was not checked: the attempt does
 		// not count.
 		attempt.Abandon(ctx)
-		return Account{}, User{}, err
+		return err
 	}
-	if err := attempt.Succeeded(ctx); err != nil {
-		return Account{}, User{}, err
-	}
-	if outcome.stale {
-		if err := s.Authenticator.rehash(ctx, user, password); err != nil {
-			return Account{}, User{}, err
-		}
-	}
-	return acc, user, nil
+	return attempt.Succeeded(ctx)
 }
 
 // secondFactor decides a sign-in after the password check (passwordOK):

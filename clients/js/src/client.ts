@@ -465,7 +465,7 @@ export class PlatformClient {
    * {@link verifyTotp}. 409 `mfa_enrolled` while one is active.
    */
   async enrollTotp(options: CallOptions = {}): Promise<TotpEnrollment> {
-    if (this.#session.kind !== "password") throw new TypeError("enrollTotp: a service client has no second factor");
+    if (this.#session.kind === "client_credentials") throw new TypeError("enrollTotp: a service client has no second factor");
     const res = await this.#call("POST", this.accountUrl + "/mfa/totp", options);
     return res.json();
   }
@@ -476,7 +476,7 @@ export class PlatformClient {
    * 403 `invalid_otp`.
    */
   async verifyTotp(code: string, options: CallOptions = {}): Promise<string[]> {
-    if (this.#session.kind !== "password") throw new TypeError("verifyTotp: a service client has no second factor");
+    if (this.#session.kind === "client_credentials") throw new TypeError("verifyTotp: a service client has no second factor");
     const res = await this.#call("POST", this.accountUrl + "/mfa/totp/verify", options, {
       body: JSON.stringify({ code }),
       contentType: "application/json",
@@ -490,7 +490,7 @@ export class PlatformClient {
    * wrong; throttled like logins.
    */
   async removeTotp(proof: { code: string } | { password: string }, options: CallOptions = {}): Promise<void> {
-    if (this.#session.kind !== "password") throw new TypeError("removeTotp: a service client has no second factor");
+    if (this.#session.kind === "client_credentials") throw new TypeError("removeTotp: a service client has no second factor");
     const res = await this.#call("DELETE", this.accountUrl + "/mfa/totp", options, {
       body: JSON.stringify(proof),
       contentType: "application/json",

@@ -86,3 +86,24 @@ test("a user enrols a second factor and signs in with it", async () => {
   assert.deepEqual((await fresh.userInfo()).mfa, []);
   await backend.deleteUser(created.id);
 });
+
+test("a client given a user's access token manages that user's second factor", async () => {
+  const backend = serviceClient();
+  const pw = password();
+  const created = await backend.createUser({ username: "js-mfa-token", password: pw });
+  const res = await fetch(env.accountUrl + "/login", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ accountName: env.accountName, username: "js-mfa-token", password: pw }),
+  });
+  assert.equal(res.status, 200);
+  const { access_token: accessToken } = (await res.json()).tokens;
+  const app = userClient({ credentials: { accessToken: () => accessToken } });
+  const enrolment = await app.enrollTotp();
+  assert.match(enrolment.otpauthUri, /^otpauth:\/\/totp\//);
+  assert.equal((await app.verifyTotp(totp(enrolment.secret, 0))).length, 10);
+  await app.removeTotp({ code: totp(enrolment.secret, 1) });
+  assert.deepEqual((await backend.getUser(created.id)).mfa, []);
+  await assert.rejects(() => backend.enrollTotp(), /enrollTotp: a service client has no second factor/);
+  await backend.deleteUser(created.id);
+});

@@ -3,13 +3,15 @@
 // and shows the user's conversations, live; a second app then signs in
 // without the page (single sign-on); prompt=login shows the page again;
 // the page passes axe-core and refuses to be framed; signing out ends the
-// single sign-on.
+// single sign-on; a user with a second factor signs in in two steps, the
+// second asking for the code only.
 import { before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import axe from 'axe-core';
+import { generate } from 'otplib';
 import { chromium } from 'playwright-core';
 import { conversationsURL, env, issuer, user } from '../testsupport/support.js';
 
@@ -144,16 +146,7 @@ test('a second app signs in without the page while the session lasts; prompt=log
   assert.deepEqual(shown, [], 'single sign-on showed a page');
 
   // The code is the app's: redeemed with its verifier.
-  const token = await fetch(`${issuer.origin}/oauth2/token`, {
-    method: 'POST',
-    body: new URLSearchParams({
-      grant_type: 'authorization_code',
-      code: callback.searchParams.get('code'),
-      redirect_uri: redirectURI,
-      client_id: appID,
-      code_verifier: sso.verifier,
-    }),
-  });
+  const token = await exchange(callback.searchParams.get('code'), sso.verifier);
   assert.equal(token.status, 200, await token.clone().text());
   assert.ok((await token.json()).id_token);
 
@@ -213,4 +206,68 @@ test('signing out of the demo app ends the single sign-on', async () => {
   await onSignInPage();
 
   assert.deepEqual(consoleErrors.filter((m) => /CORS|Access-Control/i.test(m)), []);
+});
+
+/** The TOTP code (RFC 6238, otplib) of secret `steps` 30-second steps from now. */
+const totp = (secret, steps = 0) => generate({ secret, epoch: Math.floor(Date.now() / 1000) + 30 * steps });
+
+/** Exchanges a code of the web app for its token response. */
+function exchange(code, verifier) {
+  return fetch(`${issuer.origin}/oauth2/token`, {
+    method: 'POST',
+    body: new URLSearchParams({
+      grant_type: 'authorization_code',
+      code,
+      redirect_uri: redirectURI,
+      client_id: appID,
+      code_verifier: verifier,
+    }),
+  });
+}
+
+test('a user with a second factor signs in in two steps, the second asking for the code only', async () => {
+  const mfaUser = { accountName: user.account_name, username: env('OIDC_TEST_MFA_USERNAME'), password: env('OIDC_TEST_MFA_PASSWORD') };
+  // The user enrols a TOTP with their own token.
+  const login = await fetch(`${issuer.origin}/login`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(mfaUser),
+  });
+  assert.equal(login.status, 200, await login.clone().text());
+  const auth = { Authorization: `Bearer ${(await login.json()).tokens.access_token}`, 'Content-Type': 'application/json' };
+  const begun = await fetch(`${issuer.origin}/mfa/totp`, { method: 'POST', headers: auth });
+  assert.equal(begun.status, 200, await begun.clone().text());
+  const { secret } = await begun.json();
+  const verified = await fetch(`${issuer.origin}/mfa/totp/verify`, { method: 'POST', headers: auth, body: JSON.stringify({ code: await totp(secret, 0) }) });
+  assert.equal(verified.status, 200, await verified.clone().text());
+
+  const flow = await webAppAuthorization({ prompt: 'login' });
+  await page.goto(flow.url.href);
+  await onSignInPage();
+  await page.locator('input[name="accountName"]').fill(mfaUser.accountName);
+  await page.locator('input[name="username"]').fill(mfaUser.username);
+  await page.locator('input[name="password"]').fill(mfaUser.password);
+  await page.locator('input[name="password"]').press('Enter');
+
+  // The second step: the code only, on the service's page, accessible.
+  const code = page.getByLabel('Code');
+  await code.waitFor();
+  assert.equal(new URL(page.url()).origin, issuer.origin);
+  assert.equal(await page.locator('input[name="password"]').count(), 0, 'the second step asks for the password again');
+  assert.equal(await page.locator('input[name="username"]').count(), 0);
+  assert.deepEqual(await axeViolations(), []);
+  assert.ok(!(await page.content()).includes(mfaUser.password), 'the second step holds the password');
+
+  // The activation spent this step's code: the next one signs in.
+  await code.fill(await totp(secret, 1));
+  await code.press('Enter');
+  await page.waitForURL(atRedirectURI);
+  const callback = new URL(page.url());
+  assert.equal(callback.searchParams.get('state'), flow.state);
+  const token = await exchange(callback.searchParams.get('code'), flow.verifier);
+  assert.equal(token.status, 200, await token.clone().text());
+  const idToken = (await token.json()).id_token;
+  const claims = JSON.parse(Buffer.from(idToken.split('.')[1], 'base64url').toString());
+  assert.equal(claims.preferred_username ?? mfaUser.username, mfaUser.username);
+  assert.deepEqual(claims.amr, ['pwd', 'otp']);
 });

@@ -141,6 +141,9 @@ type signInView struct {
 	Action string
 	// Message is the one message of a failed sign-in, "" for none.
 	Message string
+	// Restart is the authorization request's URL, which starts the
+	// sign-in again (from the second step).
+	Restart string
 }
 
 // Messages of a failed sign-in: one for every wrong or locked credential,
@@ -148,9 +151,12 @@ type signInView struct {
 const (
 	msgSignInFailed = "The account, username or password is not right, or there were too many attempts. Check them and try again later."
 	msgSignInBroken = "The service could not check your sign-in just now. Please try again in a moment."
-	// msgSignInCode is the second step of a user with a second factor,
-	// shown whether the password was right or not (as mfa_required is).
-	msgSignInCode = "Enter your password again with the 6-digit code from your authenticator app, or one of your recovery codes."
+	// msgSignInCodeFailed is a failed second step: the code, or the
+	// password behind it, was wrong (the page does not tell which).
+	msgSignInCodeFailed = "The password or the code is not right, or there were too many attempts. Enter a new code, or start again if the password may be wrong."
+	// msgSignInRestart is a second step that expired, was used already,
+	// or belongs to another browser or request.
+	msgSignInRestart = "Your sign-in took too long or was already used. Please enter your password again."
 )
 
 type hiddenField struct{ Name, Value string }
@@ -230,7 +236,7 @@ func (d signInDeps) handleSignIn(c *echo.Context) error {
 	out, err := d.authz.SignIn(c.Request().Context(), account.SignInAttempt{
 		Request:     authorizationRequest(form),
 		AccountName: form.Get("accountName"), Username: form.Get("username"), Password: form.Get("password"),
-		OTP: form.Get("otp"), ClientIP: c.RealIP(),
+		OTP: form.Get("otp"), Pending: form.Get("pending"), CSRF: form.Get("csrf"), ClientIP: c.RealIP(),
 	})
 	d.metrics.countSignIn(methodPage, err)
 	if err != nil && out.Page.Request.ClientID == "" {
@@ -252,18 +258,30 @@ func (d signInDeps) answer(c *echo.Context, out account.Authorization, redirect 
 		return c.Redirect(redirect, out.RedirectTo)
 	}
 	pageHeaders(c, out.Page.FormAction)
-	view := signInView{Page: out.Page, Hidden: hiddenFields(out.Page.Request), CSRF: d.cookies.csrfToken(c),
-		Action: pathSignIn}
+	hidden := hiddenFields(out.Page.Request)
+	view := signInView{Page: out.Page, Hidden: hidden, CSRF: d.cookies.csrfToken(c), Action: pathSignIn}
+	if out.Page.AskOTP {
+		q := url.Values{}
+		for _, f := range hidden {
+			q.Set(f.Name, f.Value)
+		}
+		view.Restart = pathAuthorize + "?" + q.Encode()
+	}
 	status := http.StatusOK
-	if failed != nil {
+	switch {
+	case errors.Is(failed, account.ErrMFARequired):
+		// The second step's page itself: no failure to show.
+	case errors.Is(failed, account.ErrPendingSignInGone):
+		status, view.Message = http.StatusUnauthorized, msgSignInRestart
+	case failed != nil:
 		p := problemFor(failed)
 		status = p.Status
 		view.Message = msgSignInBroken
 		if status == http.StatusUnauthorized || status == http.StatusTooManyRequests {
 			view.Message = msgSignInFailed
-		}
-		if errors.Is(failed, account.ErrMFARequired) {
-			view.Message = msgSignInCode
+			if out.Page.AskOTP {
+				view.Message = msgSignInCodeFailed
+			}
 		}
 		if p.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))

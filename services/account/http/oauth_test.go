@@ -60,8 +60,9 @@ func newOAuthAPI(t *testing.T, doc *openapitest.Validator, grace time.Duration) 
 	sessions.ReuseGrace = grace
 	sessions.Now = clk.Now
 	sessions.MFA = newTestMFA(t, store, hasher, throttle, clk.Now)
-	authz := &account.Authorizations{Sessions: sessions, Clients: store, Browser: store, Codes: store,
-		IDTokens: kit.verifier, Issuer: base, Now: clk.Now}
+	// The client cache of a deployment (ACCOUNT_CLIENT_AUTH_CACHE_TTL).
+	authz := &account.Authorizations{Sessions: sessions, Clients: store, ClientCache: account.NewClientCache(time.Second, 0),
+		Browser: store, Codes: store, IDTokens: kit.verifier, Issuer: base, Now: clk.Now}
 	reg := prometheus.NewRegistry()
 	srv.Config.Handler = spanSecrets.Handler(accounthttp.NewHandler(accounthttp.Deps{
 		Metrics:        reg,

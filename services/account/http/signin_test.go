@@ -217,12 +217,34 @@ func TestSignIn(t *testing.T) {
 	t.Run("Logout", func(t *testing.T) { testRPLogout(t, s) })
 	t.Run("PasswordChangeEndsBrowserSession", func(t *testing.T) { testPasswordChangeEndsSSO(t, s) })
 	t.Run("SecondFactorStep", func(t *testing.T) { testSignInSecondFactor(t, s) })
+	t.Run("ClientCacheTTL", func(t *testing.T) { testAuthorizeClientCache(t, s) })
 
 	doc.AssertAllOperationsCovered(t, "* * 503", "* /login *", "* /token/refresh *", "* /logout *",
 		"* /definitions *", "* /definitions/{id} *", "* /users *", "* /users/* *", "* /users/*/password *",
 		"* /userinfo *", "* /password *", "* /oauth2/revoke *", "* /.well-known/jwks.json *", "* /openapi.yaml *",
 		"* /mfa/* *", "* /mfa/*/* *", "* /users/*/mfa *",
 		"POST /oauth2/token 401", "POST /oauth2/token 413", "POST /oauth2/token 429")
+}
+
+// testAuthorizeClientCache: the authorization endpoint reuses a client it
+// read for the cache's TTL (one second here), then sees it disabled.
+func testAuthorizeClientCache(t *testing.T, s *signInAPI) {
+	app := s.registerApp(s.acme, "cached app", appRedirect)
+	q := authorizeParams(app, appRedirect, newPKCE())
+	b := s.newBrowser()
+	if r := b.get("/oauth2/authorize", q); r.status != http.StatusOK {
+		t.Fatalf("authorize: %d %s", r.status, r.body)
+	}
+	if err := s.store.SetClientDisabled(context.Background(), s.acme.ID, app.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.get("/oauth2/authorize", q); r.status != http.StatusOK {
+		t.Fatalf("authorize of a client disabled within the TTL: %d, want the page from the cache", r.status)
+	}
+	s.clock.Advance(time.Second)
+	if r := b.get("/oauth2/authorize", q); r.status != http.StatusBadRequest {
+		t.Fatalf("authorize of a disabled client after the TTL: %d, want 400", r.status)
+	}
 }
 
 func testFullFlow(t *testing.T, s *signInAPI) {
@@ -741,57 +763,82 @@ func testSignInMetrics(t *testing.T, s *signInAPI) {
 }
 
 // testSignInSecondFactor: a user with a second factor signs in on the page
-// in two steps: the password alone shows the page again asking for a code
-// (whether the password was right or not); the password with a code
-// computed by an independent implementation (github.com/pquerna/otp)
-// completes the flow, and the id token says amr ["pwd","otp"].
+// in two steps. The password shows a page that asks for the code only,
+// the same page whether the password was right or not; the step is held
+// server-side, single use, bound to the browser and the request; a wrong
+// code shows it again and counts in the login throttle; a code computed
+// by an independent implementation (github.com/pquerna/otp) completes the
+// flow, and the id token says amr ["pwd","otp"].
 func testSignInSecondFactor(t *testing.T, s *signInAPI) {
 	ctx := context.Background()
-	carol := addUser(t, s.store, cheapHasher(t), s.acme.ID, "carol", "carol-password")
-	ref := account.SelfRef{AccountID: s.acme.ID, AccountName: "acme", UserID: carol.ID}
-	en, err := s.mfa.Begin(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code := func() string {
-		c, err := totp.GenerateCodeCustom(en.Secret, s.clock.Now(), totp.ValidateOpts{Period: 30, Digits: otp.DigitsSix, Algorithm: otp.AlgorithmSHA1})
+	enrol := func(username string) func() string {
+		u := addUser(t, s.store, cheapHasher(t), s.acme.ID, username, username+"-password")
+		ref := account.SelfRef{AccountID: s.acme.ID, AccountName: "acme", UserID: u.ID}
+		en, err := s.mfa.Begin(ctx, ref)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c
+		code := func() string {
+			c, err := totp.GenerateCodeCustom(en.Secret, s.clock.Now(), totp.ValidateOpts{Period: 30, Digits: otp.DigitsSix, Algorithm: otp.AlgorithmSHA1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		if _, err := s.mfa.Activate(ctx, ref, code()); err != nil {
+			t.Fatal(err)
+		}
+		return code
 	}
-	if _, err := s.mfa.Activate(ctx, ref, code()); err != nil {
-		t.Fatal(err)
-	}
+	carolCode, daveCode, eveCode := enrol("carol"), enrol("dave"), enrol("eve")
 	s.clock.Advance(30 * time.Second)
 
-	b := s.newBrowser()
 	p := newPKCE()
 	q := authorizeParams(s.app, appRedirect, p)
-	page := b.get("/oauth2/authorize", q)
-	for _, pw := range []string{"carol-password", "not-carols-password"} {
-		second := b.signIn(t, page, "acme", "carol", pw)
-		if second.status != http.StatusUnauthorized || !strings.Contains(string(second.body), `name="otp"`) ||
-			!strings.Contains(string(second.body), "authenticator app") {
-			t.Fatalf("the password %q alone: %d, want the page asking for a code:\n%s", pw, second.status, second.body)
+	pendingValue := regexp.MustCompile(`name="pending" value="[^"]*"`)
+	// passwordStep signs in with the password in a new page of b and
+	// checks that the answer is the second step, asking for the code only.
+	passwordStep := func(b *browser, user, pw string) response {
+		t.Helper()
+		r := b.signIn(t, b.get("/oauth2/authorize", q), "acme", user, pw)
+		body := string(r.body)
+		if r.status != http.StatusOK || !strings.Contains(body, `name="otp"`) || !strings.Contains(body, `name="pending"`) ||
+			strings.Contains(body, `name="password"`) || strings.Contains(body, `role="alert"`) || strings.Contains(body, pw) {
+			t.Fatalf("the password of %s: %d, want the second step asking for the code only:\n%s", user, r.status, body)
 		}
-		if strings.Contains(string(second.body), pw) {
-			t.Fatal("the second step shows the password")
-		}
-		page = second
+		return r
 	}
-	submit := func(otpCode string) response {
+	codeStep := func(b *browser, page response, code string) response {
+		t.Helper()
 		action, fields := s.form(t, page)
-		fields.Set("password", "carol-password")
-		fields.Set("otp", otpCode)
+		fields.Set("otp", code)
 		return b.post(action, fields)
 	}
-	wrong := submit("000000x")
-	if wrong.status != http.StatusUnauthorized || !strings.Contains(string(wrong.body), `name="otp"`) {
-		t.Fatalf("a wrong code: %d, want the second step again", wrong.status)
+	isPage := func(r response, status int, field, message string) bool {
+		return r.status == status && strings.Contains(string(r.body), `name="`+field+`"`) &&
+			strings.Contains(html.UnescapeString(string(r.body)), message)
 	}
-	page = wrong
-	back := s.redirected(t, submit(code()), appRedirect)
+
+	// A wrong password and a right one show the same page.
+	b := s.newBrowser()
+	wrongPw := passwordStep(b, "carol", "not-carols-password")
+	rightPw := passwordStep(b, "carol", "carol-password")
+	if a, z := pendingValue.ReplaceAll(wrongPw.body, nil), pendingValue.ReplaceAll(rightPw.body, nil); string(a) != string(z) {
+		t.Fatalf("the second step differs after a wrong password:\n%s\n---\n%s", a, z)
+	}
+	// Behind a wrong password, a right code fails like a wrong one.
+	if r := codeStep(b, wrongPw, carolCode()); !isPage(r, http.StatusUnauthorized, "otp", "password or the code is not right") {
+		t.Fatalf("a right code after a wrong password: %d\n%s", r.status, r.body)
+	}
+	again := codeStep(b, rightPw, "000000x")
+	if !isPage(again, http.StatusUnauthorized, "otp", "password or the code is not right") {
+		t.Fatalf("a wrong code: %d, want the second step again\n%s", again.status, again.body)
+	}
+	// The step is single use: its first page, sent again, starts over.
+	if r := codeStep(b, rightPw, carolCode()); !isPage(r, http.StatusUnauthorized, "password", "took too long or was already used") {
+		t.Fatalf("a spent second step: %d, want the first step\n%s", r.status, r.body)
+	}
+	back := s.redirected(t, codeStep(b, again, carolCode()), appRedirect)
 	set := s.exchange(s.app.ID, back.Get("code"), appRedirect, p.verifier).tokenSet(t)
 	id, err := s.verifier.Verify(ctx, set.IDToken)
 	if err != nil {
@@ -799,6 +846,47 @@ func testSignInSecondFactor(t *testing.T, s *signInAPI) {
 	}
 	if strings.Join(id.AMR, ",") != "pwd,otp" {
 		t.Fatalf("amr = %v, want [pwd otp]", id.AMR)
+	}
+
+	// The step is this browser's and this request's.
+	s.clock.Advance(30 * time.Second)
+	owner := s.newBrowser()
+	step := passwordStep(owner, "dave", "dave-password")
+	thief := s.newBrowser()
+	_, theirs := s.form(t, thief.get("/oauth2/authorize", q))
+	action, fields := s.form(t, step)
+	fields.Set("csrf", theirs.Get("csrf"))
+	fields.Set("otp", daveCode())
+	if r := thief.post(action, fields); !isPage(r, http.StatusUnauthorized, "password", "took too long") || r.header.Get("Location") != "" {
+		t.Fatalf("another browser's second step: %d\n%s", r.status, r.body)
+	}
+	step = passwordStep(owner, "dave", "dave-password")
+	action, fields = s.form(t, step)
+	fields.Set("state", "another-request")
+	fields.Set("otp", daveCode())
+	if r := owner.post(action, fields); !isPage(r, http.StatusUnauthorized, "password", "took too long") {
+		t.Fatalf("the second step for another request: %d\n%s", r.status, r.body)
+	}
+	// It lasts a few minutes.
+	step = passwordStep(owner, "dave", "dave-password")
+	s.clock.Advance(account.PendingSignInTTL + time.Second)
+	if r := codeStep(owner, step, daveCode()); !isPage(r, http.StatusUnauthorized, "password", "took too long") {
+		t.Fatalf("an expired second step: %d\n%s", r.status, r.body)
+	}
+
+	// Wrong codes count in the login throttle: the user is locked out,
+	// and a right code then does not sign in.
+	s.clock.Advance(30 * time.Second)
+	b = s.newBrowser()
+	page := passwordStep(b, "eve", "eve-password")
+	for i := 0; page.status != http.StatusTooManyRequests; i++ {
+		if i == 10 {
+			t.Fatal("ten wrong codes are not throttled")
+		}
+		page = codeStep(b, page, "000000x")
+	}
+	if r := codeStep(b, page, eveCode()); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a right code after the lockout: %d, want 429\n%s", r.status, r.body)
 	}
 }
 

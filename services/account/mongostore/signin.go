@@ -126,11 +126,16 @@ func (s *Store) AuthCodeByID(ctx context.Context, id string) (account.AuthCode, 
 	if err != nil {
 		return account.AuthCode{}, mongoconn.Wrap(err, "find authorization code")
 	}
+	return authCodeOf(d), nil
+}
+
+// authCodeOf is the code a document stores.
+func authCodeOf(d authCodeDoc) account.AuthCode {
 	return account.AuthCode{
 		ID: d.ID, ClientID: d.ClientID, RedirectURI: d.RedirectURI, CodeChallenge: d.CodeChallenge,
 		AccountID: d.AccountID, AccountName: d.AccountName, UserID: d.UserID, BrowserSessionID: d.BrowserSessionID,
 		SessionID: d.SessionID, Nonce: d.Nonce, AuthTime: d.AuthTime.UTC(), ExpiresAt: d.ExpiresAt.UTC(), AMR: d.AMR, Spent: d.Spent,
-	}, nil
+	}
 }
 
 // SpendAuthCode marks a code spent, conditional on its not being spent:
@@ -148,12 +153,87 @@ func (s *Store) SpendAuthCode(ctx context.Context, id string) error {
 	return nil
 }
 
+// RedeemAuthCode marks a code spent and returns it, in one
+// findOneAndUpdate whose filter is the whole check: not spent, of the
+// client, redirect URI and challenge, not expired.
+func (s *Store) RedeemAuthCode(ctx context.Context, id string, r account.AuthCodeRedemption) (account.AuthCode, error) {
+	var d authCodeDoc
+	err := s.codes.FindOneAndUpdate(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "spent", Value: false}, {Key: "client_id", Value: r.ClientID},
+			{Key: "redirect_uri", Value: r.RedirectURI}, {Key: "code_challenge", Value: r.CodeChallenge},
+			{Key: "expires_at", Value: bson.D{{Key: "$gt", Value: r.Now.UTC()}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "spent", Value: true}}}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.AuthCode{}, fmt.Errorf("authorization code: %w", account.ErrConflict)
+	}
+	if err != nil {
+		return account.AuthCode{}, mongoconn.Wrap(err, "redeem authorization code")
+	}
+	return authCodeOf(d), nil
+}
+
 // PurgeAuthCodes deletes the codes that expired before t, by the
 // expires_at index.
 func (s *Store) PurgeAuthCodes(ctx context.Context, t time.Time) (int64, error) {
 	res, err := s.codes.DeleteMany(ctx, bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: t.UTC()}}}})
 	if err != nil {
 		return 0, mongoconn.Wrap(err, "purge authorization codes")
+	}
+	return res.DeletedCount, nil
+}
+
+// pendingSignInDoc is a sign-in's pending second step; _id is the hash of
+// the secret its page carries.
+type pendingSignInDoc struct {
+	ID               string    `bson:"_id"`
+	CSRFHash         string    `bson:"csrf_hash"`
+	RequestHash      string    `bson:"request_hash"`
+	AccountID        string    `bson:"account_id"`
+	AccountName      string    `bson:"account_name"`
+	UserID           string    `bson:"user_id"`
+	TypedAccountName string    `bson:"typed_account_name"`
+	TypedUsername    string    `bson:"typed_username"`
+	PasswordOK       bool      `bson:"password_ok"`
+	ExpiresAt        time.Time `bson:"expires_at"`
+}
+
+// CreatePendingSignIn stores a pending second step.
+func (s *Store) CreatePendingSignIn(ctx context.Context, p account.PendingSignIn) error {
+	doc := pendingSignInDoc{
+		ID: p.ID, CSRFHash: p.CSRFHash, RequestHash: p.RequestHash, AccountID: p.AccountID, AccountName: p.AccountName,
+		UserID: p.UserID, TypedAccountName: p.TypedAccountName, TypedUsername: p.TypedUsername, PasswordOK: p.PasswordOK,
+		ExpiresAt: ms(p.ExpiresAt),
+	}
+	if _, err := s.pending.InsertOne(ctx, doc); err != nil {
+		return mongoconn.Wrap(err, "create pending sign-in")
+	}
+	return nil
+}
+
+// TakePendingSignIn deletes a pending second step by _id and returns it
+// (findOneAndDelete: one command, one winner).
+func (s *Store) TakePendingSignIn(ctx context.Context, id string) (account.PendingSignIn, error) {
+	var d pendingSignInDoc
+	err := s.pending.FindOneAndDelete(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return account.PendingSignIn{}, fmt.Errorf("pending sign-in: %w", account.ErrNotFound)
+	}
+	if err != nil {
+		return account.PendingSignIn{}, mongoconn.Wrap(err, "take pending sign-in")
+	}
+	return account.PendingSignIn{
+		ID: d.ID, CSRFHash: d.CSRFHash, RequestHash: d.RequestHash, AccountID: d.AccountID, AccountName: d.AccountName,
+		UserID: d.UserID, TypedAccountName: d.TypedAccountName, TypedUsername: d.TypedUsername, PasswordOK: d.PasswordOK,
+		ExpiresAt: d.ExpiresAt.UTC(),
+	}, nil
+}
+
+// PurgePendingSignIns deletes the pending second steps that expired
+// before t, by the expires_at index.
+func (s *Store) PurgePendingSignIns(ctx context.Context, t time.Time) (int64, error) {
+	res, err := s.pending.DeleteMany(ctx, bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: t.UTC()}}}})
+	if err != nil {
+		return 0, mongoconn.Wrap(err, "purge pending sign-ins")
 	}
 	return res.DeletedCount, nil
 }

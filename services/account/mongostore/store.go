@@ -18,7 +18,8 @@
 //	settings       _id = name                      LoadOrCreateSecret (a generated key, when none is configured)
 //	browser_sessions _id = hash of the cookie; {expires_at:1}  BrowserSessionByID, EndBrowserSession; PurgeExpiredBrowserSessions
 //	               {account_id:1, user_id:1}       RevokeUserSessions, DeleteUserSessions (a user's browser sessions end with the rest)
-//	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode (conditional on not spent); PurgeAuthCodes
+//	auth_codes     _id = hash of the code; {expires_at:1}  AuthCodeByID, SpendAuthCode, RedeemAuthCode (conditional on not spent); PurgeAuthCodes
+//	pending_signins _id = hash of the page's secret; {expires_at:1}  TakePendingSignIn (by _id); PurgePendingSignIns
 //
 // No operation spans two documents, so no transaction is needed anywhere
 // (and the code runs unchanged on the embedded server used in development).
@@ -52,6 +53,7 @@ type Store struct {
 	settings    *mongo.Collection
 	browser     *mongo.Collection
 	codes       *mongo.Collection
+	pending     *mongo.Collection
 	now         func() time.Time
 }
 
@@ -70,6 +72,7 @@ func New(db *mongo.Database) *Store {
 		settings:    db.Collection("settings"),
 		browser:     db.Collection("browser_sessions"),
 		codes:       db.Collection("auth_codes"),
+		pending:     db.Collection("pending_signins"),
 		now:         func() time.Time { return time.Now().UTC().Truncate(time.Millisecond) },
 	}
 }
@@ -94,6 +97,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{s.browser, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 		{s.browser, mongo.IndexModel{Keys: bson.D{{Key: "account_id", Value: 1}, {Key: "user_id", Value: 1}}, Options: options.Index().SetName("account_user")}},
 		{s.codes, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
+		{s.pending, mongo.IndexModel{Keys: bson.D{{Key: "expires_at", Value: 1}}, Options: options.Index().SetName("expires")}},
 	}
 	for _, spec := range specs {
 		if _, err := spec.coll.Indexes().CreateOne(ctx, spec.model); err != nil {

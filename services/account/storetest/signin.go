@@ -201,3 +201,112 @@ func testClientRegistration(t *testing.T, s account.Store) {
 		t.Fatalf("a client stored without grants: %+v", got)
 	}
 }
+
+// testPendingSignIns: a pending second step is returned as stored by the
+// one take that wins among concurrent ones, then is gone; the expired
+// ones are purged.
+func testPendingSignIns(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	p := account.PendingSignIn{ID: "ps-1", CSRFHash: "c", RequestHash: "r", AccountID: "a1", AccountName: "acme", UserID: "u1",
+		TypedAccountName: "ACME", TypedUsername: "Alice", PasswordOK: true, ExpiresAt: now.Add(5 * time.Minute)}
+	if err := s.CreatePendingSignIn(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make(chan account.PendingSignIn, 8)
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := s.TakePendingSignIn(ctx, "ps-1")
+			if err == nil {
+				results <- got
+			} else {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(results)
+	close(errs)
+	if len(results) != 1 {
+		t.Fatalf("%d takes of one pending sign-in succeeded, want 1", len(results))
+	}
+	if got := <-results; got != p {
+		t.Fatalf("TakePendingSignIn = %+v, want %+v", got, p)
+	}
+	for err := range errs {
+		if !errors.Is(err, account.ErrNotFound) {
+			t.Fatalf("a losing take: %v, want ErrNotFound", err)
+		}
+	}
+	old := p
+	old.ID, old.ExpiresAt = "ps-old", now.Add(-time.Minute)
+	live := p
+	live.ID = "ps-live"
+	for _, q := range []account.PendingSignIn{old, live} {
+		if err := s.CreatePendingSignIn(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.PurgePendingSignIns(ctx, now); err != nil || n != 1 {
+		t.Fatalf("PurgePendingSignIns = %d, %v, want 1", n, err)
+	}
+	if _, err := s.TakePendingSignIn(ctx, "ps-live"); err != nil {
+		t.Fatalf("a live pending sign-in after the purge: %v", err)
+	}
+}
+
+// testRedeemAuthCode: RedeemAuthCode spends a code only when its client,
+// redirect URI and challenge match and it has not expired, leaving it
+// unchanged otherwise; of concurrent redemptions one wins.
+func testRedeemAuthCode(t *testing.T, s account.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	c := account.AuthCode{ID: "code-r", ClientID: "cli_1", RedirectURI: "https://app.example/cb", CodeChallenge: "ch",
+		AccountID: "acc", AccountName: "acme", UserID: "u1", SessionID: "sid", AuthTime: now, ExpiresAt: now.Add(time.Minute)}
+	if err := s.CreateAuthCode(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	ok := account.AuthCodeRedemption{ClientID: "cli_1", RedirectURI: "https://app.example/cb", CodeChallenge: "ch", Now: now}
+	for name, r := range map[string]account.AuthCodeRedemption{
+		"another client":       {ClientID: "cli_2", RedirectURI: ok.RedirectURI, CodeChallenge: ok.CodeChallenge, Now: now},
+		"another redirect URI": {ClientID: ok.ClientID, RedirectURI: "https://app.example/other", CodeChallenge: ok.CodeChallenge, Now: now},
+		"another challenge":    {ClientID: ok.ClientID, RedirectURI: ok.RedirectURI, CodeChallenge: "other", Now: now},
+		"after its expiry":     {ClientID: ok.ClientID, RedirectURI: ok.RedirectURI, CodeChallenge: ok.CodeChallenge, Now: c.ExpiresAt},
+	} {
+		if _, err := s.RedeemAuthCode(ctx, "code-r", r); !errors.Is(err, account.ErrConflict) {
+			t.Fatalf("%s: %v, want ErrConflict", name, err)
+		}
+	}
+	if got, err := s.AuthCodeByID(ctx, "code-r"); err != nil || got.Spent {
+		t.Fatalf("after refused redemptions: %+v, %v, want the code unspent", got, err)
+	}
+	if _, err := s.RedeemAuthCode(ctx, "code-unknown", ok); !errors.Is(err, account.ErrConflict) {
+		t.Fatalf("an unknown code: %v, want ErrConflict", err)
+	}
+	var wg sync.WaitGroup
+	won := make(chan account.AuthCode, 8)
+	for range 8 {
+		wg.Go(func() {
+			if got, err := s.RedeemAuthCode(ctx, "code-r", ok); err == nil {
+				won <- got
+			} else if !errors.Is(err, account.ErrConflict) {
+				t.Errorf("a losing redemption: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	close(won)
+	if len(won) != 1 {
+		t.Fatalf("%d redemptions won, want 1", len(won))
+	}
+	if got := <-won; got.UserID != "u1" || got.SessionID != "sid" || !got.ExpiresAt.Equal(c.ExpiresAt) {
+		t.Fatalf("RedeemAuthCode = %+v", got)
+	}
+	if got, _ := s.AuthCodeByID(ctx, "code-r"); !got.Spent {
+		t.Fatal("a redeemed code is not spent")
+	}
+}

@@ -63,6 +63,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ClientRegistration", testClientRegistration},
 		{"BrowserSessions", testBrowserSessions},
 		{"AuthCodesAreSpentOnce", testAuthCodes},
+		{"AuthCodesAreRedeemedOnceWhenTheyMatch", testRedeemAuthCode},
+		{"PendingSignInsAreTakenOnce", testPendingSignIns},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,7 +51,7 @@ type config struct {
 
 	// Service clients (see docs/decisions.md, "Service clients").
 	ClientSecretOverlap time.Duration `envconfig:"CLIENT_SECRET_OVERLAP" default:"24h" desc:"how long rotate-client-secret keeps the old client secret working by default (its --overlap)"`
-	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; disabling a client takes effect up to this much later; 0 reads it for every token"`
+	ClientAuthCacheTTL  time.Duration `envconfig:"CLIENT_AUTH_CACHE_TTL" default:"1s" desc:"how long a replica answers a service client that authenticated with the same secret without reading it again; the authorization endpoint reuses a client it read this long too; disabling a client or changing its redirect URIs takes effect up to this much later; 0 reads it for every token and authorization request"`
 
 	// Second factor (see docs/decisions.md, "TOTP").
 	MFASecretKey string `envconfig:"MFA_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts users' TOTP secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`

@@ -73,6 +73,9 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired browser sessions", store.PurgeExpiredBrowserSessions)
 	})
 	background.Go(func() {
+		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired pending sign-ins", store.PurgePendingSignIns)
+	})
+	background.Go(func() {
 		// Spent codes stay a day past their expiry, so that a replay still
 		// finds its code and ends the session it started.
 		servicecmd.PurgeEvery(ctx, logger, time.Hour, "expired authorization codes", func(ctx context.Context, now time.Time) (int64, error) {
@@ -191,8 +194,8 @@ func newAPIHandler(cfg config, logger *slog.Logger, registry prometheus.Register
 		Users:    users,
 		Sessions: sessions,
 		Authorizations: &account.Authorizations{
-			Sessions: sessions, Clients: store, Browser: store, Codes: store, IDTokens: verifier,
-			Issuer: cfg.Issuer, BrowserSessionTTL: cfg.BrowserSessionTTL,
+			Sessions: sessions, Clients: store, ClientCache: account.NewClientCache(cfg.ClientAuthCacheTTL, 0),
+			Browser: store, Codes: store, IDTokens: verifier, Issuer: cfg.Issuer, BrowserSessionTTL: cfg.BrowserSessionTTL,
 		},
 		MFA:            mfa,
 		Definitions:    store,
