@@ -368,8 +368,8 @@ func (s *Service) PostMessageOnce(ctx context.Context, who Caller, conversationI
 		func(c Created) *Message { return c.Message })
 }
 
-// idempotent runs create honouring the request's Idempotency-Key (contract
-// section 8):
+// idempotent runs create honouring the request's Idempotency-Key (see the
+// OpenAPI document's Idempotency-Key parameter):
 //
 //   - without one, create runs with a fresh id ("": the Service's);
 //   - with one, the key is claimed for the caller (one upsert): the first

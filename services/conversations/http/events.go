@@ -131,7 +131,7 @@ func handleEvents(svc *conversations.Service) echo.HandlerFunc {
 // StreamConfig tunes the live streams.
 type StreamConfig struct {
 	// KeepAlive is the longest silence of a stream: a comment line is
-	// written when nothing else was (contract: at most 15 s).
+	// written when nothing else was (at most 15 s, as the OpenAPI document says).
 	KeepAlive time.Duration
 	// MaxDuration, when set, ends every stream after it (the client
 	// reconnects), besides the end at the token's expiry.

@@ -35,7 +35,7 @@ type Deps struct {
 	Store    conversations.Store
 	Cursors  *cursor.Codec
 	Verifier *token.Verifier
-	// DefaultPageSize and MaxPageSize bound limit (contract: 10 and 100).
+	// DefaultPageSize and MaxPageSize bound limit (10 and 100, as the OpenAPI document says).
 	DefaultPageSize int
 	MaxPageSize     int
 	// Webhooks manages the account's webhook endpoints; nil: one on

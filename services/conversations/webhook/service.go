@@ -34,7 +34,7 @@ type Service struct {
 	Events EventLog
 	Box    *SecretBox
 	URLs   URLPolicy
-	// MaxEndpoints per account (contract: 20).
+	// MaxEndpoints per account (the OpenAPI document: 20).
 	MaxEndpoints int
 	// ManualPerMinute bounds test and retry requests per endpoint.
 	ManualPerMinute int

@@ -49,7 +49,8 @@ const (
 	EventTypeTest = "webhook.test"
 )
 
-// SubscribableEventTypes are the event types of section 11.1.
+// SubscribableEventTypes are the event types an endpoint may subscribe to (every
+// type of the event log, as the OpenAPI document lists them).
 func SubscribableEventTypes() []string {
 	out := make([]string, len(conversations.EventTypes))
 	for i, t := range conversations.EventTypes {

@@ -12,7 +12,7 @@ STATUS_CLOSED = "closed"
 
 
 class Conversation(TypedDict):
-    """A conversation (section 4 of the contract). Timestamps are RFC 3339
+    """A conversation (the Conversation schema of the OpenAPI document). Timestamps are RFC 3339
     UTC strings."""
 
     id: str
