@@ -288,12 +288,17 @@ export interface paths {
          *     account, username or password is the page again with one message
          *     (`401`) that does not say which part was wrong; it counts for
          *     the same throttle as `POST /login` (`429` with `Retry-After`,
-         *     the same message). A user with a second factor is asked for a
-         *     code: the password alone, right or wrong, is the page again
-         *     (`401`) with a field `otp` and a message asking for the password
-         *     and the code of the authenticator app (or a recovery code); a
-         *     wrong code is the one message again, still with `otp`, counted by
-         *     the throttle. Success starts a browser session (an
+         *     the same message). A user with a second factor signs in in two
+         *     steps: the password, right or wrong alike, answers `200` with the
+         *     second step's page, which asks for the code only (field `otp`)
+         *     and carries `pending`, the secret of the step held server-side
+         *     (never the password; single use, a few minutes, bound to this
+         *     browser's CSRF token and to the authorization request). The
+         *     second step posts `csrf`, `pending`, `otp` and the request's
+         *     parameters: a wrong code, or a wrong password behind it, is that
+         *     page again (`401`, one message, a new `pending`) and counts for
+         *     the throttle; an unknown, used, expired or foreign `pending` is
+         *     the first step again (`401`). Success starts a browser session (an
          *     HttpOnly, SameSite=Lax cookie; `Secure` and `__Host-` prefixed
          *     over https) and redirects to the app with `code`, `state` and
          *     `iss`.
@@ -2174,11 +2179,23 @@ export interface operations {
                      * @description The second step: a code of the user's second factor.
                      */
                     otp?: string;
+                    /** @description The second step: the secret of the pending sign-in, from the page. */
+                    pending?: string;
                     csrf?: string;
                 };
             };
         };
         responses: {
+            /** @description The second step's page, asking for the code of the user's second factor. */
+            200: {
+                headers: {
+                    "Cache-Control": components["headers"]["CacheControlNoStore"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
             /** @description Back to the app, with `code`, `state` and `iss` (or an error, as the authorization endpoint redirects them). */
             303: {
                 headers: {
