@@ -159,7 +159,11 @@ func eventsRows(ctx context.Context, s *stack) ([]row, error) {
 			return 0, 0, err
 		}
 		defer closeAll()
-		time.Sleep(time.Second) // settled
+		// Settled: each stream's first read of the log (from its own
+		// position, at most a few at once) is over once the count stops.
+		if err := s.settled(ctx, "conversations_event_stream_reads_total"); err != nil {
+			return 0, 0, err
+		}
 		cpu0, err := s.conv.CPUTime()
 		if err != nil {
 			return 0, 0, err
@@ -379,4 +383,26 @@ func readStream(body io.Reader, handle func(feedEvent)) error {
 		return err
 	}
 	return nil
+}
+
+// settled waits until the conversations service's counter name stays put
+// for a second (at most a minute): what opening streams causes is over.
+func (s *stack) settled(ctx context.Context, name string) error {
+	last := -1.0
+	for range 60 {
+		v, err := s.metric(ctx, name)
+		if err != nil {
+			return err
+		}
+		if v == last {
+			return nil
+		}
+		last = v
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("%s still moving after a minute", name)
 }

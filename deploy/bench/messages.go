@@ -159,14 +159,22 @@ func (s *stack) postSides(client *http.Client, bearer string, who conversations.
 	postBody, _ := json.Marshal(map[string]string{"body": benchMessageBody})
 	post = func(ctx context.Context, w int) error {
 		url := s.convURL + messagesPath(posted[w])
-		status, body, err := postWithBearer(ctx, client, bearer, url, postBody)
-		if err != nil {
-			return err
+		// A 503 is retried as every client of ours does: the embedded
+		// store, loaded by the bench, now and then drops a connection.
+		for attempt := 1; ; attempt++ {
+			status, body, err := postWithBearer(ctx, client, bearer, url, postBody)
+			if err != nil {
+				return err
+			}
+			if status == http.StatusServiceUnavailable && attempt < 3 {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if status != http.StatusCreated {
+				return fmt.Errorf("POST %s answered %d: %s", url, status, body)
+			}
+			return nil
 		}
-		if status != http.StatusCreated {
-			return fmt.Errorf("POST %s answered %d: %s", url, status, body)
-		}
-		return nil
 	}
 	driverPost = func(ctx context.Context, w int) error {
 		return postThroughDriver(ctx, convs, msgs, who, posted[w])

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -174,6 +176,84 @@ func writeDoc(path string, m machine, rows []row) error {
 		out = old + b.String()
 	}
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// onlyName finds the -only name in a table line's Reproduce cell.
+var onlyName = regexp.MustCompile("-only ([a-z0-9-]+)`")
+
+// updateDoc replaces, in the table path holds between its markers, the
+// rows and notes of the measures in only with rows, in place, and says
+// under the machine when and on which commit they were measured again;
+// the rest stays as its full run wrote it.
+func updateDoc(path string, m machine, rows []row, only []string) error {
+	old := readFile(path)
+	i, j := strings.Index(old, beginMarker), strings.Index(old, endMarker)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no table of a full run to update: run without -only first", path)
+	}
+	var table strings.Builder
+	writeTable(&table, rows)
+	fresh := map[string][]string{} // -only name → its new rows
+	var notes []string             // the new rows' notes
+	for _, line := range strings.Split(table.String(), "\n") {
+		if id := onlyName.FindStringSubmatch(line); id != nil && strings.HasPrefix(line, "| ") {
+			fresh[id[1]] = append(fresh[id[1]], line)
+		} else if strings.HasPrefix(line, "- ") {
+			notes = append(notes, line)
+		}
+	}
+	measured := func(line string) bool { // a note of a measure run again
+		for _, r := range rows {
+			if strings.HasPrefix(line, "- "+r.measure+":") {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	placed := map[string]bool{}
+	for _, line := range strings.Split(old[i:j], "\n") {
+		id := onlyName.FindStringSubmatch(line)
+		switch {
+		case id != nil && strings.HasPrefix(line, "| ") && slices.Contains(only, id[1]):
+			if !placed[id[1]] {
+				out = append(out, fresh[id[1]]...)
+				placed[id[1]] = true
+			}
+		case strings.HasPrefix(line, "- ") && measured(line):
+		case strings.HasPrefix(line, "- Each ratio:"):
+			out = append(out, line, fmt.Sprintf("- Measured again: the rows of `-only %s`, %s, commit %s",
+				strings.Join(only, ","), m.when.Format(time.RFC3339), orDash(m.commit)))
+		default:
+			out = append(out, line)
+		}
+	}
+	for _, id := range only {
+		if !placed[id] {
+			return fmt.Errorf("%s has no rows of %s to replace: run without -only", path, id)
+		}
+	}
+	if len(notes) > 0 {
+		// After the table's last row, its blank line and its notes.
+		at := 0
+		for k, line := range out {
+			if strings.HasPrefix(line, "| ") {
+				at = k + 1
+			}
+		}
+		if at < len(out) && out[at] == "" && at+1 < len(out) && strings.HasPrefix(out[at+1], "- ") {
+			for at++; at < len(out) && strings.HasPrefix(out[at], "- "); at++ {
+			}
+		} else {
+			notes = append([]string{""}, notes...)
+		}
+		out = slices.Insert(out, at, notes...)
+	}
+	updated := old[:i] + strings.Join(out, "\n") + old[j:]
+	if err := os.WriteFile(path, []byte(updated), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil

@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&o.cpuRun, "cpu-run", 500*time.Millisecond, "length of one side of one round of the token measures")
 	fs.DurationVar(&o.serviceRun, "service-run", 3*time.Second, "length of one side of one round of the HTTP measures")
 	fs.StringVar(&o.binDir, "bin", "", "folder with prebuilt account and conversations binaries (default: build them)")
-	fs.StringVar(&o.out, "out", "", "also write the table, with the machine, into this Markdown file between its markers")
+	fs.StringVar(&o.out, "out", "", "also write the table, with the machine, into this Markdown file between its markers (with -only: replace only those measures' rows of the table there)")
 	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login, client-credentials and listing")
 	fs.StringVar(&o.signingAlg, "signing-alg", "RS256", "ACCOUNT_SIGNING_ALG of the measured account service")
 	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "stop the whole run after this long (a full run takes about 20 minutes)")
@@ -92,9 +92,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if o.messages < 11 {
 		return errors.New("-messages must be at least 11: a page of 10 and one more")
-	}
-	if o.out != "" && o.only != nil {
-		return errors.New("-out records the whole table: leave out -only")
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -205,7 +202,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintln(stdout)
 	writeTable(stdout, rows)
 	if o.out != "" {
-		if err := writeDoc(o.out, m, rows); err != nil {
+		write := writeDoc
+		if o.only != nil {
+			write = func(path string, m machine, rows []row) error { return updateDoc(path, m, rows, o.only) }
+		}
+		if err := write(o.out, m, rows); err != nil {
 			return err
 		}
 		fmt.Fprintln(stderr, "wrote", o.out)
