@@ -93,6 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.messages < 11 {
 		return errors.New("-messages must be at least 11: a page of 10 and one more")
 	}
+	if o.out != "" && o.only != nil && !strings.Contains(readFile(o.out), beginMarker) {
+		return fmt.Errorf("-out %s with -only replaces rows of a full run's table, and the file has none: run without -only first", o.out)
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	want := func(m string) bool { return o.only == nil || slices.Contains(o.only, m) }
