@@ -42,10 +42,7 @@ func Connect(uri string, selectTimeout time.Duration, monitor *event.CommandMoni
 	}
 	opts := options.Client().
 		ApplyURI(uri).
-		// Shorter than a probe's 2 s: a database the driver's monitor found
-		// unreachable (a stopped process) fails the probe that asks, rather
-		// than leaving it to time out while the ping waits for a server.
-		SetServerSelectionTimeout(min(selectTimeout, readinessSelectTimeout)).
+		SetServerSelectionTimeout(selectTimeout).
 		SetConnectTimeout(selectTimeout).
 		SetRetryWrites(true)
 	if monitor != nil {
