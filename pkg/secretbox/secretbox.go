@@ -5,6 +5,7 @@
 package secretbox
 
 import (
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -73,6 +74,26 @@ func ParseKey(b64 string) ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil || len(key) != KeyLen {
 		return nil, fmt.Errorf("must be the standard base64 of %d bytes (openssl rand -base64 32)", KeyLen)
+	}
+	return key, nil
+}
+
+// KeyStore keeps a service's generated keys by name (its database).
+type KeyStore interface {
+	LoadOrCreateSecret(ctx context.Context, name string, generate func() (string, error)) (string, error)
+}
+
+// StoredKey returns the key kept under name in store, generated there by
+// the first replica that asks (development only: the key then lies beside
+// what it protects).
+func StoredKey(ctx context.Context, store KeyStore, name string) ([]byte, error) {
+	stored, err := store.LoadOrCreateSecret(ctx, name, NewKey)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ParseKey(stored)
+	if err != nil {
+		return nil, fmt.Errorf("stored key %s: %w", name, err)
 	}
 	return key, nil
 }

@@ -122,12 +122,8 @@ func mfaSecretBox(ctx context.Context, cfg config, store *mongostore.Store, logg
 	}
 	if key == nil {
 		logger.Warn("ACCOUNT_MFA_SECRET_KEY is not set: TOTP secrets are encrypted under a key kept in MongoDB beside them; set it in production")
-		stored, err := store.LoadOrCreateSecret(ctx, "mfa_secret_key", secretbox.NewKey)
-		if err != nil {
+		if key, err = secretbox.StoredKey(ctx, store, "mfa_secret_key"); err != nil {
 			return nil, err
-		}
-		if key, err = secretbox.ParseKey(stored); err != nil {
-			return nil, fmt.Errorf("stored TOTP secret key: %w", err)
 		}
 	}
 	return secretbox.New(key)

@@ -285,12 +285,8 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	}
 	if key == nil {
 		logger.Warn("CONVERSATIONS_WEBHOOK_SECRET_KEY is not set: webhook secrets are encrypted under a key kept in MongoDB beside them; set it in production")
-		stored, err := store.LoadOrCreateSecret(ctx, "webhook_secret_key", secretbox.NewKey)
-		if err != nil {
+		if key, err = secretbox.StoredKey(ctx, store, "webhook_secret_key"); err != nil {
 			return nil, err
-		}
-		if key, err = base64.StdEncoding.DecodeString(stored); err != nil {
-			return nil, fmt.Errorf("stored webhook secret key: %w", err)
 		}
 	}
 	box, err := webhook.NewSecretBox(key)
