@@ -43,19 +43,20 @@ func endSpan(span trace.Span, c *echo.Context, route string, status int) {
 	if route != c.Path() { // Path is the name the span started with
 		span.SetName(spanName(c.Request().Method, route))
 	}
-	span.SetAttributes(
-		attribute.String("http.route", openAPIPath(route)),
-		attribute.Int("http.response.status_code", status),
-		attribute.String("request.id", RequestIDFrom(c.Request().Context())),
-	)
+	// One call: each takes the span's lock and grows its attributes.
+	attrs := make([]attribute.KeyValue, 3, 5)
+	attrs[0] = attribute.String("http.route", openAPIPath(route))
+	attrs[1] = attribute.Int("http.response.status_code", status)
+	attrs[2] = attribute.String("request.id", RequestIDFrom(c.Request().Context()))
 	if claims, ok := token.ClaimsFromContext(c.Request().Context()); ok {
-		span.SetAttributes(attribute.String("acme.account_id", claims.AccountID))
+		attrs = append(attrs, attribute.String("acme.account_id", claims.AccountID))
 		if claims.IsClient() {
-			span.SetAttributes(attribute.String("acme.client_id", claims.ClientID))
+			attrs = append(attrs, attribute.String("acme.client_id", claims.ClientID))
 		} else {
-			span.SetAttributes(attribute.String("enduser.id", claims.Subject))
+			attrs = append(attrs, attribute.String("enduser.id", claims.Subject))
 		}
 	}
+	span.SetAttributes(attrs...)
 	if status >= http.StatusInternalServerError || status == StatusNoResponse {
 		span.SetStatus(codes.Error, "")
 	}
