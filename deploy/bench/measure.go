@@ -265,3 +265,100 @@ func medianOf(samples []sample, f func(sample) float64) float64 {
 	}
 	return spreadOf(v).median
 }
+
+// runN runs s.op on s.workers goroutines until n operations have been
+// done: a run of a fixed amount of work, for sides whose operations change
+// what the next ones cost (a post grows the collections that the store
+// scans), so that every side leaves its database as the others leave
+// theirs.
+func runN(ctx context.Context, s side, n int64) (sample, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var tickets atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range s.workers {
+		wg.Go(func() {
+			for ctx.Err() == nil && tickets.Add(1) <= n {
+				if err := s.op(ctx, w); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return sample{}, fmt.Errorf("%s: %w", s.name, err)
+	}
+	return sample{ops: n, elapsed: elapsed}, nil
+}
+
+// interleave measures the sides in blocks of mirrored runs (see
+// mirrored), blocks times, block b starting at side b (mod the sides).
+// Every run does as many operations as the first side did in d on a first,
+// timed run, after which every other side does as many once, unmeasured.
+// It returns samples[side][block].
+func interleave(ctx context.Context, blocks int, d time.Duration, settle func(context.Context, int) error, sides ...side) ([][]sample, error) {
+	first, err := runFor(ctx, sides[0], d)
+	if err != nil {
+		return nil, fmt.Errorf("calibration: %w", err)
+	}
+	n := max(first.ops, int64(sides[0].workers))
+	for i := range sides {
+		if i > 0 {
+			if _, err := runN(ctx, sides[i], n); err != nil {
+				return nil, fmt.Errorf("warm-up: %w", err)
+			}
+		}
+		if settle != nil {
+			if err := settle(ctx, i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	samples := make([][]sample, len(sides))
+	for b := range blocks {
+		got, err := mirrored(ctx, n, b, settle, sides...)
+		if err != nil {
+			return nil, fmt.Errorf("block %d: %w", b+1, err)
+		}
+		for k := range sides {
+			samples[k] = append(samples[k], got[k])
+		}
+	}
+	return samples, nil
+}
+
+// mirrored runs every side once in an order that starts at side first
+// (mod the sides) and then once in the reverse order: ABBA for two sides,
+// ABCCBA for three, so that a load that grows or shrinks steadily over
+// the block (a neighbour's build, a collection growing) weighs on every
+// side alike. Every run does n operations; settle, when not nil, runs
+// after every run and before the next, untimed, to wait for the work a run
+// left behind (the relay's ordering of its posts) so that it burdens no
+// other run. It returns each side's two runs as one sample.
+func mirrored(ctx context.Context, n int64, first int, settle func(context.Context, int) error, sides ...side) ([]sample, error) {
+	order := make([]int, 0, 2*len(sides))
+	for i := range sides {
+		order = append(order, (first+i)%len(sides))
+	}
+	for i := len(sides) - 1; i >= 0; i-- {
+		order = append(order, order[i])
+	}
+	runs := make([]sample, len(sides))
+	for _, k := range order {
+		got, err := runN(ctx, sides[k], n)
+		if err != nil {
+			return nil, err
+		}
+		runs[k] = runs[k].add(got)
+		if settle != nil {
+			if err := settle(ctx, k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return runs, nil
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -75,6 +77,69 @@ func TestAlternate(t *testing.T) {
 
 	boom := errors.New("boom")
 	_, err = alternate(context.Background(), 2, 20*time.Millisecond, mark("a"),
+		side{name: "bad", workers: 2, op: func(context.Context, int) error { return boom }})
+	if !errors.Is(err, boom) {
+		t.Fatalf("error %v, want boom", err)
+	}
+}
+
+// interleave mirrors every block (ABCCBA), starts each block one side
+// further, gives every run of every side as many operations as the first
+// side's calibration run did, and settles after every run.
+func TestInterleave(t *testing.T) {
+	var order []string
+	ops := map[string]int{}
+	mark := func(name string) side {
+		return side{name: name, workers: 2, op: func(context.Context, int) error {
+			time.Sleep(time.Millisecond)
+			return nil
+		}}
+	}
+	sides := []side{mark("a"), mark("b"), mark("c")}
+	for i := range sides {
+		op, name := sides[i].op, sides[i].name
+		var mu sync.Mutex
+		sides[i].op = func(ctx context.Context, w int) error {
+			mu.Lock()
+			ops[name]++
+			mu.Unlock()
+			return op(ctx, w)
+		}
+	}
+	settled := 0
+	samples, err := interleave(context.Background(), 2, 20*time.Millisecond, func(_ context.Context, k int) error {
+		order = append(order, sides[k].name)
+		settled++
+		return nil
+	}, sides...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Calibration a, warm-ups b c; then a b c c b a, b c a a c b.
+	want := []string{"a", "b", "c", "a", "b", "c", "c", "b", "a", "b", "c", "a", "a", "c", "b"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+	if len(samples) != 3 || len(samples[0]) != 2 {
+		t.Fatalf("samples %d×%d", len(samples), len(samples[0]))
+	}
+	n := samples[0][0].ops
+	if n == 0 || n%2 != 0 {
+		t.Fatalf("a block of two runs did %d operations", n)
+	}
+	for k, side := range samples {
+		for b, s := range side {
+			if s.ops != n || s.elapsed <= 0 {
+				t.Fatalf("side %d block %d: %+v, want %d operations", k, b, s, n)
+			}
+		}
+	}
+	if ops["b"] != ops["c"] || ops["b"] != 5*int(n/2) {
+		t.Fatalf("operations done %v, want b and c %d each", ops, 5*n/2)
+	}
+
+	boom := errors.New("boom")
+	_, err = interleave(context.Background(), 1, 20*time.Millisecond, nil, mark("a"),
 		side{name: "bad", workers: 2, op: func(context.Context, int) error { return boom }})
 	if !errors.Is(err, boom) {
 		t.Fatalf("error %v, want boom", err)
