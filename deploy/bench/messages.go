@@ -255,8 +255,13 @@ func messagesPath(conversationID string) string {
 // createConversation creates a conversation of the caller with one peer
 // through the API and returns its id.
 func (s *stack) createConversation(ctx context.Context, client *http.Client, bearer, subject string) (string, error) {
+	return createConversation(ctx, client, s.convURL, bearer, subject)
+}
+
+// createConversation creates a conversation through the service at base.
+func createConversation(ctx context.Context, client *http.Client, base, bearer, subject string) (string, error) {
 	in, _ := json.Marshal(map[string]any{"subject": subject, "participants": []string{"usr_00000000000000000000beef"}})
-	status, body, err := postWithBearer(ctx, client, bearer, s.convURL+"/v1/conversations", in)
+	status, body, err := postWithBearer(ctx, client, bearer, base+"/v1/conversations", in)
 	if err != nil {
 		return "", err
 	}

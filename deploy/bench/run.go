@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.DurationVar(&o.serviceRun, "service-run", 3*time.Second, "length of one side of one round of the HTTP measures")
 	fs.StringVar(&o.binDir, "bin", "", "folder with prebuilt account and conversations binaries (default: build them)")
 	fs.StringVar(&o.out, "out", "", "also write the table, with the machine, into this Markdown file between its markers (with -only: replace only those measures' rows of the table there)")
-	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login, client-credentials and listing")
+	fs.StringVar(&o.profileDir, "profile", "", "write CPU profiles here: of the bench process for the token measures, of the service (over OPS_PPROF) for login, client-credentials, listing and tracing")
 	fs.StringVar(&o.signingAlg, "signing-alg", "RS256", "ACCOUNT_SIGNING_ALG of the measured account service")
 	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "stop the whole run after this long (a full run takes about 20 minutes)")
 	fs.IntVar(&o.conversations, "conversations", 1000, "conversations of the caller in the listing measure")

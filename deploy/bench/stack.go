@@ -220,18 +220,23 @@ func (s *stack) freshConversations(ctx context.Context, name string) error {
 		s.conv = nil
 	}
 	db := s.convBase + "_" + name
-	client := s.client
-	s.cleanup = append(s.cleanup, func() {
-		dropCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = client.Database(db).Drop(dropCtx)
-	})
+	s.dropAtClose(db)
 	s.convEnv = slices.DeleteFunc(s.convEnv, func(kv string) bool { return strings.HasPrefix(kv, "CONVERSATIONS_MONGODB_DATABASE=") })
 	s.convEnv = append(s.convEnv, "CONVERSATIONS_MONGODB_DATABASE="+db)
 	s.convDB = db
 	var err error
 	s.conv, err = s.startConversations(ctx)
 	return err
+}
+
+// dropAtClose drops the database db when the stack closes.
+func (s *stack) dropAtClose(db string) {
+	client := s.client
+	s.cleanup = append(s.cleanup, func() {
+		dropCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Database(db).Drop(dropCtx)
+	})
 }
 
 func (s *stack) close() {
