@@ -33,6 +33,9 @@ type RelayPartitions struct {
 
 	mu   sync.Mutex
 	held map[int]time.Time // partition → fence deadline
+	// nextRead is when Tick reads the leases again (zero: at the next
+	// tick); see Tick.
+	nextRead time.Time
 	// inflight is read-locked by each fenced command of the relay, so
 	// that a partition is released only once no command for it runs.
 	inflight sync.RWMutex
@@ -163,7 +166,9 @@ func (rp *RelayPartitions) fence(sent time.Time) time.Time {
 }
 
 // Run keeps this replica's share of the partitions until ctx ends, then
-// releases them, so that the other replicas take them over at once.
+// releases them, so that the other replicas take them over at their
+// next read of the leases (within half a lease and a tick), not after
+// the lease.
 func (rp *RelayPartitions) Run(ctx context.Context) {
 	every := rp.Lease / 5
 	for {
@@ -183,10 +188,20 @@ func (rp *RelayPartitions) Run(ctx context.Context) {
 	}
 }
 
-// Tick renews the leases held and this replica's membership, reads the
-// leases and the members, and takes or releases partitions towards its
-// share. When the shares hold, that is two commands, whatever the number
+// Tick renews the leases held and this replica's membership, and, when
+// due, reads the leases and the members and takes or releases partitions
+// towards its share: one command, two when it reads, whatever the number
 // of partitions.
+//
+// Once the shares hold (no partition free, none to release, this
+// replica at its share at least), nothing changes until another
+// replica's lease runs out unrenewed or a replica joins or leaves: the
+// next read is then at the earliest expiry of another replica's lease
+// read, when a dead holder's partitions become free (so they are taken
+// over within the lease and a tick, as when every tick read), and at
+// most half a lease later, which bounds how long a newcomer's share or
+// a stopping replica's partitions wait. Until the shares hold, every
+// tick reads.
 func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	rp.mu.Lock()
 	if rp.held == nil {
@@ -205,10 +220,16 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 			rp.held[p] = rp.fence(sent)
 		} else {
 			delete(rp.held, p) // taken over while this replica stalled
+			rp.nextRead = time.Time{}
 		}
 	}
 	held = slices.Sorted(maps.Keys(rp.held))
+	read := !time.Now().Before(rp.nextRead)
 	rp.mu.Unlock()
+	if !read {
+		return nil
+	}
+	rp.setNextRead(time.Time{}) // every tick until the shares hold
 	leases, live, err := rp.Store.PartitionState(ctx, rp.Count, time.Now())
 	if err != nil {
 		return err
@@ -260,7 +281,24 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 		slices.Sort(held)
 		return rp.release(ctx, held[target:])
 	}
+	if !gained && !slices.Contains(free, true) && len(held) >= rp.Count/max(len(live), 1) {
+		// Settled: read again when another replica's lease or membership
+		// may have run out, or half a lease from now.
+		next := now.Add(rp.Lease / 2)
+		for _, e := range leases {
+			if e.Holder != rp.Holder && e.ExpiresAt.After(now) && e.ExpiresAt.Before(next) {
+				next = e.ExpiresAt
+			}
+		}
+		rp.setNextRead(next)
+	}
 	return nil
+}
+
+func (rp *RelayPartitions) setNextRead(t time.Time) {
+	rp.mu.Lock()
+	rp.nextRead = t
+	rp.mu.Unlock()
 }
 
 // release stops ordering ps, waits for a command of the relay in flight

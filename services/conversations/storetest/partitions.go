@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,4 +246,63 @@ func testStalledHolderOrdersNothing(t *testing.T, s *conversations.Service) {
 		t.Fatal(err)
 	}
 	onceInOrder(t, feed(t, s, client("acc_1", "cli"), 0, 100), 2)
+}
+
+// readCounter counts the reads of the leases (PartitionState) through it.
+type readCounter struct {
+	conversations.PartitionStore
+	reads atomic.Int32
+}
+
+func (c *readCounter) PartitionState(ctx context.Context, count int, now time.Time) ([]conversations.PartitionLease, []string, error) {
+	c.reads.Add(1)
+	return c.PartitionStore.PartitionState(ctx, count, now)
+}
+
+// testSettledSharesReadLess: once the shares hold, a tick renews without
+// reading the leases (until another replica's lease may have run out, or
+// half a lease has passed); a renewal that finds a partition taken over
+// reads at once.
+func testSettledSharesReadLess(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	const count, lease = 4, time.Hour
+	st := &readCounter{PartitionStore: s.Store}
+	a := &conversations.RelayPartitions{Store: st, Holder: "a", Count: count, Lease: lease}
+	b := &conversations.RelayPartitions{Store: st, Holder: "b", Count: count, Lease: lease}
+	tick := func(rs ...*conversations.RelayPartitions) {
+		t.Helper()
+		for _, r := range rs {
+			if err := r.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// a takes every partition, b joins, a releases half, b takes them.
+	for i := 0; len(a.Held()) != 2 || len(b.Held()) != 2; i++ {
+		if i == 20 {
+			t.Fatalf("never settled: a %v, b %v", a.Held(), b.Held())
+		}
+		tick(a, b)
+	}
+	tick(a, b) // each sees the shares hold
+	before := st.reads.Load()
+	for range 3 {
+		tick(a, b)
+	}
+	if n := st.reads.Load() - before; n != 0 {
+		t.Fatalf("settled replicas read the leases %d times in 6 ticks", n)
+	}
+	if len(a.Held()) != 2 || len(b.Held()) != 2 {
+		t.Fatalf("renewals lost partitions: a %v, b %v", a.Held(), b.Held())
+	}
+	// One of a's partitions is taken over (a stalled past its lease, as
+	// far as c can tell): a's next renewal drops it and reads at once.
+	p := a.Held()[0]
+	if won, err := s.Store.AcquirePartition(ctx, count, p, "c", time.Now().Add(2*lease), lease); err != nil || !won {
+		t.Fatalf("c takes %d: %v %v", p, won, err)
+	}
+	tick(a)
+	if n := st.reads.Load() - before; n != 1 || slices.Contains(a.Held(), p) {
+		t.Fatalf("after losing %d: a holds %v, %d reads", p, a.Held(), n)
+	}
 }
