@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,7 +235,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions.Slots, &engine)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions, &engine)
 			if err != nil {
 				return nil, err
 			}
@@ -273,11 +274,12 @@ func newCursorSecret() (string, error) {
 // startWebhooks builds the webhooks' use cases and starts this replica's
 // delivery engine (stored in started) and the leased purge of
 // deliveries, which end with ctx (background waits for them); holder
-// names this replica in the lease, and slots returns the account slots
-// its relay orders (the engine's fan-out sweep looks at those).
+// names this replica in the lease, and partitions are its relay's (the
+// engine's fan-out sweep looks at their accounts, and the holder of
+// partition 0 reads the oldest pending delivery for the gauge).
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
-	slots func() []int, started *atomic.Pointer[delivery.Engine],
+	partitions *conversations.RelayPartitions, started *atomic.Pointer[delivery.Engine],
 ) (*webhook.Service, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -300,7 +302,8 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	dialer := delivery.NewDialer(allowed, nil)
 	sender := delivery.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &delivery.Engine{
-		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Slots: slots,
+		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Slots: partitions.Slots,
+		Gauges:  func() bool { return slices.Contains(partitions.Held(), 0) },
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: delivery.NewMetrics(registry),
 	}
 	webhooks := &webhook.Service{
