@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,6 +34,10 @@ type RelayPartitions struct {
 
 	mu   sync.Mutex
 	held map[int]time.Time // partition → fence deadline
+	// holders and members are those of the last read of the leases: the
+	// holder of each partition leased then, and the live members.
+	holders map[int]string
+	members []string
 	// nextRead is when Tick reads the leases again (zero: at the next
 	// tick); see Tick.
 	nextRead time.Time
@@ -90,6 +95,40 @@ func (rp *RelayPartitions) Holds(accountID string) bool {
 	defer rp.mu.Unlock()
 	d, ok := rp.held[rp.Partition(accountID)]
 	return ok && time.Now().Before(d)
+}
+
+// HolderOf returns the replica that held the account's partition when
+// this replica last read the leases ("": none, or not read yet).
+func (rp *RelayPartitions) HolderOf(accountID string) string {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.holders[rp.Partition(accountID)]
+}
+
+// PeersWake reports whether every live replica, when this one last read
+// the leases, names an address to be woken at (WakeAddr): then each
+// wakes the holder of the changes it records, and the holder's relay
+// need not poll for them often.
+func (rp *RelayPartitions) PeersWake() bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return len(rp.members) > 0 && !slices.ContainsFunc(rp.members, func(m string) bool { return WakeAddr(m) == "" })
+}
+
+// HolderName names a replica in the leases: id, unique per process, and
+// the address at which the other replicas wake its relay ("": none).
+func HolderName(id, wakeAddr string) string {
+	if wakeAddr == "" {
+		return id
+	}
+	return id + "@" + wakeAddr
+}
+
+// WakeAddr is the address a holder named by HolderName is woken at ("":
+// none).
+func WakeAddr(holder string) string {
+	_, addr, _ := strings.Cut(holder, "@")
+	return addr
 }
 
 // Held returns the partitions this replica holds, in increasing order.
@@ -238,6 +277,15 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 		live = append(live, rp.Holder) // joined by the renewal above
 	}
 	now := time.Now()
+	holders := map[int]string{}
+	for _, l := range leases {
+		if l.Holder != "" && now.Before(l.ExpiresAt) {
+			holders[l.Partition] = l.Holder
+		}
+	}
+	rp.mu.Lock()
+	rp.holders, rp.members = holders, live
+	rp.mu.Unlock()
 	target := (rp.Count + len(live) - 1) / max(len(live), 1)
 	counts := map[string]int{}
 	free := make([]bool, rp.Count)

@@ -267,8 +267,8 @@ func testSettledSharesReadLess(t *testing.T, s *conversations.Service) {
 	ctx := context.Background()
 	const count, lease = 4, time.Hour
 	st := &readCounter{PartitionStore: s.Store}
-	a := &conversations.RelayPartitions{Store: st, Holder: "a", Count: count, Lease: lease}
-	b := &conversations.RelayPartitions{Store: st, Holder: "b", Count: count, Lease: lease}
+	a := &conversations.RelayPartitions{Store: st, Holder: conversations.HolderName("a", "10.0.0.1:9091"), Count: count, Lease: lease}
+	b := &conversations.RelayPartitions{Store: st, Holder: conversations.HolderName("b", "10.0.0.2:9091"), Count: count, Lease: lease}
 	tick := func(rs ...*conversations.RelayPartitions) {
 		t.Helper()
 		for _, r := range rs {
@@ -295,14 +295,37 @@ func testSettledSharesReadLess(t *testing.T, s *conversations.Service) {
 	if len(a.Held()) != 2 || len(b.Held()) != 2 {
 		t.Fatalf("renewals lost partitions: a %v, b %v", a.Held(), b.Held())
 	}
+	// Each knows who orders an account, and that both can be woken.
+	p := a.Held()[0]
+	account := accountIn(a, p)
+	if got := b.HolderOf(account); got != a.Holder || conversations.WakeAddr(got) != "10.0.0.1:9091" || !a.PeersWake() || !b.PeersWake() {
+		t.Fatalf("b sees %q ordering %s (a holds %v); peers wake: %v, %v", got, account, a.Held(), a.PeersWake(), b.PeersWake())
+	}
 	// One of a's partitions is taken over (a stalled past its lease, as
 	// far as c can tell): a's next renewal drops it and reads at once.
-	p := a.Held()[0]
 	if won, err := s.Store.AcquirePartition(ctx, count, p, "c", time.Now().Add(2*lease), lease); err != nil || !won {
 		t.Fatalf("c takes %d: %v %v", p, won, err)
 	}
 	tick(a)
-	if n := st.reads.Load() - before; n != 1 || slices.Contains(a.Held(), p) {
-		t.Fatalf("after losing %d: a holds %v, %d reads", p, a.Held(), n)
+	if n := st.reads.Load() - before; n != 1 || slices.Contains(a.Held(), p) || a.HolderOf(account) != "c" {
+		t.Fatalf("after losing %d: a holds %v, %d reads, sees %q ordering it", p, a.Held(), n, a.HolderOf(account))
+	}
+	// c, named without an address, joins: a's relay no longer counts on
+	// being woken.
+	if _, err := s.Store.RenewPartitions(ctx, count, []int{p}, "c", time.Now(), lease); err != nil {
+		t.Fatal(err)
+	}
+	tick(a) // below its share: it reads every tick
+	if a.PeersWake() {
+		t.Fatal("a counts on wakes from c, which has no address")
+	}
+}
+
+// accountIn returns an account of partition p of rp.
+func accountIn(rp *conversations.RelayPartitions, p int) string {
+	for i := 0; ; i++ {
+		if a := fmt.Sprint("acc_", i); rp.Partition(a) == p {
+			return a
+		}
 	}
 }

@@ -141,7 +141,11 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		<-ctx.Done()
 		hub.Close()
 	})
-	holder := newHolderID()
+	// The holder's name carries the address the other replicas wake its
+	// relay at, when it has one: a replica recording a change of an
+	// account whose partition another holds wakes that one.
+	holder := conversations.HolderName(newHolderID(), wakeAddr(cfg.RelayWakeHost, cfg.OpsAddr))
+	waker := newRelayWaker(logger)
 	wakeRelay := make(chan struct{}, 1)
 	wake := func() {
 		select {
@@ -168,10 +172,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		events.recorded.Add(float64(n))
 		if partitions.Holds(accountID) {
 			wake()
+		} else if addr := conversations.WakeAddr(partitions.HolderOf(accountID)); addr != "" {
+			waker.wake(addr)
 		}
 	}
 	relay := &conversations.Relay{
-		Store: store, Logger: logger, Partitions: partitions,
+		Store: store, Logger: logger, Partitions: partitions, Woken: partitions.PeersWake,
 		Lag: func(d time.Duration) { events.lag.Set(d.Seconds()) },
 		Copied: func(n int) {
 			events.ordered.Add(float64(n))
@@ -202,6 +208,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		APIAddr:  cfg.HTTPAddr,
 		OpsAddr:  cfg.OpsAddr,
 		Registry: registry,
+		Ops:      map[string]http.Handler{"POST " + relayWakePath: relayWakeHandler(wake)},
 		Checks: map[string]web.Check{
 			"mongodb": db.Ready,
 			"signing_keys": func(ctx context.Context) error {
