@@ -233,10 +233,6 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.Conversat
 	return conversations.Page{Conversations: items, Next: next}, nil
 }
 
-// findPage runs one keyset-paged find of both listings: sorted by field
-// descending, then _id descending, strictly after the position after, and
-// one more than limit, which tells whether another page follows (next, the
-// position of the page's last item).
 // findAll returns the documents of a find as their domain values.
 func findAll[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, domain func(D) T) ([]T, error) {
 	cur, err := coll.Find(ctx, filter, opts)
@@ -254,6 +250,10 @@ func findAll[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.
 	return out, nil
 }
 
+// findPage runs one keyset-paged find of a listing: sorted by field
+// descending, then _id descending, strictly after the position after, and
+// one more than limit, which tells whether another page follows (next, the
+// position of the page's last item).
 func findPage[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, field, hint string,
 	after *conversations.Position, limit int, domain func(D) T, position func(T) conversations.Position,
 ) (items []T, next *conversations.Position, err error) {
