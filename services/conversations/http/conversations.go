@@ -106,16 +106,31 @@ func handleList(svc *conversations.Service, cursors *cursor.Codec, defaultLimit,
 func handleCreate(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		var in conversations.NewConversation
-		body, err := decodeBody(c, conversations.MaxConversationLen, &in)
+		idem, err := web.DecodeJSONIdempotent(c, conversations.MaxConversationLen, &in)
 		if err != nil {
 			return err
 		}
-		conv, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, idempotency(c, body))
+		conv, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, conversations.Idempotency(idem))
 		if err != nil {
 			return err
 		}
 		return writeCreated(c, "/v1/conversations/"+conv.ID, etag(conv), conv, replayed)
 	}
+}
+
+// writeCreated sends the 201 of a POST that created v at location, with
+// Idempotent-Replayed: true when v is what the first request with the
+// Idempotency-Key created.
+func writeCreated(c *echo.Context, location, etag string, v any, replayed bool) error {
+	h := c.Response().Header()
+	h.Set("Location", location)
+	if etag != "" {
+		h.Set("ETag", etag)
+	}
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	return c.JSON(http.StatusCreated, v)
 }
 
 func handleGet(svc *conversations.Service) echo.HandlerFunc {
@@ -201,11 +216,11 @@ func handlePostMessage(svc *conversations.Service) echo.HandlerFunc {
 			return err
 		}
 		var in conversations.NewMessage
-		body, err := decodeBody(c, conversations.MaxBodyLen, &in)
+		idem, err := web.DecodeJSONIdempotent(c, conversations.MaxBodyLen, &in)
 		if err != nil {
 			return err
 		}
-		m, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, idempotency(c, body))
+		m, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, conversations.Idempotency(idem))
 		if err != nil {
 			return err
 		}
