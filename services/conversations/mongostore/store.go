@@ -372,7 +372,7 @@ type messageDoc struct {
 
 // InsertMessage implements conversations.MessageStore.
 func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, events ...conversations.Event) error {
-	d, err := NewMessageDocument(m, traced(ctx, events)...)
+	d, err := newMessageDoc(m, traced(ctx, events))
 	if err != nil {
 		return err
 	}
@@ -414,6 +414,18 @@ func (s *Store) ListMessages(ctx context.Context, r conversations.MessageRange) 
 		return conversations.MessagePage{}, mongoconn.Wrap(err, "list messages")
 	}
 	return conversations.MessagePage{Messages: items, Next: next}, nil
+}
+
+// newMessageDoc is the document InsertMessage stores for m, with events
+// pending on it.
+func newMessageDoc(m conversations.Message, events []conversations.Event) (messageDoc, error) {
+	d := toMessageDoc(m)
+	var err error
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+		return messageDoc{}, err
+	}
+	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)
+	return d, nil
 }
 
 func toMessageDoc(m conversations.Message) messageDoc {
