@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +19,9 @@ const relayWakePath = "/relay/wake"
 // holder's poll.
 const relayWakeTimeout = time.Second
 
+// maxFailingWakes bounds the addresses a waker remembers failing.
+const maxFailingWakes = 1024
+
 // relayWaker wakes the relays of other replicas, one request at a time
 // per replica: wakes asked while one is under way make one more after it,
 // so a burst of changes costs the holder a round or two, not one each.
@@ -27,6 +31,7 @@ type relayWaker struct {
 
 	mu      sync.Mutex
 	pending map[string]bool // addr → a wake is under way; true: another after it
+	failing map[string]bool // addr → its last wake failed (logged once)
 }
 
 func newRelayWaker(logger *slog.Logger) *relayWaker {
@@ -34,6 +39,7 @@ func newRelayWaker(logger *slog.Logger) *relayWaker {
 		client:  &http.Client{Timeout: relayWakeTimeout},
 		logger:  logger,
 		pending: map[string]bool{},
+		failing: map[string]bool{},
 	}
 }
 
@@ -58,13 +64,26 @@ func (w *relayWaker) send(addr string) {
 			var resp *http.Response
 			if resp, err = w.client.Do(req); err == nil {
 				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusNoContent {
+					err = fmt.Errorf("answered %s", resp.Status)
+				}
 			}
 		}
 		cancel()
-		if err != nil {
-			w.logger.Debug("wake relay", "addr", addr, "error", err.Error())
-		}
 		w.mu.Lock()
+		// The first failure after a success is a warning: the holder's
+		// changes from here wait for its poll until the wakes get through.
+		switch {
+		case err != nil && !w.failing[addr]:
+			if len(w.failing) >= maxFailingWakes {
+				clear(w.failing) // replicas that died long ago
+			}
+			w.failing[addr] = true
+			w.logger.Warn("wake relay", "addr", addr, "error", err.Error())
+		case err == nil && w.failing[addr]:
+			delete(w.failing, addr)
+			w.logger.Info("wake relay again", "addr", addr)
+		}
 		if !w.pending[addr] {
 			delete(w.pending, addr)
 			w.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,15 +53,7 @@ func TestRelayWakerCoalesces(t *testing.T) {
 		w.wake(addr)
 	}
 	close(release)
-	for {
-		w.mu.Lock()
-		_, busy := w.pending[addr]
-		w.mu.Unlock()
-		if !busy {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitIdle(t, w, addr)
 	if n := woken.Load(); n != 2 {
 		t.Fatalf("%d wakes reached the holder, want 2 (the first, then one for the ten asked meanwhile)", n)
 	}
@@ -73,4 +66,49 @@ func TestRelayWakerCoalesces(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed || woken.Load() != 2 {
 		t.Fatalf("GET: %d, %d wakes", resp.StatusCode, woken.Load())
 	}
+}
+
+// TestRelayWakerWarnsOnceWhileFailing: a holder that cannot be reached
+// is a warning at the first failure, not at each wake.
+func TestRelayWakerWarnsOnceWhileFailing(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	srv.Close() // nobody listens there now
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := newRelayWaker(slog.New(slog.NewTextHandler(&lockedWriter{&mu, &logs}, nil)))
+	for range 3 {
+		w.wake(addr)
+		waitIdle(t, w, addr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "level=WARN msg=\"wake relay\""); n != 1 {
+		t.Fatalf("%d warnings for 3 failed wakes, want 1:\n%s", n, logs.String())
+	}
+}
+
+// waitIdle waits until w has no wake of addr under way.
+func waitIdle(t *testing.T, w *relayWaker, addr string) {
+	t.Helper()
+	for {
+		w.mu.Lock()
+		_, busy := w.pending[addr]
+		w.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }
