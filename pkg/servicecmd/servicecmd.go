@@ -144,6 +144,9 @@ type Service struct {
 	Checks map[string]web.Check
 	// Profiling serves net/http/pprof on the operations listener.
 	Profiling bool
+	// Ops are more routes of the operations listener, by ServeMux
+	// pattern: calls between a service's replicas, never public.
+	Ops map[string]http.Handler
 	// MaxInFlight bounds the API requests worked on at once; the excess
 	// gets the overloaded 503 at once (web.LimitInFlight). 0: no bound.
 	MaxInFlight int
@@ -229,9 +232,17 @@ func (s Service) Run(ctx context.Context) error {
 func (s Service) opsHandler(checks map[string]web.Check) http.Handler {
 	ops := web.OpsHandler(s.Logger, s.Registry, checks)
 	if s.Profiling {
-		return web.WithProfiling(ops)
+		ops = web.WithProfiling(ops)
 	}
-	return ops
+	if len(s.Ops) == 0 {
+		return ops
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range s.Ops {
+		mux.Handle(pattern, h)
+	}
+	mux.Handle("/", ops)
+	return mux
 }
 
 func (s Service) initialise(ctx context.Context) (http.Handler, error) {

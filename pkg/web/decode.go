@@ -2,6 +2,8 @@ package web
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,20 +30,69 @@ func DecodeJSON(c *echo.Context, maxBytes int64, dst any) error {
 // such as application/merge-patch+json (RFC 7396): the body must be sent
 // as mediaType, and is otherwise read and decoded the same way.
 func DecodeJSONAs(c *echo.Context, mediaType string, maxBytes int64, dst any) error {
+	data, err := readBody(c, mediaType, maxBytes)
+	if err != nil {
+		return err
+	}
+	return decodeJSONBytes(data, dst)
+}
+
+// Idempotency is what a creating request says about its retries under
+// the Idempotency-Key header (the IETF httpapi draft): the header's values
+// (none, one key, or a client's mistake of several; the service checks
+// them) and the request's fingerprint, which tells a retry from another
+// request sent with the same key.
+type Idempotency struct {
+	Keys        []string
+	Fingerprint string
+}
+
+// DecodeJSONIdempotent is DecodeJSON for a request that creates something
+// at most once per Idempotency-Key: it also returns the request's keys and
+// fingerprint, a SHA-256 of its method, path and body without
+// insignificant whitespace. What they mean is the service's to decide.
+func DecodeJSONIdempotent(c *echo.Context, maxBytes int64, dst any) (Idempotency, error) {
+	data, err := readBody(c, "application/json", maxBytes)
+	if err != nil {
+		return Idempotency{}, err
+	}
+	if err := decodeJSONBytes(data, dst); err != nil {
+		return Idempotency{}, err
+	}
+	r := c.Request()
+	return Idempotency{Keys: r.Header.Values("Idempotency-Key"), Fingerprint: fingerprint(r, data)}, nil
+}
+
+// readBody reads a request body sent as mediaType, of at most maxBytes.
+func readBody(c *echo.Context, mediaType string, maxBytes int64) ([]byte, error) {
 	r := c.Request()
 	if !hasMediaType(r.Header.Get("Content-Type"), mediaType) {
-		return &RequestError{Kind: ErrUnsupportedMediaType, Detail: "The request body must be sent with Content-Type: " + mediaType + "."}
+		return nil, &RequestError{Kind: ErrUnsupportedMediaType, Detail: "The request body must be sent with Content-Type: " + mediaType + "."}
 	}
 	body := http.MaxBytesReader(c.Response(), r.Body, maxBytes)
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return &RequestError{Kind: ErrBodyTooLarge, Detail: fmt.Sprintf("The request body must not exceed %d bytes.", maxBytes)}
+			return nil, &RequestError{Kind: ErrBodyTooLarge, Detail: fmt.Sprintf("The request body must not exceed %d bytes.", maxBytes)}
 		}
-		return &RequestError{Kind: ErrMalformedJSON, Detail: "The request body could not be read."}
+		return nil, &RequestError{Kind: ErrMalformedJSON, Detail: "The request body could not be read."}
 	}
-	return decodeJSONBytes(data, dst)
+	return data, nil
+}
+
+// fingerprint identifies a request for its idempotency key: method, path
+// and the body without insignificant whitespace (a decoded body, so valid
+// JSON).
+func fingerprint(r *http.Request, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(r.Method + " " + r.URL.Path + "\n"))
+	var compact bytes.Buffer
+	if json.Compact(&compact, body) == nil {
+		body = compact.Bytes()
+	}
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Why the plumbing refuses a request body (RequestError.Kind); ProblemFor

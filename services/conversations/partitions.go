@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,6 +34,13 @@ type RelayPartitions struct {
 
 	mu   sync.Mutex
 	held map[int]time.Time // partition → fence deadline
+	// holders and members are those of the last read of the leases: the
+	// holder of each partition leased then, and the live members.
+	holders map[int]string
+	members []string
+	// nextRead is when Tick reads the leases again (zero: at the next
+	// tick); see Tick.
+	nextRead time.Time
 	// inflight is read-locked by each fenced command of the relay, so
 	// that a partition is released only once no command for it runs.
 	inflight sync.RWMutex
@@ -87,6 +95,40 @@ func (rp *RelayPartitions) Holds(accountID string) bool {
 	defer rp.mu.Unlock()
 	d, ok := rp.held[rp.Partition(accountID)]
 	return ok && time.Now().Before(d)
+}
+
+// HolderOf returns the replica that held the account's partition when
+// this replica last read the leases ("": none, or not read yet).
+func (rp *RelayPartitions) HolderOf(accountID string) string {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.holders[rp.Partition(accountID)]
+}
+
+// PeersWake reports whether every live replica, when this one last read
+// the leases, names an address to be woken at (WakeAddr): then each
+// wakes the holder of the changes it records, and the holder's relay
+// need not poll for them often.
+func (rp *RelayPartitions) PeersWake() bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return len(rp.members) > 0 && !slices.ContainsFunc(rp.members, func(m string) bool { return WakeAddr(m) == "" })
+}
+
+// HolderName names a replica in the leases: id, unique per process, and
+// the address at which the other replicas wake its relay ("": none).
+func HolderName(id, wakeAddr string) string {
+	if wakeAddr == "" {
+		return id
+	}
+	return id + "@" + wakeAddr
+}
+
+// WakeAddr is the address a holder named by HolderName is woken at ("":
+// none).
+func WakeAddr(holder string) string {
+	_, addr, _ := strings.Cut(holder, "@")
+	return addr
 }
 
 // Held returns the partitions this replica holds, in increasing order.
@@ -163,7 +205,9 @@ func (rp *RelayPartitions) fence(sent time.Time) time.Time {
 }
 
 // Run keeps this replica's share of the partitions until ctx ends, then
-// releases them, so that the other replicas take them over at once.
+// releases them, so that the other replicas take them over at their
+// next read of the leases (within half a lease and a tick), not after
+// the lease.
 func (rp *RelayPartitions) Run(ctx context.Context) {
 	every := rp.Lease / 5
 	for {
@@ -183,10 +227,20 @@ func (rp *RelayPartitions) Run(ctx context.Context) {
 	}
 }
 
-// Tick renews the leases held and this replica's membership, reads the
-// leases and the members, and takes or releases partitions towards its
-// share. When the shares hold, that is two commands, whatever the number
+// Tick renews the leases held and this replica's membership, and, when
+// due, reads the leases and the members and takes or releases partitions
+// towards its share: one command, two when it reads, whatever the number
 // of partitions.
+//
+// Once the shares hold (no partition free, none to release, this
+// replica at its share at least), nothing changes until another
+// replica's lease runs out unrenewed or a replica joins or leaves: the
+// next read is then at the earliest expiry of another replica's lease
+// read, when a dead holder's partitions become free (so they are taken
+// over within the lease and a tick, as when every tick read), and at
+// most half a lease later, which bounds how long a newcomer's share or
+// a stopping replica's partitions wait. Until the shares hold, every
+// tick reads.
 func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	rp.mu.Lock()
 	if rp.held == nil {
@@ -205,10 +259,16 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 			rp.held[p] = rp.fence(sent)
 		} else {
 			delete(rp.held, p) // taken over while this replica stalled
+			rp.nextRead = time.Time{}
 		}
 	}
 	held = slices.Sorted(maps.Keys(rp.held))
+	read := !time.Now().Before(rp.nextRead)
 	rp.mu.Unlock()
+	if !read {
+		return nil
+	}
+	rp.setNextRead(time.Time{}) // every tick until the shares hold
 	leases, live, err := rp.Store.PartitionState(ctx, rp.Count, time.Now())
 	if err != nil {
 		return err
@@ -217,6 +277,15 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 		live = append(live, rp.Holder) // joined by the renewal above
 	}
 	now := time.Now()
+	holders := map[int]string{}
+	for _, l := range leases {
+		if l.Holder != "" && now.Before(l.ExpiresAt) {
+			holders[l.Partition] = l.Holder
+		}
+	}
+	rp.mu.Lock()
+	rp.holders, rp.members = holders, live
+	rp.mu.Unlock()
 	target := (rp.Count + len(live) - 1) / max(len(live), 1)
 	counts := map[string]int{}
 	free := make([]bool, rp.Count)
@@ -260,7 +329,24 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 		slices.Sort(held)
 		return rp.release(ctx, held[target:])
 	}
+	if !gained && !slices.Contains(free, true) && len(held) >= rp.Count/max(len(live), 1) {
+		// Settled: read again when another replica's lease or membership
+		// may have run out, or half a lease from now.
+		next := now.Add(rp.Lease / 2)
+		for _, e := range leases {
+			if e.Holder != rp.Holder && e.ExpiresAt.After(now) && e.ExpiresAt.Before(next) {
+				next = e.ExpiresAt
+			}
+		}
+		rp.setNextRead(next)
+	}
 	return nil
+}
+
+func (rp *RelayPartitions) setNextRead(t time.Time) {
+	rp.mu.Lock()
+	rp.nextRead = t
+	rp.mu.Unlock()
 }
 
 // release stops ordering ps, waits for a command of the relay in flight

@@ -62,14 +62,23 @@ type Relay struct {
 	// replica leases, each command fenced by its partition's lease; nil:
 	// every account (one relay, or tests).
 	Partitions *RelayPartitions
+	// Woken, when set, reports whether the changes made on other replicas
+	// wake this one's relay (RelayPartitions.PeersWake): its polls that
+	// find nothing then space out to relayWokenIdlePolls intervals.
+	Woken func() bool
 }
 
 // relayMaxBackoff is the longest wait between rounds after failures.
 const relayMaxBackoff = 5 * time.Second
 
 // relayIdlePolls bounds the wait between polls that find nothing, in
-// poll intervals.
-const relayIdlePolls = 4
+// poll intervals; relayWokenIdlePolls when every replica wakes the
+// holder of the changes it records (the poll then finds only what a
+// wake missed: one sent to a former holder, or lost).
+const (
+	relayIdlePolls      = 4
+	relayWokenIdlePolls = 16
+)
 
 // relayBatch is how many documents one read of pending events returns.
 const relayBatch = 100
@@ -83,7 +92,8 @@ const maxSequenceAttempts = 1000
 // changes made on other replicas wake only the poll, and under load they
 // keep coming. Rounds that find nothing space the polls out, up to
 // relayIdlePolls intervals: a change on this replica wakes it at once
-// anyway, and one on another replica is found within that.
+// anyway, and one on another replica is found within that, or, when the
+// other replicas wake it (Woken), at once.
 func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan struct{}) {
 	wait := interval
 	for {
@@ -92,7 +102,11 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration, wake <-chan str
 		case err == nil && n > 0:
 			wait = 0
 		case err == nil:
-			wait = min(max(2*wait, interval), relayIdlePolls*interval)
+			most := relayIdlePolls
+			if r.Woken != nil && r.Woken() {
+				most = relayWokenIdlePolls
+			}
+			wait = min(max(2*wait, interval), time.Duration(most)*interval)
 		case ctx.Err() != nil:
 			return
 		default:

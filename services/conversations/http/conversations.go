@@ -106,16 +106,31 @@ func handleList(svc *conversations.Service, cursors *cursor.Codec, defaultLimit,
 func handleCreate(svc *conversations.Service) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		var in conversations.NewConversation
-		body, err := decodeBody(c, conversations.MaxConversationLen, &in)
+		idem, err := web.DecodeJSONIdempotent(c, conversations.MaxConversationLen, &in)
 		if err != nil {
 			return err
 		}
-		conv, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, idempotency(c, body))
+		conv, replayed, err := svc.CreateConversationOnce(c.Request().Context(), caller(c), in, conversations.Idempotency(idem))
 		if err != nil {
 			return err
 		}
 		return writeCreated(c, "/v1/conversations/"+conv.ID, etag(conv), conv, replayed)
 	}
+}
+
+// writeCreated sends the 201 of a POST that created v at location, with
+// Idempotent-Replayed: true when v is what the first request with the
+// Idempotency-Key created.
+func writeCreated(c *echo.Context, location, etag string, v any, replayed bool) error {
+	h := c.Response().Header()
+	h.Set("Location", location)
+	if etag != "" {
+		h.Set("ETag", etag)
+	}
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	return c.JSON(http.StatusCreated, v)
 }
 
 func handleGet(svc *conversations.Service) echo.HandlerFunc {
@@ -187,6 +202,74 @@ func handleParticipant(svc *conversations.Service, add bool) echo.HandlerFunc {
 		}
 		c.Response().Header().Set("ETag", etag(conv))
 		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+func messagesPath(conversationID string) string {
+	return "/v1/conversations/" + url.PathEscape(conversationID) + "/messages"
+}
+
+func handlePostMessage(svc *conversations.Service) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
+		var in conversations.NewMessage
+		idem, err := web.DecodeJSONIdempotent(c, conversations.MaxBodyLen, &in)
+		if err != nil {
+			return err
+		}
+		m, replayed, err := svc.PostMessageOnce(c.Request().Context(), caller(c), conversationID, in, conversations.Idempotency(idem))
+		if err != nil {
+			return err
+		}
+		return writeCreated(c, messagesPath(m.ConversationID)+"/"+url.PathEscape(m.ID), "", m, replayed)
+	}
+}
+
+func handleListMessages(svc *conversations.Service, cursors *cursor.Codec, defaultLimit, maxLimit int) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
+		p, err := parseParams(c.QueryParams(), defaultLimit, maxLimit, false)
+		if err != nil {
+			return err
+		}
+		who := caller(c)
+		scope := cursor.Scope{AccountID: who.AccountID, Participant: who.ID, Client: who.Client, ConversationID: conversationID}
+		after, err := pageAfter(cursors, scope, p.cursor)
+		if err != nil {
+			return err
+		}
+		page, err := svc.ListMessages(c.Request().Context(), conversations.MessageQuery{
+			Caller: who, ConversationID: conversationID, Limit: p.limit, After: after,
+		})
+		if err != nil {
+			return err
+		}
+		setNextLink(c, messagesPath(conversationID), url.Values{"limit": {strconv.Itoa(p.limit)}}, cursors, scope, page.Next)
+		return c.JSON(http.StatusOK, page.Messages)
+	}
+}
+
+func handleGetMessage(svc *conversations.Service) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		conversationID, err := pathConversationID(c)
+		if err != nil {
+			return err
+		}
+		messageID, err := pathMessageID(c)
+		if err != nil {
+			return err
+		}
+		m, err := svc.GetMessage(c.Request().Context(), caller(c), conversationID, messageID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, m)
 	}
 }
 

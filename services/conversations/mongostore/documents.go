@@ -25,11 +25,5 @@ func NewDeliveryDocument(d webhook.Delivery) DeliveryDocument { return toDeliver
 // NewMessageDocument is the document InsertMessage stores for m with the
 // events its insert records.
 func NewMessageDocument(m conversations.Message, events ...conversations.Event) (MessageDocument, error) {
-	d := toMessageDoc(m)
-	var err error
-	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
-		return MessageDocument{}, err
-	}
-	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)
-	return d, nil
+	return newMessageDoc(m, events)
 }

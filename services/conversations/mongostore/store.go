@@ -9,6 +9,7 @@ package mongostore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -232,10 +233,6 @@ func (s *Store) ListConversations(ctx context.Context, q conversations.Conversat
 	return conversations.Page{Conversations: items, Next: next}, nil
 }
 
-// findPage runs one keyset-paged find of both listings: sorted by field
-// descending, then _id descending, strictly after the position after, and
-// one more than limit, which tells whether another page follows (next, the
-// position of the page's last item).
 // findAll returns the documents of a find as their domain values.
 func findAll[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, domain func(D) T) ([]T, error) {
 	cur, err := coll.Find(ctx, filter, opts)
@@ -253,6 +250,10 @@ func findAll[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.
 	return out, nil
 }
 
+// findPage runs one keyset-paged find of a listing: sorted by field
+// descending, then _id descending, strictly after the position after, and
+// one more than limit, which tells whether another page follows (next, the
+// position of the page's last item).
 func findPage[D, T any](ctx context.Context, coll *mongo.Collection, filter bson.D, field, hint string,
 	after *conversations.Position, limit int, domain func(D) T, position func(T) conversations.Position,
 ) (items []T, next *conversations.Position, err error) {
@@ -353,6 +354,96 @@ func (d conversationDoc) domain() conversations.Conversation {
 		c.LastMessageAt = &t
 	}
 	return c
+}
+
+type messageDoc struct {
+	ID             string    `bson:"_id"`
+	AccountID      string    `bson:"account_id"`
+	ConversationID string    `bson:"conversation_id"`
+	Author         string    `bson:"author"`
+	Body           string    `bson:"body"`
+	Metadata       string    `bson:"metadata"` // JSON text: round-trips keys with $ or . and big numbers exactly
+	CreatedAt      time.Time `bson:"created_at"`
+	// The message.created event until the relay copies it (see events.go).
+	PendingEvents []pendingEventDoc `bson:"pending_events,omitempty"`
+	PendingSince  *time.Time        `bson:"pending_since,omitempty"`
+	PendingSlot   *int              `bson:"pending_slot,omitempty"`
+}
+
+// InsertMessage implements conversations.MessageStore.
+func (s *Store) InsertMessage(ctx context.Context, m conversations.Message, events ...conversations.Event) error {
+	d, err := newMessageDoc(m, traced(ctx, events))
+	if err != nil {
+		return err
+	}
+	_, err = s.messages.InsertOne(ctx, d)
+	if mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("message %q: %w", m.ID, conversations.ErrDuplicateID)
+	}
+	return mongoconn.Wrap(err, "insert message")
+}
+
+// FindMessage implements conversations.MessageStore.
+func (s *Store) FindMessage(ctx context.Context, accountID, conversationID, messageID string) (conversations.Message, error) {
+	var d messageDoc
+	err := s.messages.FindOne(ctx, bson.D{
+		{Key: "_id", Value: messageID},
+		{Key: "account_id", Value: accountID},
+		{Key: "conversation_id", Value: conversationID},
+	}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return conversations.Message{}, fmt.Errorf("%q: %w", messageID, conversations.ErrMessageNotFound)
+	}
+	if err != nil {
+		return conversations.Message{}, mongoconn.Wrap(err, "get message")
+	}
+	return d.domain(), nil
+}
+
+// ListMessages implements conversations.MessageStore.
+func (s *Store) ListMessages(ctx context.Context, r conversations.MessageRange) (conversations.MessagePage, error) {
+	filter := bson.D{
+		{Key: "account_id", Value: r.AccountID},
+		{Key: "conversation_id", Value: r.ConversationID},
+	}
+	items, next, err := findPage(ctx, s.messages, filter, "created_at", "by_conversation", r.After, r.Limit,
+		messageDoc.domain, func(m conversations.Message) conversations.Position {
+			return conversations.Position{Time: m.CreatedAt, ID: m.ID}
+		})
+	if err != nil {
+		return conversations.MessagePage{}, mongoconn.Wrap(err, "list messages")
+	}
+	return conversations.MessagePage{Messages: items, Next: next}, nil
+}
+
+// newMessageDoc is the document InsertMessage stores for m, with events
+// pending on it.
+func newMessageDoc(m conversations.Message, events []conversations.Event) (messageDoc, error) {
+	d := toMessageDoc(m)
+	var err error
+	if d.PendingEvents, d.PendingSince, err = pendingDocs(events); err != nil {
+		return messageDoc{}, err
+	}
+	d.PendingSlot = pendingSlot(m.AccountID, d.PendingEvents)
+	return d, nil
+}
+
+func toMessageDoc(m conversations.Message) messageDoc {
+	metadata := string(m.Metadata)
+	if metadata == "" {
+		metadata = "{}"
+	}
+	return messageDoc{
+		ID: m.ID, AccountID: m.AccountID, ConversationID: m.ConversationID, Author: m.Author,
+		Body: m.Body, Metadata: metadata, CreatedAt: m.CreatedAt.UTC().Truncate(time.Millisecond),
+	}
+}
+
+func (d messageDoc) domain() conversations.Message {
+	return conversations.Message{
+		ID: d.ID, AccountID: d.AccountID, ConversationID: d.ConversationID, Author: d.Author,
+		Body: d.Body, Metadata: json.RawMessage(d.Metadata), CreatedAt: d.CreatedAt.UTC(),
+	}
 }
 
 type idempotencyDoc struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,4 +246,86 @@ func testStalledHolderOrdersNothing(t *testing.T, s *conversations.Service) {
 		t.Fatal(err)
 	}
 	onceInOrder(t, feed(t, s, client("acc_1", "cli"), 0, 100), 2)
+}
+
+// readCounter counts the reads of the leases (PartitionState) through it.
+type readCounter struct {
+	conversations.PartitionStore
+	reads atomic.Int32
+}
+
+func (c *readCounter) PartitionState(ctx context.Context, count int, now time.Time) ([]conversations.PartitionLease, []string, error) {
+	c.reads.Add(1)
+	return c.PartitionStore.PartitionState(ctx, count, now)
+}
+
+// testSettledSharesReadLess: once the shares hold, a tick renews without
+// reading the leases (until another replica's lease may have run out, or
+// half a lease has passed); a renewal that finds a partition taken over
+// reads at once.
+func testSettledSharesReadLess(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	const count, lease = 4, time.Hour
+	st := &readCounter{PartitionStore: s.Store}
+	a := &conversations.RelayPartitions{Store: st, Holder: conversations.HolderName("a", "10.0.0.1:9091"), Count: count, Lease: lease}
+	b := &conversations.RelayPartitions{Store: st, Holder: conversations.HolderName("b", "10.0.0.2:9091"), Count: count, Lease: lease}
+	tick := func(rs ...*conversations.RelayPartitions) {
+		t.Helper()
+		for _, r := range rs {
+			if err := r.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// a takes every partition, b joins, a releases half, b takes them.
+	for i := 0; len(a.Held()) != 2 || len(b.Held()) != 2; i++ {
+		if i == 20 {
+			t.Fatalf("never settled: a %v, b %v", a.Held(), b.Held())
+		}
+		tick(a, b)
+	}
+	tick(a, b) // each sees the shares hold
+	before := st.reads.Load()
+	for range 3 {
+		tick(a, b)
+	}
+	if n := st.reads.Load() - before; n != 0 {
+		t.Fatalf("settled replicas read the leases %d times in 6 ticks", n)
+	}
+	if len(a.Held()) != 2 || len(b.Held()) != 2 {
+		t.Fatalf("renewals lost partitions: a %v, b %v", a.Held(), b.Held())
+	}
+	// Each knows who orders an account, and that both can be woken.
+	p := a.Held()[0]
+	account := accountIn(a, p)
+	if got := b.HolderOf(account); got != a.Holder || conversations.WakeAddr(got) != "10.0.0.1:9091" || !a.PeersWake() || !b.PeersWake() {
+		t.Fatalf("b sees %q ordering %s (a holds %v); peers wake: %v, %v", got, account, a.Held(), a.PeersWake(), b.PeersWake())
+	}
+	// One of a's partitions is taken over (a stalled past its lease, as
+	// far as c can tell): a's next renewal drops it and reads at once.
+	if won, err := s.Store.AcquirePartition(ctx, count, p, "c", time.Now().Add(2*lease), lease); err != nil || !won {
+		t.Fatalf("c takes %d: %v %v", p, won, err)
+	}
+	tick(a)
+	if n := st.reads.Load() - before; n != 1 || slices.Contains(a.Held(), p) || a.HolderOf(account) != "c" {
+		t.Fatalf("after losing %d: a holds %v, %d reads, sees %q ordering it", p, a.Held(), n, a.HolderOf(account))
+	}
+	// c, named without an address, joins: a's relay no longer counts on
+	// being woken.
+	if _, err := s.Store.RenewPartitions(ctx, count, []int{p}, "c", time.Now(), lease); err != nil {
+		t.Fatal(err)
+	}
+	tick(a) // below its share: it reads every tick
+	if a.PeersWake() {
+		t.Fatal("a counts on wakes from c, which has no address")
+	}
+}
+
+// accountIn returns an account of partition p of rp.
+func accountIn(rp *conversations.RelayPartitions, p int) string {
+	for i := 0; ; i++ {
+		if a := fmt.Sprint("acc_", i); rp.Partition(a) == p {
+			return a
+		}
+	}
 }

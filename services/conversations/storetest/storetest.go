@@ -64,6 +64,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RelayMembers", testRelayMembers},
 		{"PartitionsAreShared", testPartitionsAreShared},
 		{"StalledHolderOrdersNothing", testStalledHolderOrdersNothing},
+		{"SettledSharesReadLess", testSettledSharesReadLess},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, &conversations.Service{Store: newStore(t)}) })

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ type config struct {
 	EventsStreamBytes      int64         `envconfig:"EVENTS_STREAM_BUFFER_BYTES" default:"262144" desc:"bytes of events one stream may hold unwritten; a stream at the head that holds more is dropped with retry: (it resumes with Last-Event-ID)"`
 	EventsStreamsBytes     int64         `envconfig:"EVENTS_STREAMS_BUFFER_BYTES" default:"16777216" desc:"bytes of events all streams of a replica may hold unwritten; a stream's backlog is read page by page within it"`
 	RelayPartitions        int           `envconfig:"RELAY_PARTITIONS" default:"16" desc:"partitions the accounts fall into for ordering their events (1 to 128, the same on every replica); each is leased to one replica at a time, which orders its accounts' events"`
+	RelayWakeHost          string        `envconfig:"RELAY_WAKE_HOST" desc:"host name or IP at which the other replicas reach this replica's operations listener (at its port) to wake its relay when they record a change of an account it orders (in Kubernetes: the pod's IP); empty: the host of the operations address when it names one, else none"`
 	RelayLease             time.Duration `envconfig:"RELAY_LEASE" default:"5s" desc:"how long a replica's lease of a relay partition holds without renewal (renewed every fifth of it): a replica that dies or stalls has its partitions taken over after it"`
 
 	WebhookSecretKey           string        `envconfig:"WEBHOOK_SECRET_KEY" desc:"standard base64 of 32 bytes: the AES-256-GCM key that encrypts webhook secrets at rest (mount it from a Secret); empty: generated once and kept in MongoDB beside the secrets it protects (development only)"`
@@ -111,6 +113,9 @@ func (c config) validate() error {
 	}
 	if c.RelayPartitions < 1 || c.RelayPartitions > conversations.PendingSlots || c.RelayLease < 300*time.Millisecond {
 		return fmt.Errorf("configuration: CONVERSATIONS_RELAY_PARTITIONS must be 1 to %d, CONVERSATIONS_RELAY_LEASE at least 300ms", conversations.PendingSlots)
+	}
+	if strings.ContainsAny(c.RelayWakeHost, "@/[]: ") && net.ParseIP(c.RelayWakeHost) == nil {
+		return fmt.Errorf("configuration: CONVERSATIONS_RELAY_WAKE_HOST %q must be a host name or an IP address", c.RelayWakeHost)
 	}
 	if c.EventsMaxStreams < 1 {
 		return errors.New("configuration: CONVERSATIONS_EVENTS_MAX_STREAMS_PER_CALLER must be at least 1")

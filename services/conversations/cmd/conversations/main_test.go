@@ -60,6 +60,7 @@ func TestRefusesBadConfigurationBeforeListening(t *testing.T) {
 		{"CONVERSATIONS_AUDIENCE", "", "audience"},
 		{"CONVERSATIONS_CORS_ORIGINS", "app.example", "CONVERSATIONS_CORS_ORIGINS"},
 		{"CONVERSATIONS_EVENTS_STREAM_BUFFER_BYTES", "10", "STREAM_BUFFER_BYTES"},
+		{"CONVERSATIONS_RELAY_WAKE_HOST", "10.0.0.7:9091", "RELAY_WAKE_HOST"},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

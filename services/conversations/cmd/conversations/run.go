@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,7 +141,11 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		<-ctx.Done()
 		hub.Close()
 	})
-	holder := newHolderID()
+	// The holder's name carries the address the other replicas wake its
+	// relay at, when it has one: a replica recording a change of an
+	// account whose partition another holds wakes that one.
+	holder := conversations.HolderName(newHolderID(), wakeAddr(cfg.RelayWakeHost, cfg.OpsAddr))
+	waker := newRelayWaker(logger)
 	wakeRelay := make(chan struct{}, 1)
 	wake := func() {
 		select {
@@ -167,10 +172,12 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		events.recorded.Add(float64(n))
 		if partitions.Holds(accountID) {
 			wake()
+		} else if addr := conversations.WakeAddr(partitions.HolderOf(accountID)); addr != "" {
+			waker.wake(addr)
 		}
 	}
 	relay := &conversations.Relay{
-		Store: store, Logger: logger, Partitions: partitions,
+		Store: store, Logger: logger, Partitions: partitions, Woken: partitions.PeersWake,
 		Lag: func(d time.Duration) { events.lag.Set(d.Seconds()) },
 		Copied: func(n int) {
 			events.ordered.Add(float64(n))
@@ -201,6 +208,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		APIAddr:  cfg.HTTPAddr,
 		OpsAddr:  cfg.OpsAddr,
 		Registry: registry,
+		Ops:      map[string]http.Handler{"POST " + relayWakePath: relayWakeHandler(wake)},
 		Checks: map[string]web.Check{
 			"mongodb": db.Ready,
 			"signing_keys": func(ctx context.Context) error {
@@ -234,7 +242,7 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 					return nil, fmt.Errorf("stored cursor secret: %w", err)
 				}
 			}
-			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions.Slots, &engine)
+			webhooks, err := startWebhooks(ctx, cfg, store, logger, registry, &background, holder, partitions, &engine)
 			if err != nil {
 				return nil, err
 			}
@@ -273,11 +281,12 @@ func newCursorSecret() (string, error) {
 // startWebhooks builds the webhooks' use cases and starts this replica's
 // delivery engine (stored in started) and the leased purge of
 // deliveries, which end with ctx (background waits for them); holder
-// names this replica in the lease, and slots returns the account slots
-// its relay orders (the engine's fan-out sweep looks at those).
+// names this replica in the lease, and partitions are its relay's (the
+// engine's fan-out sweep looks at their accounts, and the holder of
+// partition 0 reads the oldest pending delivery for the gauge).
 func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, logger *slog.Logger,
 	registry prometheus.Registerer, background *sync.WaitGroup, holder string,
-	slots func() []int, started *atomic.Pointer[delivery.Engine],
+	partitions *conversations.RelayPartitions, started *atomic.Pointer[delivery.Engine],
 ) (*webhook.Service, error) {
 	key, err := cfg.webhookKey()
 	if err != nil {
@@ -300,7 +309,8 @@ func startWebhooks(ctx context.Context, cfg config, store *mongostore.Store, log
 	dialer := delivery.NewDialer(allowed, nil)
 	sender := delivery.NewSender(dialer, cfg.WebhookTimeout, cfg.WebhookWorkers)
 	engine := &delivery.Engine{
-		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Slots: slots,
+		Sender: sender, Logger: logger, Poll: cfg.WebhookPollInterval, Lease: cfg.WebhookLease, Slots: partitions.Slots,
+		Gauges:  func() bool { return slices.Contains(partitions.Held(), 0) },
 		Workers: cfg.WebhookWorkers, PerEndpoint: cfg.WebhookPerEndpoint, Metrics: delivery.NewMetrics(registry),
 	}
 	webhooks := &webhook.Service{

@@ -46,6 +46,10 @@ type Engine struct {
 	// events this replica's relay orders (nil: every account, one
 	// replica); the sweep looks at those only.
 	Slots func() []int
+	// Gauges reports whether this replica reads the oldest pending
+	// delivery for Metrics (nil: always): one replica suffices, since
+	// every replica would read the same; the others show 0.
+	Gauges func() bool
 	// Lease is how long a claim holds: longer than an attempt's timeout.
 	Lease time.Duration
 	// Workers bounds the requests in flight on this replica, PerEndpoint
@@ -302,13 +306,17 @@ func (e *Engine) gaugeLoop(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		oldest, err := e.Webhooks.OldestPending(ctx)
-		if err == nil {
-			age := 0.0
-			if oldest != nil {
-				age = max(time.Since(*oldest).Seconds(), 0)
+		if e.Gauges == nil || e.Gauges() {
+			oldest, err := e.Webhooks.OldestPending(ctx)
+			if err == nil {
+				age := 0.0
+				if oldest != nil {
+					age = max(time.Since(*oldest).Seconds(), 0)
+				}
+				e.Metrics.oldestPending.Set(age)
 			}
-			e.Metrics.oldestPending.Set(age)
+		} else {
+			e.Metrics.oldestPending.Set(0)
 		}
 		select {
 		case <-ctx.Done():
@@ -563,7 +571,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "conversations_webhook_oldest_pending_seconds",
-			Help: "How long the pending webhook delivery due longest ago has waited past its due time (0 when none waits), as this replica last read it.",
+			Help: "How long the pending webhook delivery due longest ago has waited past its due time (0 when none waits), as last read by the replica holding relay partition 0 (0 on the others).",
 		}),
 		disabled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "conversations_webhook_endpoints_disabled_total",
