@@ -274,6 +274,13 @@ func medianOf(samples []sample, f func(sample) float64) float64 {
 func runN(ctx context.Context, s side, n int64) (sample, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var cpuBefore time.Duration
+	if s.cpu != nil {
+		var err error
+		if cpuBefore, err = s.cpu(); err != nil {
+			return sample{}, err
+		}
+	}
 	var tickets atomic.Int64
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -292,7 +299,15 @@ func runN(ctx context.Context, s side, n int64) (sample, error) {
 	if err := context.Cause(ctx); err != nil {
 		return sample{}, fmt.Errorf("%s: %w", s.name, err)
 	}
-	return sample{ops: n, elapsed: elapsed}, nil
+	got := sample{ops: n, elapsed: elapsed}
+	if s.cpu != nil {
+		cpuAfter, err := s.cpu()
+		if err != nil {
+			return sample{}, err
+		}
+		got.cpu = cpuAfter - cpuBefore
+	}
+	return got, nil
 }
 
 // interleave measures the sides in blocks of mirrored runs (see

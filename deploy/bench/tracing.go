@@ -139,7 +139,10 @@ func tracingRows(ctx context.Context, s *stack) ([]row, error) {
 			fmt.Sprintf("%d posts per run, on fresh databases every block, each run's events ordered before the next run", perPostRun)},
 	} {
 		on, configuredOff, bare := m.samples[0], m.samples[1], m.samples[2]
-		perSecond := func(s []sample) string { return thousands(medianOf(s, sample.perSecond)) + "/s" }
+		perSecond := func(s []sample) string {
+			cpu := time.Duration(medianOf(s, func(s sample) float64 { return float64(s.cpuPerOp()) }))
+			return fmt.Sprintf("%s/s (%s CPU of the replica each)", thousands(medianOf(s, sample.perSecond)), cpu.Round(time.Microsecond))
+		}
 		onRatio := ratios(on, configuredOff, throughputRatio)
 		offRatio := ratios(configuredOff, bare, throughputRatio)
 		rows = append(rows,
@@ -243,7 +246,7 @@ func (t *tracingSides) list() []side {
 	sides := make([]side, len(t.sides))
 	for i, sd := range t.sides {
 		url := sd.r.url + "/v1/conversations"
-		sides[i] = side{name: "GET /v1/conversations, " + sd.name, workers: t.s.o.workers, op: func(ctx context.Context, _ int) error {
+		sides[i] = side{name: "GET /v1/conversations, " + sd.name, workers: t.s.o.workers, cpu: sd.r.proc.CPUTime, op: func(ctx context.Context, _ int) error {
 			status, _, body, err := get(ctx, t.client, url, t.bearer)
 			if err == nil && status != http.StatusOK {
 				err = fmt.Errorf("GET %s answered %d: %s", url, status, body)
@@ -259,7 +262,7 @@ func (t *tracingSides) post() []side {
 	body := []byte(`{"body":"` + benchMessageBody + `"}`)
 	sides := make([]side, len(t.sides))
 	for i, sd := range t.sides {
-		sides[i] = side{name: "POST /v1/conversations/{id}/messages, " + sd.name, workers: t.s.o.workers, op: func(ctx context.Context, w int) error {
+		sides[i] = side{name: "POST /v1/conversations/{id}/messages, " + sd.name, workers: t.s.o.workers, cpu: sd.r.proc.CPUTime, op: func(ctx context.Context, w int) error {
 			url := sd.r.url + messagesPath(sd.posted[w])
 			status, resp, err := postWithBearer(ctx, t.client, t.bearer, url, body)
 			if err == nil && status != http.StatusCreated {
