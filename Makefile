@@ -52,9 +52,9 @@ ALL_PACKAGES = $(eval ALL_PACKAGES := $(shell $(GO) list $(PACKAGES)))$(ALL_PACK
 # A package's tests start processes when its test binary links the embedded
 # store's launcher or the service launcher, or its tests run os/exec.
 PROCESS_FOUND = $(eval PROCESS_FOUND := $(sort $(shell $(GO) list -test -f '{{if and (not .ForTest) (eq .Name "main")}}{{.ImportPath}} {{join .Deps " "}}{{end}}' $(PACKAGES) | grep -E ' github.com/acme/platform/(pkg/testkit/mongoproc|deploy/internal/svcproc)( |$$)' | cut -d' ' -f1 | sed 's/\.test$$//') $(shell $(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' $(PACKAGES) | grep -E ' os/exec( |$$)' | cut -d' ' -f1)))$(PROCESS_FOUND)
-# The longest start first, so that none starts last and runs alone while
-# the other core idles: the suites of processes, then the HTTP suites.
-LONGEST := $(addprefix github.com/acme/platform/,deploy/clientstest deploy/e2e deploy/bench services/account/http services/conversations/http)
+# The longest start first, longest first (as measured), so that none
+# starts last and runs alone while the other core idles.
+LONGEST := $(addprefix github.com/acme/platform/,deploy/e2e services/conversations/http deploy/bench deploy/clientstest services/account/http services/account/cmd/account deploy/oidcinterop services/account/mongostore services/conversations/mongostore deploy/devstack)
 PROCESS_PACKAGES = $(filter $(PROCESS_FOUND),$(LONGEST)) $(filter-out $(LONGEST),$(PROCESS_FOUND))
 CACHED_PACKAGES = $(filter-out $(PROCESS_PACKAGES),$(ALL_PACKAGES))
 # What make test-race runs: every package whose tests run our code in their
