@@ -178,7 +178,7 @@ func (s *stack) drainEvents(ctx context.Context) error {
 // commands of a service side's run are not its posts'.
 func (s *stack) postSide(post func(context.Context, int) error) side {
 	return side{name: "posts, then the relay", run: func(ctx context.Context, d time.Duration) (int64, time.Duration, error) {
-		ops, elapsed, err := runWorkers(ctx, side{workers: s.o.workers, op: post}, d)
+		ops, elapsed, err := runWorkers(ctx, side{workers: s.o.workers, op: post}, until(d))
 		if err == nil {
 			err = s.drainEvents(ctx)
 		}

@@ -96,6 +96,38 @@ func runFor(ctx context.Context, s side, d time.Duration) (sample, error) {
 
 // runOnce is one run of s for d.
 func runOnce(ctx context.Context, s side, d time.Duration) (sample, error) {
+	if s.run != nil {
+		return measured(ctx, s, func(ctx context.Context) (int64, time.Duration, error) { return s.run(ctx, d) })
+	}
+	return measured(ctx, s, func(ctx context.Context) (int64, time.Duration, error) {
+		return runWorkers(ctx, s, until(d))
+	})
+}
+
+// until allows operations until d has passed from now, or maxOpsPerRun
+// of them.
+func until(d time.Duration) func() bool {
+	deadline := time.Now().Add(d)
+	var tickets atomic.Int64
+	return func() bool { return time.Now().Before(deadline) && tickets.Add(1) <= maxOpsPerRun }
+}
+
+// runN runs s.op on s.workers goroutines until n operations have been
+// done: a run of a fixed amount of work, for sides whose operations change
+// what the next ones cost (a post grows the collections that the store
+// scans), so that every side leaves its database as the others leave
+// theirs.
+func runN(ctx context.Context, s side, n int64) (sample, error) {
+	var tickets atomic.Int64
+	return measured(ctx, s, func(ctx context.Context) (int64, time.Duration, error) {
+		return runWorkers(ctx, s, func() bool { return tickets.Add(1) <= n })
+	})
+}
+
+// measured runs work once and returns its operations and time with what
+// the side counts around it: the harness's allocations, s.cpu and
+// s.commands.
+func measured(ctx context.Context, s side, work func(context.Context) (int64, time.Duration, error)) (sample, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -115,11 +147,7 @@ func runOnce(ctx context.Context, s side, d time.Duration) (sample, error) {
 	}
 	var got sample
 	var err error
-	if s.run != nil {
-		got.ops, got.elapsed, err = s.run(ctx, d)
-	} else {
-		got.ops, got.elapsed, err = runWorkers(ctx, s, d)
-	}
+	got.ops, got.elapsed, err = work(ctx)
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w", s.name, err)
 	}
@@ -142,25 +170,22 @@ func runOnce(ctx context.Context, s side, d time.Duration) (sample, error) {
 	return got, nil
 }
 
-// runWorkers runs s.op on s.workers goroutines until d has passed and
-// returns the operations done and the time they took.
-func runWorkers(ctx context.Context, s side, d time.Duration) (int64, time.Duration, error) {
+// runWorkers runs s.op on s.workers goroutines, each operation once take
+// allows it, and returns the operations done and the time they took.
+func runWorkers(ctx context.Context, s side, take func() bool) (int64, time.Duration, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var ops atomic.Int64
 	start := time.Now()
-	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for w := range s.workers {
 		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(deadline) {
+			for ctx.Err() == nil && take() {
 				if err := s.op(ctx, w); err != nil {
 					cancel(err)
 					return
 				}
-				if ops.Add(1) >= maxOpsPerRun {
-					return
-				}
+				ops.Add(1)
 			}
 		})
 	}
@@ -264,50 +289,6 @@ func medianOf(samples []sample, f func(sample) float64) float64 {
 		v[i] = f(s)
 	}
 	return spreadOf(v).median
-}
-
-// runN runs s.op on s.workers goroutines until n operations have been
-// done: a run of a fixed amount of work, for sides whose operations change
-// what the next ones cost (a post grows the collections that the store
-// scans), so that every side leaves its database as the others leave
-// theirs.
-func runN(ctx context.Context, s side, n int64) (sample, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var cpuBefore time.Duration
-	if s.cpu != nil {
-		var err error
-		if cpuBefore, err = s.cpu(); err != nil {
-			return sample{}, err
-		}
-	}
-	var tickets atomic.Int64
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range s.workers {
-		wg.Go(func() {
-			for ctx.Err() == nil && tickets.Add(1) <= n {
-				if err := s.op(ctx, w); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := context.Cause(ctx); err != nil {
-		return sample{}, fmt.Errorf("%s: %w", s.name, err)
-	}
-	got := sample{ops: n, elapsed: elapsed}
-	if s.cpu != nil {
-		cpuAfter, err := s.cpu()
-		if err != nil {
-			return sample{}, err
-		}
-		got.cpu = cpuAfter - cpuBefore
-	}
-	return got, nil
 }
 
 // interleave measures the sides in blocks of mirrored runs (see
