@@ -31,6 +31,12 @@ type RelayPartitions struct {
 	// Gained, when set, is called when this replica took partitions
 	// (their events may have waited).
 	Gained func()
+	// Notify, when set, is called with the other live replicas when the
+	// shares may have changed for them: this replica joined (its first
+	// read of the leases) or released partitions (above its share, or
+	// stopping). Each should then call ReadSoon, so that it gives up or
+	// takes its share now rather than at its next read.
+	Notify func(peers []string)
 
 	mu   sync.Mutex
 	held map[int]time.Time // partition → fence deadline
@@ -41,6 +47,11 @@ type RelayPartitions struct {
 	// nextRead is when Tick reads the leases again (zero: at the next
 	// tick); see Tick.
 	nextRead time.Time
+	// joined is set once this replica has read the leases and told the
+	// others (Notify).
+	joined bool
+	// soon makes Run tick at once (ReadSoon).
+	soon chan struct{}
 	// inflight is read-locked by each fenced command of the relay, so
 	// that a partition is released only once no command for it runs.
 	inflight sync.RWMutex
@@ -205,16 +216,25 @@ func (rp *RelayPartitions) fence(sent time.Time) time.Time {
 }
 
 // Run keeps this replica's share of the partitions until ctx ends, then
-// releases them, so that the other replicas take them over at their
-// next read of the leases (within half a lease and a tick), not after
-// the lease.
+// releases them, so that the other replicas (told by Notify) take them
+// over at once, not after the lease. It ticks every fifth of the lease
+// (a renewal delayed by a slow store has four more chances before the
+// lease ends), and when a read of the leases falls due before that, then
+// instead, so that a dead holder's partitions are taken as its lease
+// ends and the read costs no extra renewal.
 func (rp *RelayPartitions) Run(ctx context.Context) {
-	every := rp.Lease / 5
+	soon := rp.soonChan()
 	for {
 		if err := rp.Tick(ctx); err != nil && ctx.Err() == nil && rp.Logger != nil {
 			rp.Logger.Warn("relay partitions", "error", err.Error())
 		}
-		t := time.NewTimer(every)
+		wait := rp.Lease / 5
+		rp.mu.Lock()
+		if !rp.nextRead.IsZero() {
+			wait = max(min(wait, time.Until(rp.nextRead)), 0)
+		}
+		rp.mu.Unlock()
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -223,7 +243,42 @@ func (rp *RelayPartitions) Run(ctx context.Context) {
 			rp.releaseAll(stop)
 			return
 		case <-t.C:
+		case <-soon:
+			t.Stop()
 		}
+	}
+}
+
+// ReadSoon makes the next tick read the leases, and Run tick now:
+// another replica joined or released partitions (see Notify).
+func (rp *RelayPartitions) ReadSoon() {
+	soon := rp.soonChan()
+	rp.setNextRead(time.Time{})
+	select {
+	case soon <- struct{}{}:
+	default:
+	}
+}
+
+func (rp *RelayPartitions) soonChan() chan struct{} {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.soon == nil {
+		rp.soon = make(chan struct{}, 1)
+	}
+	return rp.soon
+}
+
+// notify tells the other live members of the last read (Notify).
+func (rp *RelayPartitions) notify() {
+	if rp.Notify == nil {
+		return
+	}
+	rp.mu.Lock()
+	peers := slices.DeleteFunc(slices.Clone(rp.members), func(m string) bool { return m == rp.Holder })
+	rp.mu.Unlock()
+	if len(peers) > 0 {
+		rp.Notify(peers)
 	}
 }
 
@@ -236,11 +291,12 @@ func (rp *RelayPartitions) Run(ctx context.Context) {
 // replica at its share at least), nothing changes until another
 // replica's lease runs out unrenewed or a replica joins or leaves: the
 // next read is then at the earliest expiry of another replica's lease
-// read, when a dead holder's partitions become free (so they are taken
-// over within the lease and a tick, as when every tick read), and at
-// most half a lease later, which bounds how long a newcomer's share or
-// a stopping replica's partitions wait. Until the shares hold, every
-// tick reads.
+// read, when a dead holder's partitions become free (Run ticks then, so
+// they are taken over as the lease ends), and at most a lease later. A
+// replica joining or releasing partitions tells the others (Notify,
+// ReadSoon), so the lease bounds only how long a newcomer's share or
+// released partitions wait when a notice is lost. Until the shares
+// hold, every tick reads.
 func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	rp.mu.Lock()
 	if rp.held == nil {
@@ -285,7 +341,12 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	}
 	rp.mu.Lock()
 	rp.holders, rp.members = holders, live
+	joined := !rp.joined
+	rp.joined = true
 	rp.mu.Unlock()
+	if joined {
+		rp.notify() // the others' shares fall: they release towards this one's
+	}
 	target := (rp.Count + len(live) - 1) / max(len(live), 1)
 	counts := map[string]int{}
 	free := make([]bool, rp.Count)
@@ -300,13 +361,19 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	}
 	// Another live replica below its share takes what this one releases;
 	// while none is, this one takes every free partition, so that none
-	// waits for a dead replica's heartbeat to expire.
+	// waits for a dead replica's heartbeat to expire. A share is target
+	// (rounded up) or floor (rounded down): while another replica holds
+	// less than floor, those above floor release down to it and only
+	// those below it take, else a replica could stay short for good
+	// (16 partitions held 6, 6 and 4), reading the leases every tick.
+	floor := rp.Count / max(len(live), 1)
 	under := slices.ContainsFunc(live, func(m string) bool { return m != rp.Holder && counts[m] < target })
+	short := slices.ContainsFunc(live, func(m string) bool { return m != rp.Holder && counts[m] < floor })
 	gained := false
 	start := rand.IntN(rp.Count) // replicas starting together try different ones first
 	for i := range rp.Count {
 		p := (start + i) % rp.Count
-		if !free[p] || slices.Contains(held, p) || len(held) >= target && under {
+		if !free[p] || slices.Contains(held, p) || len(held) >= target && under || len(held) >= floor && short {
 			continue
 		}
 		sent := time.Now()
@@ -325,14 +392,25 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	if gained && rp.Gained != nil {
 		rp.Gained()
 	}
-	if len(held) > target && under {
-		slices.Sort(held)
-		return rp.release(ctx, held[target:])
+	keep := len(held)
+	switch {
+	case short:
+		keep = floor
+	case under:
+		keep = target
 	}
-	if !gained && !slices.Contains(free, true) && len(held) >= rp.Count/max(len(live), 1) {
-		// Settled: read again when another replica's lease or membership
-		// may have run out, or half a lease from now.
-		next := now.Add(rp.Lease / 2)
+	if len(held) > keep {
+		slices.Sort(held)
+		if err := rp.release(ctx, held[keep:]); err != nil {
+			return err
+		}
+		rp.notify() // those below their share take them now
+		return nil
+	}
+	if !gained && !slices.Contains(free, true) && len(held) >= floor {
+		// Settled: read again when another replica's lease may have run
+		// out, or a lease from now.
+		next := now.Add(rp.Lease)
 		for _, e := range leases {
 			if e.Holder != rp.Holder && e.ExpiresAt.After(now) && e.ExpiresAt.Before(next) {
 				next = e.ExpiresAt
@@ -369,4 +447,5 @@ func (rp *RelayPartitions) releaseAll(ctx context.Context) {
 	if err := rp.Store.LeaveMembers(ctx, rp.Count, rp.Holder); err != nil && rp.Logger != nil {
 		rp.Logger.Warn("leave relay members", "error", err.Error())
 	}
+	rp.notify()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -344,5 +345,126 @@ func accountIn(rp *conversations.RelayPartitions, p int) string {
 		if a := fmt.Sprint("acc_", i); rp.Partition(a) == p {
 			return a
 		}
+	}
+}
+
+// testSharesChangeOnNotice: a replica joining tells the others, which
+// read the leases at once when asked (ReadSoon) rather than at their next
+// read, and one releasing partitions, above its share or stopping, tells
+// the others, which take them at once.
+func testSharesChangeOnNotice(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	const count, lease = 4, time.Hour // no read falls due by itself
+	var mu sync.Mutex
+	notices := map[string][]string{} // notifier → the peers it told
+	replica := func(name string) *conversations.RelayPartitions {
+		return &conversations.RelayPartitions{Store: s.Store, Holder: name, Count: count, Lease: lease,
+			Notify: func(peers []string) {
+				mu.Lock()
+				defer mu.Unlock()
+				notices[name] = append(notices[name], peers...)
+			}}
+	}
+	told := func(name string) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		got := notices[name]
+		delete(notices, name)
+		return got
+	}
+	a, b := replica("a"), replica("b")
+	for range 2 {
+		if err := a.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(a.Held()) != count || told("a") != nil {
+		t.Fatalf("a alone holds %v and told %v", a.Held(), told("a"))
+	}
+	if err := b.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := told("b"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("b joined and told %v, want [a]", got)
+	}
+	// Settled for an hour, a keeps everything until told.
+	if err := a.Tick(ctx); err != nil || len(a.Held()) != count {
+		t.Fatalf("a, not told, holds %v: %v", a.Held(), err)
+	}
+	a.ReadSoon()
+	if err := a.Tick(ctx); err != nil || len(a.Held()) != count/2 {
+		t.Fatalf("a, told, holds %v: %v", a.Held(), err)
+	}
+	if got := told("a"); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("a released and told %v, want [b]", got)
+	}
+	if err := b.Tick(ctx); err != nil || len(b.Held()) != count/2 {
+		t.Fatalf("b holds %v: %v", b.Held(), err)
+	}
+	// a stops: it releases, leaves and tells b, which takes everything.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	a.Run(stopped)
+	if got := told("a"); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("a stopped and told %v, want [b]", got)
+	}
+	b.ReadSoon()
+	if err := b.Tick(ctx); err != nil || len(b.Held()) != count {
+		t.Fatalf("b, told a stopped, holds %v: %v", b.Held(), err)
+	}
+}
+
+// testSharesEvenOut: 16 partitions among three replicas end held 5, 5
+// and 6, whatever order the replicas release in, and then none reads the
+// leases any more (a replica left short of its share read them every
+// tick).
+func testSharesEvenOut(t *testing.T, s *conversations.Service) {
+	ctx := context.Background()
+	const count, lease = 16, time.Hour // no read falls due by itself
+	st := &readCounter{PartitionStore: s.Store}
+	var rs []*conversations.RelayPartitions
+	for _, name := range []string{"a", "b", "c"} {
+		rs = append(rs, &conversations.RelayPartitions{Store: st, Holder: name, Count: count, Lease: lease})
+	}
+	tick := func(r *conversations.RelayPartitions) {
+		t.Helper()
+		r.ReadSoon() // as the notices would
+		if err := r.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick(rs[0]) // a takes all
+	for len(rs[1].Held()) != 8 {
+		tick(rs[1])
+		tick(rs[0])
+	}
+	// c joins; a, then b, release towards it.
+	for range 3 {
+		for _, r := range []*conversations.RelayPartitions{rs[2], rs[0], rs[2], rs[1]} {
+			tick(r)
+		}
+	}
+	var held []int
+	for _, r := range rs {
+		held = append(held, len(r.Held()))
+	}
+	if slices.Sort(held); !slices.Equal(held, []int{5, 5, 6}) {
+		t.Fatalf("held %v partitions, want 5, 5 and 6", held)
+	}
+	for _, r := range rs { // each sees the shares hold
+		if err := r.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := st.reads.Load()
+	for range 3 {
+		for _, r := range rs {
+			if err := r.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := st.reads.Load() - before; n != 0 {
+		t.Fatalf("settled replicas read the leases %d times in 9 ticks", n)
 	}
 }

@@ -65,6 +65,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"PartitionsAreShared", testPartitionsAreShared},
 		{"StalledHolderOrdersNothing", testStalledHolderOrdersNothing},
 		{"SettledSharesReadLess", testSettledSharesReadLess},
+		{"SharesChangeOnNotice", testSharesChangeOnNotice},
+		{"SharesEvenOut", testSharesEvenOut},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, &conversations.Service{Store: newStore(t)}) })

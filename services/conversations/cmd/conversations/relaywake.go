@@ -12,8 +12,12 @@ import (
 
 // relayWakePath is the route of the operations listener at which another
 // replica wakes this one's relay: it recorded a change of an account
-// whose partition this replica holds.
-const relayWakePath = "/relay/wake"
+// whose partition this replica holds. At relayPartitionsPath it asks this
+// one to read the relay's leases now: it joined, or released partitions.
+const (
+	relayWakePath       = "/relay/wake"
+	relayPartitionsPath = "/relay/partitions"
+)
 
 // relayWakeTimeout bounds one wake; one that fails is left to the
 // holder's poll.
@@ -22,16 +26,17 @@ const relayWakeTimeout = time.Second
 // maxFailingWakes bounds the addresses a waker remembers failing.
 const maxFailingWakes = 1024
 
-// relayWaker wakes the relays of other replicas, one request at a time
-// per replica: wakes asked while one is under way make one more after it,
-// so a burst of changes costs the holder a round or two, not one each.
+// relayWaker wakes the relays of other replicas (or their partitions),
+// one request at a time per replica and path: wakes asked while one is
+// under way make one more after it, so a burst of changes costs the
+// holder a round or two, not one each.
 type relayWaker struct {
 	client *http.Client
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	pending map[string]bool // addr → a wake is under way; true: another after it
-	failing map[string]bool // addr → its last wake failed (logged once)
+	pending map[string]bool // URL → a wake is under way; true: another after it
+	failing map[string]bool // URL → its last wake failed (logged once)
 }
 
 func newRelayWaker(logger *slog.Logger) *relayWaker {
@@ -44,22 +49,24 @@ func newRelayWaker(logger *slog.Logger) *relayWaker {
 }
 
 // wake asks the replica whose operations listener is at addr to relay
-// now, without waiting.
-func (w *relayWaker) wake(addr string) {
+// now (relayWakePath) or to read its leases now (relayPartitionsPath),
+// without waiting.
+func (w *relayWaker) wake(addr, path string) {
+	url := "http://" + addr + path
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, busy := w.pending[addr]; busy {
-		w.pending[addr] = true
+	if _, busy := w.pending[url]; busy {
+		w.pending[url] = true
 		return
 	}
-	w.pending[addr] = false
-	go w.send(addr)
+	w.pending[url] = false
+	go w.send(url)
 }
 
-func (w *relayWaker) send(addr string) {
+func (w *relayWaker) send(url string) {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), relayWakeTimeout)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+relayWakePath, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 		if err == nil {
 			var resp *http.Response
 			if resp, err = w.client.Do(req); err == nil {
@@ -74,27 +81,28 @@ func (w *relayWaker) send(addr string) {
 		// The first failure after a success is a warning: the holder's
 		// changes from here wait for its poll until the wakes get through.
 		switch {
-		case err != nil && !w.failing[addr]:
+		case err != nil && !w.failing[url]:
 			if len(w.failing) >= maxFailingWakes {
 				clear(w.failing) // replicas that died long ago
 			}
-			w.failing[addr] = true
-			w.logger.Warn("wake relay", "addr", addr, "error", err.Error())
-		case err == nil && w.failing[addr]:
-			delete(w.failing, addr)
-			w.logger.Info("wake relay again", "addr", addr)
+			w.failing[url] = true
+			w.logger.Warn("wake relay", "url", url, "error", err.Error())
+		case err == nil && w.failing[url]:
+			delete(w.failing, url)
+			w.logger.Info("wake relay again", "url", url)
 		}
-		if !w.pending[addr] {
-			delete(w.pending, addr)
+		if !w.pending[url] {
+			delete(w.pending, url)
 			w.mu.Unlock()
 			return
 		}
-		w.pending[addr] = false
+		w.pending[url] = false
 		w.mu.Unlock()
 	}
 }
 
-// relayWakeHandler answers a wake of this replica's relay.
+// relayWakeHandler answers a wake of this replica's relay (or of its
+// partitions).
 func relayWakeHandler(wake func()) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		wake()

@@ -47,13 +47,13 @@ func TestRelayWakerCoalesces(t *testing.T) {
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	w := newRelayWaker(slog.New(slog.DiscardHandler))
-	w.wake(addr)
+	w.wake(addr, relayWakePath)
 	<-first // the first wake is being answered
 	for range 10 {
-		w.wake(addr)
+		w.wake(addr, relayWakePath)
 	}
 	close(release)
-	waitIdle(t, w, addr)
+	waitIdle(t, w, srv.URL+relayWakePath)
 	if n := woken.Load(); n != 2 {
 		t.Fatalf("%d wakes reached the holder, want 2 (the first, then one for the ten asked meanwhile)", n)
 	}
@@ -78,8 +78,8 @@ func TestRelayWakerWarnsOnceWhileFailing(t *testing.T) {
 	var mu sync.Mutex
 	w := newRelayWaker(slog.New(slog.NewTextHandler(&lockedWriter{&mu, &logs}, nil)))
 	for range 3 {
-		w.wake(addr)
-		waitIdle(t, w, addr)
+		w.wake(addr, relayWakePath)
+		waitIdle(t, w, srv.URL+relayWakePath)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -88,12 +88,12 @@ func TestRelayWakerWarnsOnceWhileFailing(t *testing.T) {
 	}
 }
 
-// waitIdle waits until w has no wake of addr under way.
-func waitIdle(t *testing.T, w *relayWaker, addr string) {
+// waitIdle waits until w has no wake of url under way.
+func waitIdle(t *testing.T, w *relayWaker, url string) {
 	t.Helper()
 	for {
 		w.mu.Lock()
-		_, busy := w.pending[addr]
+		_, busy := w.pending[url]
 		w.mu.Unlock()
 		if !busy {
 			return

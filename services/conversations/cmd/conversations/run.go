@@ -167,13 +167,20 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 				e.SweepSoon()
 			}
 		},
+		Notify: func(peers []string) {
+			for _, p := range peers {
+				if addr := conversations.WakeAddr(p); addr != "" {
+					waker.wake(addr, relayPartitionsPath)
+				}
+			}
+		},
 	}
 	recorded := func(accountID string, n int) {
 		events.recorded.Add(float64(n))
 		if partitions.Holds(accountID) {
 			wake()
 		} else if addr := conversations.WakeAddr(partitions.HolderOf(accountID)); addr != "" {
-			waker.wake(addr)
+			waker.wake(addr, relayWakePath)
 		}
 	}
 	relay := &conversations.Relay{
@@ -208,7 +215,10 @@ func serve(ctx context.Context, cfg config, logs io.Writer) error {
 		APIAddr:  cfg.HTTPAddr,
 		OpsAddr:  cfg.OpsAddr,
 		Registry: registry,
-		Ops:      map[string]http.Handler{"POST " + relayWakePath: relayWakeHandler(wake)},
+		Ops: map[string]http.Handler{
+			"POST " + relayWakePath:       relayWakeHandler(wake),
+			"POST " + relayPartitionsPath: relayWakeHandler(partitions.ReadSoon),
+		},
 		Checks: map[string]web.Check{
 			"mongodb": db.Ready,
 			"signing_keys": func(ctx context.Context) error {
