@@ -476,15 +476,15 @@ type Slots struct {
 // room is how many more attempts of endpoint fit.
 func (s Slots) room(endpoint string) int { return s.PerEndpoint - s.InFlight[endpoint] }
 
-// ClaimAttempts claims, for lease, the deliveries due longest ago that
-// slots has room for, in one batch: one read of those due, one write
-// claiming them, one read of their endpoints. It reports whether more
+// ClaimAttempts claims, for lease, the deliveries due longest ago (and at
+// least overdue ago) that slots has room for, in one batch: one read of
+// those due, one write claiming them, one read of their endpoints. It reports whether more
 // may be due than it looked at (the engine then claims again as soon as
 // it has room). Replicas read the same deliveries due, and all but one
 // lose each to the compare-and-set: after a claim lost some, this
 // replica picks at random among those it read (up to twice its room,
 // all due) for contendedFor, so that replicas claim different ones.
-func (w *Service) ClaimAttempts(ctx context.Context, claim string, lease time.Duration, slots Slots) ([]Attempt, bool, error) {
+func (w *Service) ClaimAttempts(ctx context.Context, claim string, lease, overdue time.Duration, slots Slots) ([]Attempt, bool, error) {
 	if slots.Free <= 0 {
 		return nil, false, nil
 	}
@@ -498,7 +498,7 @@ func (w *Service) ClaimAttempts(ctx context.Context, claim string, lease time.Du
 	// room for fewer than it has due.
 	limit := min(2*slots.Free, maxClaimBatch)
 	now := w.now()
-	due, err := w.Store.DueDeliveries(ctx, now, busy, limit)
+	due, err := w.Store.DueDeliveries(ctx, now.Add(-overdue), busy, limit)
 	if err != nil {
 		return nil, false, err
 	}

@@ -36,8 +36,9 @@ type Engine struct {
 	Logger   *slog.Logger
 	// Poll is how often the engine looks for due deliveries when not
 	// woken (by a delivery recorded here, a slot that frees, or a retry
-	// this replica recorded falling due); polls that find nothing space
-	// out up to idlePolls intervals.
+	// this replica recorded falling due), taking those due for a Poll at
+	// least; polls that find nothing space out up to idlePolls
+	// intervals.
 	Poll time.Duration
 	// Sweep is how often the fan-out sweeps the accounts of Slots for
 	// events not fanned out (0: every sweepPolls × Poll).
@@ -400,7 +401,16 @@ func (e *Engine) deliverLoop(ctx context.Context, wg *sync.WaitGroup) {
 			if room.Free <= 0 {
 				break
 			}
-			attempts, more, err := e.Webhooks.ClaimAttempts(ctx, newClaim(), e.Lease, room)
+			// A poll leaves the deliveries due for less than a poll
+			// interval to the replica that recorded them, which claims
+			// them when it records them or when a slot frees: otherwise
+			// every replica's poll would race it for them, each a claim
+			// of a few, and never back off.
+			overdue := time.Duration(0)
+			if polled {
+				overdue = e.Poll
+			}
+			attempts, more, err := e.Webhooks.ClaimAttempts(ctx, newClaim(), e.Lease, overdue, room)
 			if err != nil && ctx.Err() == nil {
 				e.Logger.WarnContext(ctx, "claim webhook deliveries", "error", err.Error())
 			}

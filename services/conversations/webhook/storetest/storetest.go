@@ -238,7 +238,7 @@ func testRules(t *testing.T, store Store) {
 // one free slot does.
 func claimOne(t *testing.T, wh *webhook.Service, claim string) (webhook.Attempt, bool, error) {
 	t.Helper()
-	as, _, err := wh.ClaimAttempts(context.Background(), claim, 30*time.Second, webhook.Slots{Free: 1, PerEndpoint: 4})
+	as, _, err := wh.ClaimAttempts(context.Background(), claim, 30*time.Second, 0, webhook.Slots{Free: 1, PerEndpoint: 4})
 	if err != nil || len(as) == 0 {
 		return webhook.Attempt{}, false, err
 	}
@@ -308,8 +308,13 @@ func testClaimsInBatches(t *testing.T, store Store) {
 		}
 		return out
 	}
+	// A claim for those due at least an hour ago (as a poll leaves the
+	// fresh ones to their recorder) finds none of them.
+	if as, more, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, time.Hour, webhook.Slots{Free: 5, PerEndpoint: 2}); err != nil || len(as) != 0 || more {
+		t.Fatalf("claimed %v (more %v) of deliveries due for seconds only: %v", ids(as), more, err)
+	}
 	// Room for five, two per endpoint: the first two of each.
-	first, more, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, webhook.Slots{Free: 5, PerEndpoint: 2})
+	first, more, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, 0, webhook.Slots{Free: 5, PerEndpoint: 2})
 	if err != nil || !more {
 		t.Fatalf("claim: %v, more %v", err, more)
 	}
@@ -323,7 +328,7 @@ func testClaimsInBatches(t *testing.T, store Store) {
 	}
 	// An endpoint with no room left is passed over.
 	full := map[string]int{endpoints[0]: 2, endpoints[1]: 2}
-	if as, _, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, webhook.Slots{Free: 5, PerEndpoint: 2, InFlight: full}); err != nil || len(as) != 0 {
+	if as, _, err := wh.ClaimAttempts(ctx, "replica-1", time.Minute, 0, webhook.Slots{Free: 5, PerEndpoint: 2, InFlight: full}); err != nil || len(as) != 0 {
 		t.Fatalf("claimed %v past the per-endpoint room (%v)", ids(as), err)
 	}
 	// Two replicas at once take the other four between them, each once.
@@ -331,7 +336,7 @@ func testClaimsInBatches(t *testing.T, store Store) {
 	var wg sync.WaitGroup
 	for r := range got {
 		wg.Go(func() {
-			as, _, err := wh.ClaimAttempts(ctx, fmt.Sprintf("replica-%d", r+2), time.Minute, webhook.Slots{Free: 10, PerEndpoint: 10})
+			as, _, err := wh.ClaimAttempts(ctx, fmt.Sprintf("replica-%d", r+2), time.Minute, 0, webhook.Slots{Free: 10, PerEndpoint: 10})
 			if err != nil {
 				t.Error(err)
 			}
