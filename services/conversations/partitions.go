@@ -32,10 +32,11 @@ type RelayPartitions struct {
 	// (their events may have waited).
 	Gained func()
 	// Notify, when set, is called with the other live replicas when the
-	// shares may have changed for them: this replica joined (its first
-	// read of the leases) or released partitions (above its share, or
-	// stopping). Each should then call ReadSoon, so that it gives up or
-	// takes its share now rather than at its next read.
+	// shares or the holders changed for them: this replica joined (its
+	// first read of the leases), took partitions, or released some (above
+	// its share, or stopping). Each should then call ReadSoon, so that it
+	// gives up or takes its share, and learns whom to wake, now rather
+	// than at its next read.
 	Notify func(peers []string)
 
 	mu   sync.Mutex
@@ -217,18 +218,21 @@ func (rp *RelayPartitions) fence(sent time.Time) time.Time {
 
 // Run keeps this replica's share of the partitions until ctx ends, then
 // releases them, so that the other replicas (told by Notify) take them
-// over at once, not after the lease. It ticks every fifth of the lease
-// (a renewal delayed by a slow store has four more chances before the
-// lease ends), and when a read of the leases falls due before that, then
-// instead, so that a dead holder's partitions are taken as its lease
-// ends and the read costs no extra renewal.
+// over at once, not after the lease. It ticks every quarter of the lease,
+// counted from the previous tick's start, so that a renewal is late by
+// its own latency only and the fence (three quarters of the lease) holds
+// while renewals return within half a lease; and when a read of the
+// leases falls due before that, then instead, so that a dead holder's
+// partitions are taken as its lease ends and the read costs no extra
+// renewal.
 func (rp *RelayPartitions) Run(ctx context.Context) {
 	soon := rp.soonChan()
 	for {
+		began := time.Now()
 		if err := rp.Tick(ctx); err != nil && ctx.Err() == nil && rp.Logger != nil {
 			rp.Logger.Warn("relay partitions", "error", err.Error())
 		}
-		wait := rp.Lease / 5
+		wait := time.Until(began.Add(rp.Lease / 4))
 		rp.mu.Lock()
 		if !rp.nextRead.IsZero() {
 			wait = max(min(wait, time.Until(rp.nextRead)), 0)
@@ -389,8 +393,13 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 			gained = true
 		}
 	}
-	if gained && rp.Gained != nil {
-		rp.Gained()
+	if gained {
+		if rp.Gained != nil {
+			rp.Gained()
+		}
+		// The others wake this replica for the changes of these
+		// partitions once they have read who holds them.
+		rp.notify()
 	}
 	keep := len(held)
 	switch {

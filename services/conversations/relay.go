@@ -77,7 +77,7 @@ const relayMaxBackoff = 5 * time.Second
 // wake missed: one sent to a former holder, or lost).
 const (
 	relayIdlePolls      = 4
-	relayWokenIdlePolls = 16
+	relayWokenIdlePolls = 32
 )
 
 // relayBatch is how many documents one read of pending events returns.
