@@ -31,14 +31,15 @@ type benchOptions struct {
 	mongoURI      string
 	signingAlg    string
 	timeout       time.Duration
-	conversations int    // the caller's conversations in the listing measure
-	depth         int    // the deep page of the listing measure
-	messages      int    // the messages of the listed conversation in the messages measure
-	idleStreams   int    // idle event streams open in the events measure
-	changes       int    // changes timed to the feed and the stream in the events measure
-	streamBacklog int    // bytes of event data behind the unread streams of the stream-memory measure
-	unreadStreams int    // streams that never read in the stream-memory measure
-	wrk           string // the wrk binary, found at start when a measure sends with it
+	conversations int           // the caller's conversations in the listing measure
+	depth         int           // the deep page of the listing measure
+	messages      int           // the messages of the listed conversation in the messages measure
+	idleStreams   int           // idle event streams open in the events measure
+	changes       int           // changes timed to the feed and the stream in the events measure
+	streamBacklog int           // bytes of event data behind the unread streams of the stream-memory measure
+	unreadStreams int           // streams that never read in the stream-memory measure
+	settle        time.Duration // the webhook-replicas measure's wait after starting replicas
+	wrk           string        // the wrk binary, found at start when a measure sends with it
 }
 
 // measures are the -only names, in the order of the table.
@@ -65,6 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.idleStreams, "idle-streams", 1000, "idle event streams open on the replica in the events measure")
 	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure, and four times the messages each writer of the relay measure posts")
 	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
+	fs.DurationVar(&o.settle, "settle", 20*time.Second, "how long the webhook-replicas measure leaves the replicas it started before it counts (their pollers back off from their first interval)")
 	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -32,14 +32,6 @@ type webhookRun struct {
 // replicas' commands with nothing to do.
 const idleWindow = 5 * time.Second
 
-// settleWindow is how long the webhook replicas measure leaves replicas
-// it just started before it counts: their pollers start at their
-// interval and back off while they find nothing (the due deliveries' to
-// 16 intervals, 16 s at the service's 1 s), and each sweeps at start.
-// Replicas of a deployment run for days; the measure is of their pace,
-// not of their start.
-const settleWindow = 20 * time.Second
-
 // webhookReplicaRows measures webhook fan-out and delivery with one and
 // with three replicas on one store, as relayRows does the relay: the
 // relay's writers post through all replicas while replicaEndpoints
@@ -114,7 +106,12 @@ func (s *stack) webhookRun(ctx context.Context, sink *hookSink, n int) (webhookR
 			return out, fmt.Errorf("create webhook: %d %s %v", status, got, err)
 		}
 	}
-	time.Sleep(settleWindow)
+	// Replicas just started poll at their first interval and back off
+	// while they find nothing (the due deliveries' poll to 16 intervals,
+	// 16 s at the service's 1 s), and each sweeps at start: deployed
+	// replicas run for days, and the measure is of their pace, not of
+	// their start.
+	time.Sleep(s.o.settle)
 	// What the replicas send a second with nothing to do (their leases,
 	// their polls), for the row's reading: not subtracted, since on the
 	// embedded store the pollers slow down as the load grows.
