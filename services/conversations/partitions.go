@@ -254,7 +254,7 @@ func (rp *RelayPartitions) Run(ctx context.Context) {
 }
 
 // ReadSoon makes the next tick read the leases, and Run tick now:
-// another replica joined or released partitions (see Notify).
+// another replica joined, took or released partitions (see Notify).
 func (rp *RelayPartitions) ReadSoon() {
 	soon := rp.soonChan()
 	rp.setNextRead(time.Time{})
@@ -302,6 +302,13 @@ func (rp *RelayPartitions) notify() {
 // released partitions wait when a notice is lost. Until the shares
 // hold, every tick reads.
 func (rp *RelayPartitions) Tick(ctx context.Context) error {
+	// tell: the others' shares or holders changed (Notify), once a tick.
+	tell := false
+	defer func() {
+		if tell {
+			rp.notify()
+		}
+	}()
 	rp.mu.Lock()
 	if rp.held == nil {
 		rp.held = map[int]time.Time{}
@@ -345,12 +352,9 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 	}
 	rp.mu.Lock()
 	rp.holders, rp.members = holders, live
-	joined := !rp.joined
+	tell = !rp.joined // joined: the others' shares fall, they release towards this one's
 	rp.joined = true
 	rp.mu.Unlock()
-	if joined {
-		rp.notify() // the others' shares fall: they release towards this one's
-	}
 	target := (rp.Count + len(live) - 1) / max(len(live), 1)
 	counts := map[string]int{}
 	free := make([]bool, rp.Count)
@@ -399,7 +403,7 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 		}
 		// The others wake this replica for the changes of these
 		// partitions once they have read who holds them.
-		rp.notify()
+		tell = true
 	}
 	keep := len(held)
 	switch {
@@ -413,7 +417,7 @@ func (rp *RelayPartitions) Tick(ctx context.Context) error {
 		if err := rp.release(ctx, held[keep:]); err != nil {
 			return err
 		}
-		rp.notify() // those below their share take them now
+		tell = true // those below their share take them now
 		return nil
 	}
 	if !gained && !slices.Contains(free, true) && len(held) >= floor {
