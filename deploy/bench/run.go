@@ -66,8 +66,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.idleStreams, "idle-streams", 1000, "idle event streams open on the replica in the events measure")
 	fs.IntVar(&o.changes, "changes", 200, "changes timed from the POST to the feed and to a stream in the events measure, and four times the messages each writer of the relay measure posts")
 	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
-	fs.DurationVar(&o.settle, "settle", 20*time.Second, "how long the webhook-replicas measure leaves the replicas it started before it counts (their pollers back off from their first interval)")
 	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
+	fs.DurationVar(&o.settle, "settle", 20*time.Second, "how long the webhook-replicas measure leaves the replicas it started before it counts (their pollers back off from their first interval)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -478,9 +478,9 @@ func (s Slots) room(endpoint string) int { return s.PerEndpoint - s.InFlight[end
 
 // ClaimAttempts claims, for lease, the deliveries due longest ago (and at
 // least overdue ago) that slots has room for, in one batch: one read of
-// those due, one write claiming them, one read of their endpoints. It reports whether more
-// may be due than it looked at (the engine then claims again as soon as
-// it has room). Replicas read the same deliveries due, and all but one
+// those due, one write claiming them, one read of their endpoints. It
+// reports whether more may be due than it looked at (the engine then
+// claims again as soon as it has room). Replicas read the same deliveries due, and all but one
 // lose each to the compare-and-set: after a claim lost some, this
 // replica picks at random among those it read (up to twice its room,
 // all due) for contendedFor, so that replicas claim different ones.
