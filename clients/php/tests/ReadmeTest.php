@@ -164,6 +164,10 @@ final class ReadmeTest extends ServiceTestCase
         );
         self::assertIsResource($server);
         try {
+            // PHP's server listens a moment after it starts (longer on a
+            // busy machine): the delivery's three attempts in the suite's
+            // retry schedule take under a second, so wait until it answers.
+            self::waitListening($address);
             $conversation = $hooks->createConversation(subject: 'Hooked', participants: [Env::get('USER_ID')]);
             $hooks->postMessage($conversation['id'], 'Delivered and verified');
             // The delivery log says when the receiver answered; only a hang
@@ -183,5 +187,19 @@ final class ReadmeTest extends ServiceTestCase
             $hooks->deleteWebhook($endpoint['id']);
         }
         return (string) file_get_contents($log);
+    }
+
+    /** Waits up to 30 s until something accepts connections at $address. */
+    private static function waitListening(string $address): void
+    {
+        for ($i = 0; $i < 300; $i++) {
+            $conn = @stream_socket_client("tcp://$address", $errno, $errstr, 0.1);
+            if ($conn !== false) {
+                fclose($conn);
+                return;
+            }
+            usleep(100_000);
+        }
+        self::fail("nothing listens at $address after 30 s");
     }
 }
