@@ -131,6 +131,11 @@ func TestEventsResumeAfterRelayHolderKilled(t *testing.T) {
 
 	// Writers post through every replica until told to stop; the
 	// holder's writer goes on through the reader once the holder is dead.
+	// It posts back to back until then, so that the kill cuts a change in
+	// flight; every other change waits writerPause, so that the store (on
+	// the embedded one, one command at a time, each reading the whole
+	// collection) keeps up and the test measures the takeover, not a
+	// backlog.
 	convs := make([]string, len(replicas))
 	for i, r := range replicas {
 		convs[i] = createConversation(t, r.url, alice, fmt.Sprint("replica ", i))
@@ -145,14 +150,20 @@ func TestEventsResumeAfterRelayHolderKilled(t *testing.T) {
 	)
 	for w := range replicas {
 		writers.Go(func() {
-			target := replicas[w].url
+			target, pause := replicas[w].url, writerPause
+			if w == holder {
+				pause = 0
+			}
 			for i := 0; ; i++ {
+				select {
+				case <-dead:
+					target, pause = reader.url, writerPause
+				default:
+				}
 				select {
 				case <-stop:
 					return
-				case <-dead:
-					target = reader.url
-				default:
+				case <-time.After(pause):
 				}
 				if id := change(target, alice, convs[w], i, w); id != "" {
 					mu.Lock()
@@ -188,6 +199,10 @@ func TestEventsResumeAfterRelayHolderKilled(t *testing.T) {
 	checkFeed(t, seen, messages)
 	t.Logf("%d events, %d messages (%d answered 201), sequences %d..%d", len(seen), len(messages), len(posted), seen[0].Sequence, seen[len(seen)-1].Sequence)
 }
+
+// writerPause is how long a writer of TestEventsResumeAfterRelayHolderKilled
+// waits between changes that need not be in flight at the kill.
+const writerPause = 50 * time.Millisecond
 
 // replica is one conversations process of a stack.
 type replica struct {
