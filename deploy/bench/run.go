@@ -39,6 +39,7 @@ type benchOptions struct {
 	streamBacklog int           // bytes of event data behind the unread streams of the stream-memory measure
 	unreadStreams int           // streams that never read in the stream-memory measure
 	settle        time.Duration // the webhook-replicas measure's wait after starting replicas
+	idleWindow    time.Duration // how long the webhook-replicas measure counts the replicas' commands with nothing to do
 	wrk           string        // the wrk binary, found at start when a measure sends with it
 }
 
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
 	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
 	fs.DurationVar(&o.settle, "settle", 20*time.Second, "how long the webhook-replicas measure leaves the replicas it started before it counts (their pollers back off from their first interval)")
+	fs.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "how long the webhook-replicas measure counts the replicas' commands with nothing to do, after -settle and before its load")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,8 +82,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 		}
 	}
-	if o.rounds < 1 || o.workers < 1 || o.cpuRun <= 0 || o.serviceRun <= 0 {
-		return errors.New("-rounds and -workers must be positive, and the run lengths above zero")
+	if o.rounds < 1 || o.workers < 1 || o.cpuRun <= 0 || o.serviceRun <= 0 || o.idleWindow <= 0 || o.settle < 0 {
+		return errors.New("-rounds and -workers must be positive, the run lengths and -idle-window above zero, and -settle not negative")
 	}
 	if o.depth < 2 || o.conversations < 10*o.depth+1 {
 		return errors.New("-depth must be at least 2, with more than 10 × depth -conversations")

@@ -28,10 +28,6 @@ type webhookRun struct {
 	idlePerSecond      float64 // commands of all replicas a second before the load
 }
 
-// idleWindow is how long the webhook replicas measure counts the
-// replicas' commands with nothing to do.
-const idleWindow = 5 * time.Second
-
 // webhookReplicaRows measures webhook fan-out and delivery with one and
 // with three replicas on one store, as relayRows does the relay: the
 // relay's writers post through all replicas while replicaEndpoints
@@ -119,7 +115,7 @@ func (s *stack) webhookRun(ctx context.Context, sink *hookSink, n int) (webhookR
 	if err != nil {
 		return out, err
 	}
-	time.Sleep(idleWindow)
+	time.Sleep(s.o.idleWindow)
 	commands0, err := commandsByName(ctx, ops)
 	if err != nil {
 		return out, err
@@ -127,7 +123,7 @@ func (s *stack) webhookRun(ctx context.Context, sink *hookSink, n int) (webhookR
 	for _, c := range commands0 {
 		out.idlePerSecond += c
 	}
-	out.idlePerSecond = (out.idlePerSecond - idle0) / idleWindow.Seconds()
+	out.idlePerSecond = (out.idlePerSecond - idle0) / s.o.idleWindow.Seconds()
 	received0 := sink.count.Load()
 	began := time.Now()
 	errs, done := pacedPosts(ctx, client, bearer, urls, convs, relayMessages(s.o), func(string, time.Time) {})
