@@ -30,7 +30,7 @@ import (
 
 	"github.com/acme/platform/pkg/mongoconn"
 	"github.com/acme/platform/pkg/problem"
-	"github.com/acme/platform/pkg/tracing"
+	"github.com/acme/platform/pkg/tracing/tracingsdk"
 	"github.com/acme/platform/pkg/web"
 )
 
@@ -170,10 +170,10 @@ type Service struct {
 
 // Run serves until ctx is cancelled (SIGTERM), then drains and returns nil,
 // or returns the first listener or permanent initialisation error. It sets
-// up tracing from the OTEL_* variables first (see pkg/tracing: off without
-// an exporter), and flushes the spans left when it returns.
+// up tracing from the OTEL_* variables first (see pkg/tracing/tracingsdk:
+// off without an exporter), and flushes the spans left when it returns.
 func (s Service) Run(ctx context.Context) error {
-	stopTracing, err := tracing.Setup(ctx, s.Name, s.Version)
+	stopTracing, err := tracingsdk.Setup(ctx, s.Name, s.Version)
 	if err != nil {
 		return err
 	}

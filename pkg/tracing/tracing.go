@@ -1,25 +1,21 @@
-// Package tracing is the services' OpenTelemetry tracing: the tracer
-// provider set up from the standard OTEL_* environment variables, the W3C
-// propagators, and the few helpers the instrumented packages share. With
-// no exporter configured it installs a no-op provider and every helper
+// Package tracing is the services' OpenTelemetry tracing as the code
+// that makes spans sees it: whether tracing is on, the W3C propagators,
+// and the few helpers the instrumented packages share. It depends on
+// OpenTelemetry's API only; tracingsdk installs the SDK's provider from
+// the environment. Off (no exporter configured, the default) every helper
 // returns at once, so that tracing off costs nothing measurable.
 package tracing
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
 
-	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -27,16 +23,16 @@ import (
 // Scope is the instrumentation scope of every span the services make.
 const Scope = "github.com/acme/platform"
 
-// on is whether a recording provider is installed (Setup found an
-// exporter, or a test called Use); tracer is its tracer of Scope, taken
+// on is whether a recording provider is installed (tracingsdk.Setup
+// found an exporter, or a test called Use); tracer is its tracer of Scope, taken
 // once: asking the SDK's provider for it takes a lock.
 var (
 	on     atomic.Bool
 	tracer atomic.Pointer[trace.Tracer]
 )
 
-// On reports whether spans are recorded: false until Setup found an
-// exporter configured (or Use installed a provider).
+// On reports whether spans are recorded: false until tracingsdk.Setup
+// found an exporter configured (or Use installed a provider).
 func On() bool { return compiled && on.Load() }
 
 // Configured reports whether the environment asks for traces: an OTLP
@@ -57,38 +53,16 @@ func Configured() bool {
 	}
 }
 
-// Setup installs the process's tracer provider from the environment and
-// returns the function that flushes and stops it. Off (see Configured):
-// a no-op provider and no propagators. On: the exporter autoexport builds
-// from OTEL_TRACES_EXPORTER and OTEL_EXPORTER_OTLP_* (protocol, endpoint,
-// headers, timeout), batched; the sampler of OTEL_TRACES_SAMPLER (default
-// parentbased_always_on); the resource of OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES over service (the default name) and version;
-// W3C traceparent and baggage propagation.
-func Setup(ctx context.Context, service, version string) (func(context.Context) error, error) {
-	if !Configured() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		on.Store(false)
-		return func(context.Context) error { return nil }, nil
-	}
-	exporter, err := autoexport.NewSpanExporter(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("configuration: tracing (OTEL_*): %w", err)
-	}
-	res, err := resource.Merge(
-		resource.NewSchemaless(semconv.ServiceName(service), semconv.ServiceVersion(version)),
-		resource.Environment(),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("configuration: tracing resource (OTEL_RESOURCE_ATTRIBUTES): %w", err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	Use(tp)
-	return tp.Shutdown, nil
+// Off installs OpenTelemetry's no-op provider and turns the helpers
+// off: what tracingsdk.Setup does when tracing is not configured, and
+// what a test's recording (tracingtest.Record) does when it ends.
+func Off() {
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	on.Store(false)
 }
 
 // Use installs tp as the process's tracer provider, with the W3C
-// propagators, and turns the helpers on. Setup calls it; tests call it
+// propagators, and turns the helpers on. tracingsdk.Setup calls it; tests call it
 // with a provider that records (sdk/trace/tracetest).
 func Use(tp trace.TracerProvider) {
 	t := tp.Tracer(Scope)

@@ -7,7 +7,6 @@ package tracingtest
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -39,7 +38,7 @@ func Install() *tracetest.SpanRecorder {
 // Record is Install for one test: tracing is off again when it ends.
 func Record(t testing.TB) *tracetest.SpanRecorder {
 	rec := Install()
-	t.Cleanup(func() { _, _ = tracing.Setup(context.Background(), "", "") })
+	t.Cleanup(tracing.Off)
 	return rec
 }
 
