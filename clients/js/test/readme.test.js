@@ -123,11 +123,25 @@ await hooks.deleteWebhook(endpoint.id);
   }
 });
 
-/** A TCP port free on loopback now, for the README's receiver. */
+/**
+ * A TCP port free on loopback now, for the README's receiver, which
+ * listens on it only after the script's other snippets ran. It is taken
+ * below 32768, where no system picks the local port of a connection or
+ * of a listener on port 0 (Linux picks from 32768, macOS and Windows
+ * from 49152): a port that port 0 gave was once taken meanwhile by one
+ * of the many connections of the tests running beside this one.
+ */
 async function freePort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
+  for (;;) {
+    const port = 10000 + Math.floor(Math.random() * 22768);
+    const server = createServer();
+    const listening = await new Promise((resolve) => {
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => resolve(true));
+    });
+    if (listening) {
+      await new Promise((resolve) => server.close(resolve));
+      return port;
+    }
+  }
 }

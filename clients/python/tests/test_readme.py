@@ -6,6 +6,7 @@ receiver's port swapped for the suite's) against the real services."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -68,11 +69,20 @@ def with_suite_endpoints(code: str) -> str:
 
 
 def free_port() -> int:
-    """A TCP port free on loopback now, for the README's receiver."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port free on loopback now, for the README's receiver, which
+    listens on it only after the script's other snippets ran. It is taken
+    below 32768, where no system picks the local port of a connection or
+    of a listener on port 0 (Linux picks from 32768, macOS and Windows
+    from 49152), so that none of the many connections of the tests
+    running beside this one can take it meanwhile."""
+    while True:
+        port = random.randint(10000, 32767)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def type_check(test: LoggedTestCase, script: str) -> None:
