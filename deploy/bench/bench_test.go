@@ -24,7 +24,7 @@ func TestRunPrintsEveryRatio(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	args := []string{"-rounds", "1", "-cpu-run", "5ms", "-service-run", "10ms", "-workers", "1",
 		"-conversations", "31", "-depth", "3", "-messages", "21", "-idle-streams", "12", "-changes", "3",
-		"-stream-backlog", "200000", "-unread-streams", "3", "-settle", "0", "-idle-window", "200ms", "-out", doc}
+		"-stream-backlog", "200000", "-unread-streams", "3", "-settle", "0", "-idle-window", "200ms", "-tracing-posts", "5", "-out", doc}
 	if err := run(context.Background(), args, os.Getenv, &stdout, &stderr); err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -102,6 +102,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"-only", "nonsense"},
 		{"-rounds", "0"},
 		{"-idle-window", "0"},
+		{"-tracing-posts", "0"},
 		{"-settle", "-1s"},
 		{"-depth", "50", "-conversations", "100"},
 		{"-messages", "10"},

@@ -40,6 +40,7 @@ type benchOptions struct {
 	unreadStreams int           // streams that never read in the stream-memory measure
 	settle        time.Duration // the webhook-replicas measure's wait after starting replicas
 	idleWindow    time.Duration // how long the webhook-replicas measure counts the replicas' commands with nothing to do
+	tracingPosts  int           // posts per worker in each run of the tracing measure's post sides
 	wrk           string        // the wrk binary, found at start when a measure sends with it
 }
 
@@ -69,6 +70,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
 	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
 	fs.DurationVar(&o.settle, "settle", 20*time.Second, "how long the webhook-replicas measure leaves the replicas it started before it counts (their pollers back off from their first interval)")
+	// 75: about a second of posts per worker on the 2-core machine, whose
+	// events the relay then orders in about five (on the embedded store it
+	// orders them several times slower than the posts come, and a run's
+	// events are ordered before the next run).
+	fs.IntVar(&o.tracingPosts, "tracing-posts", 75, "posts per worker in each run of each side of the tracing measure's post row")
 	fs.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "how long the webhook-replicas measure counts the replicas' commands with nothing to do, after -settle and before its load")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,8 +94,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.depth < 2 || o.conversations < 10*o.depth+1 {
 		return errors.New("-depth must be at least 2, with more than 10 × depth -conversations")
 	}
-	if o.idleStreams < 10 || o.changes < 1 {
-		return errors.New("-idle-streams must be at least 10 and -changes at least 1")
+	if o.idleStreams < 10 || o.changes < 1 || o.tracingPosts < 1 {
+		return errors.New("-idle-streams must be at least 10, and -changes and -tracing-posts at least 1")
 	}
 	if o.streamBacklog < 1 || o.unreadStreams < 1 {
 		return errors.New("-stream-backlog and -unread-streams must be positive")

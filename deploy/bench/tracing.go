@@ -115,7 +115,7 @@ func tracingRows(ctx context.Context, s *stack) ([]row, error) {
 		}
 		var got []sample
 		if err == nil {
-			perPostRun = int64(tracingPostsPerWorker * o.workers)
+			perPostRun = int64(o.tracingPosts * o.workers)
 			got, err = mirrored(ctx, perPostRun, b, t.relayed, t.post()...)
 		}
 		if err == nil && b == o.rounds-1 {
@@ -168,13 +168,6 @@ func tracingRows(ctx context.Context, s *stack) ([]row, error) {
 	rows[0].notes += fmt.Sprintf("; %d spans received and counted by the loopback OTLP/HTTP receiver", received.Load())
 	return rows, nil
 }
-
-// tracingPostsPerWorker is the posts of one run of the tracing measure per
-// worker: about a second of posts on the 2-core machine, whose events the
-// relay then orders in about five (on the embedded store it orders them
-// several times slower than the posts come, and a run's events are
-// ordered before the next run).
-const tracingPostsPerWorker = 75
 
 // tracingSide is one side of the tracing measure: a binary and its
 // environment, and while started its replica and database.
