@@ -70,12 +70,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.streamBacklog, "stream-backlog", 13<<20, "bytes of event data in the log behind the unread streams of the stream-memory measure")
 	fs.IntVar(&o.unreadStreams, "unread-streams", 30, "streams from after=0 that never read their body in the stream-memory measure")
 	fs.DurationVar(&o.settle, "settle", 20*time.Second, "how long the webhook-replicas measure leaves the replicas it started before it counts (their pollers back off from their first interval)")
+	fs.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "how long the webhook-replicas measure counts the replicas' commands with nothing to do, after -settle and before its load")
 	// 75: about a second of posts per worker on the 2-core machine, whose
 	// events the relay then orders in about five (on the embedded store it
 	// orders them several times slower than the posts come, and a run's
 	// events are ordered before the next run).
 	fs.IntVar(&o.tracingPosts, "tracing-posts", 75, "posts per worker in each run of each side of the tracing measure's post row")
-	fs.DurationVar(&o.idleWindow, "idle-window", 5*time.Second, "how long the webhook-replicas measure counts the replicas' commands with nothing to do, after -settle and before its load")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -28,8 +28,8 @@ import (
 // them: a collector would run on a machine of its own, so the receiver
 // does no more than walk the protobuf to count, and leaves the cores to
 // the service measured), tracing configured off (no OTEL_* variable:
-// the default of every deployment), and a baseline built with the notracing tag, which
-// has no tracing at all. Each replica has a database of its own, holding
+// the default of every deployment), and a baseline built with the
+// notracing tag, which has no tracing at all. Each replica has a database of its own, holding
 // what the others' hold, and the sides run interleaved in mirrored blocks
 // (see interleave and mirrored), every run the same number of operations.
 //

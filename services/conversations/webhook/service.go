@@ -480,10 +480,11 @@ func (s Slots) room(endpoint string) int { return s.PerEndpoint - s.InFlight[end
 // least overdue ago) that slots has room for, in one batch: one read of
 // those due, one write claiming them, one read of their endpoints. It
 // reports whether more may be due than it looked at (the engine then
-// claims again as soon as it has room). Replicas read the same deliveries due, and all but one
-// lose each to the compare-and-set: after a claim lost some, this
-// replica picks at random among those it read (up to twice its room,
-// all due) for contendedFor, so that replicas claim different ones.
+// claims again as soon as it has room). Replicas read the same
+// deliveries due, and all but one lose each to the compare-and-set:
+// after a claim lost some, this replica picks at random among those it
+// read (up to twice its room, all due) for contendedFor, so that
+// replicas claim different ones.
 func (w *Service) ClaimAttempts(ctx context.Context, claim string, lease, overdue time.Duration, slots Slots) ([]Attempt, bool, error) {
 	if slots.Free <= 0 {
 		return nil, false, nil
