@@ -10,8 +10,8 @@ import (
 
 // TestImportingTheClientPullsNoTestInfrastructure builds a tiny program
 // outside the workspace that imports only the client, as another backend
-// would, with the one replace that stands for go get of the unpublished
-// module, and checks that no other module of this repository, none of our
+// would, with the one replace and the go mod tidy that the README gives
+// for the unpublished module, and checks that no other module of this repository, none of our
 // test infrastructure, nor the deployment libraries, reaches its build,
 // its go.mod or its go.sum.
 func TestImportingTheClientPullsNoTestInfrastructure(t *testing.T) {
@@ -31,8 +31,6 @@ func TestImportingTheClientPullsNoTestInfrastructure(t *testing.T) {
 	write("go.mod", `module example.com/tiny
 
 go 1.26.0
-
-require github.com/acme/platform/clients/go v0.0.0
 
 replace github.com/acme/platform/clients/go => `+clientDir+`
 `)
